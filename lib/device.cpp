@@ -1,5 +1,6 @@
 #include "scalemm/device.hpp"
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 namespace scalemm {
@@ -7,6 +8,7 @@ namespace scalemm {
 DeviceQuery query_devices() {
   DeviceQuery q;
   cudaRuntimeGetVersion(&q.runtime_version);
+  q.cublaslt_version = cublasLtGetVersion();
   if (cudaDriverGetVersion(&q.driver_version) != cudaSuccess) q.driver_version = 0;
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);

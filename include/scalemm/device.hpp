@@ -19,6 +19,7 @@ struct DeviceQuery {
   std::string reason;        ///< why `devices` is empty ("" when it is not)
   int runtime_version = 0;   ///< cudaRuntimeGetVersion, e.g. 13000
   int driver_version = 0;    ///< cudaDriverGetVersion (0 with no driver)
+  size_t cublaslt_version = 0;  ///< cublasLtGetVersion(), e.g. 130100 (library load needs no device)
 };
 
 /// Queries the CUDA runtime once per call; never throws for "no device" or "no driver".

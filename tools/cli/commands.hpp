@@ -1,0 +1,23 @@
+// Subcommand registration for the scalemm CLI. Each register_* adds its subcommands to the app.
+//
+// Exit codes: 0 success; 1 an input was invalid (diagnostics printed); 2 a usage error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace scalemm::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInvalidInput = 1;
+inline constexpr int kExitUsage = 2;
+
+/// Thrown by a subcommand to end the program with `code` after it has printed its output.
+struct Exit {
+  int code;
+};
+
+void register_layout_commands(CLI::App& app);
+void register_demo_command(CLI::App& app);
+void register_info_command(CLI::App& app);
+
+}  // namespace scalemm::cli

@@ -1,0 +1,245 @@
+// `scalemm layout explain|render` (check and convert are registered next to them).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.hpp"
+#include "layout_view.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/status.hpp"
+
+namespace scalemm::cli {
+
+using layouts::ScaleLayout;
+
+std::vector<Cell> buffer_cells(const ScaleLayout& l, int64_t limit) {
+  limit = std::min(limit, l.size());
+  std::vector<Cell> cells(static_cast<size_t>(std::max<int64_t>(limit, 0)));
+  for (int64_t r = l.rows - 1; r >= 0; --r) {  // descending so the first row of a block wins
+    for (int64_t kb = 0; kb < l.kblocks(); ++kb) {
+      const int64_t pos = l.offset(r, kb);
+      if (pos < limit) cells[static_cast<size_t>(pos)] = Cell{r, kb};
+    }
+  }
+  return cells;
+}
+
+int64_t buffer_line_width(const ScaleLayout& l) {
+  if (l.format == ScaleFormat::kCublasLt && layouts::recipe_is_tiled(l.recipe)) return 16;
+  if (l.format == ScaleFormat::kCublasLt && l.recipe == Recipe::kBlock1x128) return l.padded_rows();
+  return std::max<int64_t>(l.padded_kblocks(), 1);
+}
+
+std::string formula_text(const ScaleLayout& l) {
+  const bool c = l.format == ScaleFormat::kCompact;
+  switch (l.recipe) {
+    case Recipe::kTensorwise: return "offset(r, kb) = 0";
+    case Recipe::kRowwise: return "offset(r, kb) = r";
+    case Recipe::kBlock1x128:
+      return c ? "offset(r, kb) = r*L + kb, L = ceil(K/128)"
+               : "offset(r, kb) = kb*R4 + r, R4 = roundup(R,4) (outer-major, VEC128_32F)";
+    case Recipe::kBlock128x128:
+      return c ? "offset(r, kb) = (r/128)*L + kb, L = ceil(K/128)"
+               : "offset(r, kb) = (r/128)*L4 + kb, L4 = roundup(ceil(K/128),4) (K-major, BLK128x128_32F)";
+    case Recipe::kMxfp8:
+    case Recipe::kNvfp4:
+    case Recipe::kMxfp8_32x32: {
+      const char* s = l.recipe == Recipe::kNvfp4 ? "S = ceil(K/16)" : "S = ceil(K/32)";
+      if (c) return std::string(l.recipe == Recipe::kMxfp8_32x32 ? "offset(r, kb) = (r/32)*S + kb, "
+                                                                    : "offset(r, kb) = r*S + kb, ") + s;
+      return std::string("offset(r, s) = ((r/128)*(S4/4) + s/4)*512 + (r%32)*16 + ((r%128)/32)*4 + s%4, ") +
+             s + ", S4 = roundup(S,4), rows padded to roundup(R,128)" +
+             (l.recipe == Recipe::kMxfp8_32x32 ? " (each 32x32 scale replicated to its 32 rows)" : "");
+    }
+  }
+  return "";
+}
+
+namespace {
+
+struct LayoutArgs {
+  std::string recipe;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+void add_layout_args(CLI::App* cmd, LayoutArgs& a) {
+  cmd->add_option("--recipe", a.recipe, "Scaling recipe: " + all_recipe_names())->required();
+  cmd->add_option("--rows", a.rows, "Operand rows R (M for A, N for B)")->required()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cols", a.cols, "Reduction length K in elements")->required()->check(CLI::NonNegativeNumber);
+}
+
+ScaleLayout make_layout(const LayoutArgs& a, ScaleFormat f) {
+  return ScaleLayout(parse_recipe_or_throw(a.recipe, "--recipe"), a.rows, a.cols, f);
+}
+
+nlohmann::json layout_json(const ScaleLayout& l) {
+  nlohmann::json j;
+  j["format"] = std::string(to_string(l.format));
+  j["shape"] = {l.padded_rows(), l.padded_kblocks()};
+  j["layout"] = l.shape_stride_string();
+  j["elements"] = l.size();
+  j["bytes"] = l.bytes();
+  j["offset"] = formula_text(l);
+  return j;
+}
+
+// Number of buffer positions that no (r, kb) reaches.
+int64_t padding_count(const ScaleLayout& l) {
+  std::vector<char> used(static_cast<size_t>(l.size()), 0);
+  for (int64_t r = 0; r < l.rows; ++r)
+    for (int64_t kb = 0; kb < l.kblocks(); ++kb) used[static_cast<size_t>(l.offset(r, kb))] = 1;
+  return static_cast<int64_t>(std::count(used.begin(), used.end(), 0));
+}
+
+std::string cell_label(const Cell& c) {
+  if (c.row < 0) return "  .  ";
+  std::ostringstream os;
+  os << c.row << ':' << c.kb;
+  std::string s = os.str();
+  if (s.size() < 5) s = std::string(5 - s.size(), ' ') + s;
+  return s;
+}
+
+void print_map(std::ostream& os, const ScaleLayout& l, int64_t max_lines) {
+  const int64_t width = buffer_line_width(l);
+  const int64_t shown_width = std::min<int64_t>(width, 16);
+  const int64_t lines = std::min<int64_t>(max_lines, (l.size() + width - 1) / std::max<int64_t>(width, 1));
+  auto cells = buffer_cells(l, lines * width);
+  os << "  buffer map (row:kblock at each position; '.' = zero padding";
+  if (shown_width < width) os << "; first " << shown_width << " of " << width << " per line";
+  os << "):\n";
+  for (int64_t line = 0; line < lines; ++line) {
+    os << "  " << std::setw(6) << line * width << " |";
+    for (int64_t i = 0; i < shown_width; ++i) {
+      const int64_t pos = line * width + i;
+      os << ' ' << (pos < static_cast<int64_t>(cells.size()) ? cell_label(cells[static_cast<size_t>(pos)]) : "     ");
+    }
+    os << '\n';
+  }
+  if (lines * width < l.size()) os << "  ... " << l.size() - lines * width << " more positions\n";
+}
+
+void run_explain(const LayoutArgs& a, bool json) {
+  const ScaleLayout compact = make_layout(a, ScaleFormat::kCompact);
+  const ScaleLayout lt = compact.with_format(ScaleFormat::kCublasLt);
+  if (json) {
+    nlohmann::json j;
+    j["recipe"] = std::string(to_string(compact.recipe));
+    j["rows"] = a.rows;
+    j["k"] = a.cols;
+    j["block"] = {compact.block_rows(), compact.block_k()};
+    j["scale_dtype"] = std::string(to_string(compact.scale_dtype()));
+    j["grid"] = {compact.grid_rows(), compact.kblocks()};
+    j["compact"] = layout_json(compact);
+    j["compact"]["padding_elements"] = padding_count(compact);
+    j["cublaslt"] = layout_json(lt);
+    j["cublaslt"]["padding_elements"] = padding_count(lt);
+    std::cout << j.dump(2) << '\n';
+    return;
+  }
+  std::ostream& os = std::cout;
+  os << to_string(compact.recipe) << " scales for an operand of " << a.rows << " rows x K=" << a.cols << '\n';
+  os << "  block " << compact.block_rows() << 'x' << compact.block_k() << ", scale dtype "
+     << to_string(compact.scale_dtype()) << ", logical grid " << compact.grid_rows() << " x "
+     << compact.kblocks() << " (" << compact.logical_size() << " scales)\n";
+  for (const ScaleLayout* l : {&compact, &lt}) {
+    os << '\n' << to_string(l->format) << ": " << l->shape_stride_string() << ", " << l->size()
+       << " elements, " << l->bytes() << " bytes, " << padding_count(*l) << " padding elements (zero)\n";
+    os << "  " << formula_text(*l) << '\n';
+    print_map(os, *l, l->format == ScaleFormat::kCublasLt && layouts::recipe_is_tiled(l->recipe) ? 8 : 6);
+  }
+}
+
+// Colours: hue by K-block, lightness alternating by row block, grey for padding.
+std::string cell_colour(const ScaleLayout& l, const Cell& c) {
+  if (c.row < 0) return "#dddddd";
+  const int64_t row_block = c.row / std::max<int64_t>(l.block_rows() > 1 ? l.block_rows() : 32, 1);
+  const int hue = static_cast<int>((c.kb * 67) % 360);
+  const int light = row_block % 2 ? 62 : 78;
+  std::ostringstream os;
+  os << "hsl(" << hue << ",70%," << light << "%)";
+  return os.str();
+}
+
+void run_render(const LayoutArgs& a, const std::string& format, const std::string& out) {
+  const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
+  const int64_t width = buffer_line_width(l);
+  const int64_t max_cells = 8192;
+  const int64_t shown = std::min(l.size(), max_cells);
+  const int64_t lines = (shown + width - 1) / std::max<int64_t>(width, 1);
+  const auto cells = buffer_cells(l, shown);
+  const int cw = 44, ch = 18, margin = 20, top = 60;
+  std::ostringstream svg;
+  const int64_t w = margin * 2 + 60 + std::min<int64_t>(width, 64) * cw;
+  const int64_t h = top + lines * ch + margin;
+  svg << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
+      << "\" font-family=\"monospace\" font-size=\"10\">\n"
+      << "<title>" << l.to_string() << "</title>\n"
+      << "<text x=\"" << margin << "\" y=\"20\" font-size=\"13\">" << l.to_string() << "</text>\n"
+      << "<text x=\"" << margin << "\" y=\"38\">" << formula_text(l)
+      << " | cell = data row:K-block of the scale stored there; grey = zero padding"
+      << (shown < l.size() ? " | first " + std::to_string(shown) + " positions" : std::string()) << "</text>\n";
+  for (int64_t line = 0; line < lines; ++line) {
+    const int64_t y = top + line * ch;
+    svg << "<text x=\"" << margin << "\" y=\"" << y + 13 << "\">" << line * width << "</text>\n";
+    for (int64_t i = 0; i < std::min<int64_t>(width, 64); ++i) {
+      const int64_t pos = line * width + i;
+      if (pos >= shown) break;
+      const Cell& c = cells[static_cast<size_t>(pos)];
+      const int64_t x = margin + 60 + i * cw;
+      svg << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << cw - 2 << "\" height=\"" << ch - 2
+          << "\" fill=\"" << cell_colour(l, c) << "\"><title>offset " << pos;
+      if (c.row >= 0) svg << ": row " << c.row << ", K-block " << c.kb;
+      else svg << ": padding";
+      svg << "</title></rect>\n";
+      if (c.row >= 0)
+        svg << "<text x=\"" << x + 3 << "\" y=\"" << y + 12 << "\">" << c.row << ':' << c.kb << "</text>\n";
+    }
+  }
+  svg << "</svg>\n";
+  const std::string tmp = out + ".tmp-scalemm";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) throw Error(StatusCode::kIoError, out + ": cannot open for writing");
+    f << svg.str();
+    if (!f) throw Error(StatusCode::kIoError, out + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(StatusCode::kIoError, out + ": cannot move the rendered file into place");
+  }
+  std::printf("wrote %s: %lld of %lld buffer positions\n", out.c_str(), static_cast<long long>(shown),
+              static_cast<long long>(l.size()));
+}
+
+}  // namespace
+
+void register_layout_commands(CLI::App& app) {
+  auto* layout = app.add_subcommand("layout", "Explain, check, convert and render scale layouts");
+  layout->require_subcommand(1);
+
+  static LayoutArgs explain_args;
+  static bool explain_json = false;
+  auto* explain = layout->add_subcommand("explain", "Compact and cuBLASLt layouts of one operand's scales");
+  add_layout_args(explain, explain_args);
+  explain->add_flag("--json", explain_json, "Print the description as JSON");
+  explain->callback([] { run_explain(explain_args, explain_json); });
+
+  static LayoutArgs render_args;
+  static std::string render_format = "cublaslt";
+  static std::string render_out;
+  auto* render = layout->add_subcommand("render", "Draw where each logical scale lands, as SVG");
+  add_layout_args(render, render_args);
+  render->add_option("--format", render_format, "compact|cublaslt (default cublaslt)");
+  render->add_option("--out", render_out, "Output .svg path")->required();
+  render->callback([] { run_render(render_args, render_format, render_out); });
+
+}
+
+}  // namespace scalemm::cli

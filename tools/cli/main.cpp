@@ -1,0 +1,39 @@
+// scalemm command-line tool.
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "scalemm/status.hpp"
+#include "scalemm/version.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"scalemm " SCALEMM_VERSION_STRING
+               ": inspect, check and convert the scale layouts of low-precision scaled GEMMs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", SCALEMM_VERSION_STRING);
+  scalemm::cli::register_info_command(app);
+  scalemm::cli::register_layout_commands(app);
+  scalemm::cli::register_demo_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return scalemm::cli::kExitUsage;
+  } catch (const scalemm::cli::Exit& e) {
+    return e.code;
+  } catch (const scalemm::Error& e) {
+    std::fprintf(stderr, "scalemm: %s\n", e.what());
+    return e.code() == scalemm::StatusCode::kInvalidArgument ? scalemm::cli::kExitUsage
+                                                             : scalemm::cli::kExitInvalidInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "scalemm: internal error: %s\n", e.what());
+    return scalemm::cli::kExitInvalidInput;
+  }
+  return scalemm::cli::kExitOk;
+}

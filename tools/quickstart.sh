@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian machine to a working scalemm:
+#   bash tools/quickstart.sh demo   install what is missing, build, run the demo (GPU if present,
+#                                   else the host emulator)
+#   bash tools/quickstart.sh test   install what is missing, build, run the full test suite
+# Environment: BUILD_DIR (default build), JOBS (default nproc), SCALEMM_CUDA_ARCHITECTURES (default 90).
+set -euo pipefail
+mode=${1:-test}
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+jobs=${JOBS:-$(nproc)}
+
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v ninja >/dev/null || need_apt+=(ninja-build)
+command -v g++ >/dev/null || need_apt+=(g++)
+command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+command -v ccache >/dev/null || need_apt+=(ccache)
+[ -f /usr/lib/cmake/Catch2/Catch2Config.cmake ] || need_apt+=(catch2)
+[ -f /usr/include/CLI/CLI.hpp ] || need_apt+=(libcli11-dev)
+[ -f /usr/include/nlohmann/json.hpp ] || need_apt+=(nlohmann-json3-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "quickstart: installing ${need_apt[*]}"
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if ! python3 -c 'import numpy, ml_dtypes' 2>/dev/null; then
+  echo "quickstart: installing numpy and ml_dtypes (test oracles)"
+  python3 -m pip install -q numpy ml_dtypes 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages numpy ml_dtypes
+fi
+if ! command -v nvcc >/dev/null; then
+  if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH
+  else echo "quickstart: the CUDA toolkit (nvcc) is required; install it from NVIDIA's packages" >&2; exit 1; fi
+fi
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DSCALEMM_CUDA_ARCHITECTURES="${SCALEMM_CUDA_ARCHITECTURES:-90}" >/dev/null
+cmake --build "$build" -j "$jobs"
+
+case "$mode" in
+  demo) exec "$build/tools/cli/scalemm" demo ;;
+  test) cd "$build" && exec ctest -j "$jobs" --output-on-failure ;;
+  *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+esac
