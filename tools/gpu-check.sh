@@ -23,7 +23,8 @@ mkdir -p "$out"
 prefix=()
 [ -d "$root/.deps/usr" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps/usr")
 {
-  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo '+dirty')"
+  # COMMIT may be passed in where the tree travels without its .git (a copied work tree).
+  echo "commit: ${COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
   nvcc --version | tail -1 | sed 's/^/nvcc: /'
 } | tee "$out/summary.txt"
