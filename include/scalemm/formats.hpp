@@ -82,7 +82,9 @@ SCALEMM_HD constexpr uint32_t magnitude_code(uint32_t abs_bits, MiniFloat f) {
 SCALEMM_HD constexpr uint32_t encode(uint32_t bits, MiniFloat f, Saturation sat) {
   const uint32_t sign = (bits >> 31) << f.sign_shift;
   const uint32_t a = bits & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return f.has_nan ? f.nan_code : sign | f.max_code;  // NaN
+  // NaN: the canonical (positive) NaN; a format without NaN (E2M1) gets +max whatever the input's
+  // sign, as CUDA's __nv_cvt_float_to_fp4 and cvt.rn.satfinite.e2m1x2 do.
+  if (a > 0x7F800000u) return f.has_nan ? f.nan_code : f.max_code;
   const uint32_t inf_code = f.max_code + 1;
   if (a == 0x7F800000u) {  // +-Inf
     if (sat == Saturation::kSatFinite || (!f.has_inf && !f.has_nan)) return sign | f.max_code;
