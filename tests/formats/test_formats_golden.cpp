@@ -3,6 +3,7 @@
 // and round trips of every code of every format. The tables are also checked at compile time.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 
@@ -216,4 +217,59 @@ TEST_CASE("FP4 packing puts element 2j in the low nibble of byte j", "[formats]"
   for (int i = 0; i < 6; ++i) CHECK(fmt::get_e2m1(packed, i) == values[i]);
   fmt::set_e2m1(packed, 3, 0x2);  // the neighbour nibble is kept
   CHECK(packed[1] == 0x27);
+}
+
+namespace {
+
+/// For x in [0, max] (float32 bits from 0 to max_bits, every stride-th pattern plus each exact value
+/// and its neighbours), the code must be the nearest one, with ties to the even code; the negative
+/// input must give the same code with the sign bit. Independent of any oracle: only decode is used.
+template <class Encode, class Decode>
+uint64_t check_nearest(const char* what, Encode encode, Decode decode, uint32_t max_code, uint32_t sign_bit,
+                       uint32_t stride) {
+  const uint32_t max_bits = fmt::float_bits(float(decode(max_code)));
+  uint64_t bad = 0, checked = 0;
+  auto check = [&](uint32_t xb) {
+    const double x = double(fmt::bits_float(xb));
+    const uint32_t c = encode(xb);
+    ++checked;
+    bool ok = c <= max_code && encode(xb | 0x80000000u) == (c | sign_bit);
+    if (ok) {
+      const double d = std::fabs(x - double(decode(c)));
+      const double below = c > 0 ? std::fabs(x - double(decode(c - 1))) : INFINITY;
+      const double above = c < max_code ? std::fabs(x - double(decode(c + 1))) : INFINITY;
+      ok = d <= below && d <= above && !((d == below || d == above) && (c & 1u));
+    }
+    if (!ok && bad++ < 8) {
+      INFO(what << ": input " << hex(xb, 8) << " -> code " << hex(c, 4) << " is not the nearest, ties to even");
+      CHECK(ok);
+    }
+  };
+  for (uint64_t b = 0; b <= max_bits; b += stride) check(uint32_t(b));
+  for (uint32_t c = 0; c <= max_code; ++c) {  // every value, and the float32 patterns around it
+    const uint32_t vb = fmt::float_bits(float(decode(c)));
+    for (uint32_t xb : {vb, vb + 1, vb - 1})
+      if (xb <= max_bits) check(xb);
+  }
+  std::printf("%s: %llu float32 inputs checked for nearest-even, %llu wrong\n", what, (unsigned long long)checked,
+              (unsigned long long)bad);
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("Every encoding within range is the nearest code with ties to even on a sweep of float32",
+          "[formats]") {
+  for (Saturation s : {kSat, kNoSat}) {
+    CHECK(check_nearest("E4M3", [s](uint32_t x) { return uint32_t(fmt::encode_e4m3_bits(x, s)); },
+                        [](uint32_t c) { return fmt::decode_e4m3(uint8_t(c)); }, 0x7E, 0x80, 251) == 0);
+    CHECK(check_nearest("E5M2", [s](uint32_t x) { return uint32_t(fmt::encode_e5m2_bits(x, s)); },
+                        [](uint32_t c) { return fmt::decode_e5m2(uint8_t(c)); }, 0x7B, 0x80, 251) == 0);
+    CHECK(check_nearest("E2M1", [s](uint32_t x) { return uint32_t(fmt::encode_e2m1_bits(x, s)); },
+                        [](uint32_t c) { return fmt::decode_e2m1(uint8_t(c)); }, 0x7, 0x8, 251) == 0);
+    CHECK(check_nearest("BF16", [s](uint32_t x) { return uint32_t(fmt::encode_bf16_bits(x, s)); },
+                        [](uint32_t c) { return fmt::decode_bf16(uint16_t(c)); }, 0x7F7F, 0x8000, 1021) == 0);
+    CHECK(check_nearest("FP16", [s](uint32_t x) { return uint32_t(fmt::encode_f16_bits(x, s)); },
+                        [](uint32_t c) { return fmt::decode_f16(uint16_t(c)); }, 0x7BFF, 0x8000, 251) == 0);
+  }
 }
