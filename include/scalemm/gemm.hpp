@@ -1,0 +1,152 @@
+// Scaled GEMM in framework terms: D (M,N) = alpha * A (M,K) * B^T (+ bias), B given as (N,K), as in a
+// linear layer Y = X W^T. A and B are row-major with K contiguous; each has its own recipe, data dtype
+// and scale format. The mapping to cuBLASLt's column-major TN form (operand and scale-pointer swap)
+// happens inside; callers never see it.
+//
+// Two phases, as everywhere in scalemm: plan() is pure host work (testable against simulated
+// devices) and says which backend will run, why, which conversions it needs and how much workspace;
+// Handle::gemm() executes a plan on a stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scalemm/status.hpp"
+#include "scalemm/types.hpp"
+
+struct CUstream_st;
+
+namespace scalemm {
+
+using Stream = CUstream_st*;  ///< a cudaStream_t (nullptr = the legacy default stream)
+
+/// One input operand: data (rows, K) row-major with K contiguous, and its scales.
+struct GemmOperand {
+  const void* data = nullptr;  ///< E4M3/E5M2 bytes, or E2M1 packed two per byte (element 2i low nibble)
+  DType dtype = DType::kE4M3;
+  Recipe recipe = Recipe::kTensorwise;
+  const void* scale = nullptr;  ///< scale buffer, laid out as ScaleLayout(recipe, rows, K, scale_format)
+  ScaleFormat scale_format = ScaleFormat::kCompact;
+  float global_scale = 1.0f;  ///< NVFP4: the per-tensor decode scale (1/S_enc); 1 for other recipes
+};
+
+/// D (M,N) = alpha * A (M,K) * B^T (+ bias[N]). All pointers in `space`.
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  GemmOperand a, b;
+  void* d = nullptr;
+  DType d_dtype = DType::kBF16;  ///< bf16, f16 or f32
+  const void* bias = nullptr;    ///< optional bf16 [N]
+  float alpha = 1.0f;
+  MemorySpace space = MemorySpace::kDevice;
+};
+
+/// Where a GEMM runs, in the order they are tried.
+enum class Backend : uint8_t {
+  kNative = 0,          ///< cuBLASLt with the recipe's own scale mode
+  kConvertNative = 1,   ///< convert the recipe (e.g. power-of-two 128x128 -> MXFP8), then cuBLASLt
+  kEmulated = 2,        ///< exact dequantization to BF16, then a cuBLASLt BF16 GEMM (fp32 accumulate)
+  kReference = 3,       ///< the reference emulator (GPU when there is one, else the host)
+};
+std::string_view to_string(Backend b);
+std::optional<Backend> parse_backend(std::string_view s);
+
+/// The machine a plan is made for: the current device, or a simulated one for planning tests and
+/// `scalemm info --sm`.
+struct DeviceTarget {
+  int sm = 0;                   ///< 90 for sm_90; 0 = no GPU
+  int multiprocessors = 0;
+  size_t cublaslt_version = 0;  ///< cublasLtGetVersion() form: 130100 for 13.1.0
+  std::string name;
+
+  bool has_gpu() const { return sm > 0; }
+  std::string to_string() const;  ///< "sm_90 (NVIDIA H200, 132 SMs), cuBLASLt 13.1.0"
+
+  static DeviceTarget current();  ///< device 0 of this process, or sm = 0 when there is none
+  static DeviceTarget simulated(int sm, size_t cublaslt_version);
+};
+
+/// Everything about a GEMM that decides its plan, and nothing that changes per call (no pointers).
+struct GemmProblem {
+  int64_t m = 0, n = 0, k = 0;
+  DType a_dtype = DType::kE4M3, b_dtype = DType::kE4M3;
+  Recipe a_recipe = Recipe::kTensorwise, b_recipe = Recipe::kTensorwise;
+  ScaleFormat a_format = ScaleFormat::kCompact, b_format = ScaleFormat::kCompact;
+  DType d_dtype = DType::kBF16;
+  bool has_bias = false;
+  MemorySpace space = MemorySpace::kDevice;
+
+  static GemmProblem from(const GemmArgs& args);
+  bool operator==(const GemmProblem& o) const;
+  std::string to_string() const;  ///< "mxfp8(e4m3) x mxfp8(e4m3) -> bf16, M=128 N=256 K=512"
+};
+
+struct PlanOptions {
+  bool strict = false;                 ///< refuse anything but the native backend
+  std::optional<Backend> force;        ///< run exactly this backend (error when it cannot)
+};
+
+/// A scale or data conversion the plan runs before the GEMM.
+struct PlannedConversion {
+  std::string what;        ///< "scale_a: mxfp8 compact -> cublaslt (128x4 tiles)"
+  int64_t output_bytes = 0;
+};
+
+struct Plan {
+  Backend backend = Backend::kReference;
+  std::vector<std::string> reasons;  ///< why each earlier backend was passed over, then why this one
+  std::vector<PlannedConversion> conversions;
+  size_t workspace_bytes = 0;        ///< scratch the execution needs (besides the cuBLASLt workspace)
+  // cuBLASLt scale modes (cublasLtMatmulMatrixScale_t values) of the library's A and B, i.e. of the
+  // user's B and A after the row-major swap; -1 when cuBLASLt is not used.
+  int cublas_scale_mode_a = -1;
+  int cublas_scale_mode_b = -1;
+
+  /// "mxfp8 x mxfp8 on sm_90: cuBLASLt VEC32_UE8M0 needs sm_100 -> emulated: exact dequantization ..."
+  std::string explain() const;
+};
+
+/// Checks arguments that do not depend on the backend: sizes, dtypes, recipe/dtype agreement, null
+/// pointers, scale layouts and alignment (through the layout contract). Empty when valid.
+Diagnostics validate(const GemmArgs& args);
+
+/// Chooses the backend for a problem on a target. Throws Error(kUnsupported) in strict or forced mode
+/// when the requested backend cannot run it, with the reason chain in the message.
+Plan plan(const GemmProblem& problem, const DeviceTarget& target, const PlanOptions& options = {});
+
+struct HandleOptions {
+  PlanOptions plan;
+  size_t cublaslt_workspace_bytes = size_t(32) << 20;  ///< per stream, as cuBLAS recommends for sm_90+
+};
+
+/// Owns a cuBLASLt handle, one cuBLASLt workspace per stream, the per-problem plan and heuristic
+/// cache, and the scratch buffers plans ask for. Thread-safe: one Handle may serve many threads;
+/// GEMMs on different streams never share a workspace.
+class Handle {
+ public:
+  explicit Handle(HandleOptions options = {});
+  ~Handle();
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  const DeviceTarget& target() const;
+
+  /// The plan this handle would use for `args` (cached per problem).
+  Plan plan(const GemmArgs& args);
+
+  /// Validates, plans (cached), runs. Device pointers run on `stream`; host pointers run the host
+  /// reference synchronously. Throws scalemm::Error; outputs are untouched when validation fails.
+  void gemm(const GemmArgs& args, Stream stream = nullptr);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace scalemm

@@ -1,0 +1,184 @@
+#include "cublaslt.hpp"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "scalemm/status.hpp"
+
+namespace scalemm::backends {
+namespace {
+
+std::string lt_status_text(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "cublasStatus " + std::to_string(int(s));
+  }
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kF16: return CUDA_R_16F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kE4M3: return CUDA_R_8F_E4M3;
+    case DType::kE5M2: return CUDA_R_8F_E5M2;
+    case DType::kE2M1: return CUDA_R_4F_E2M1;
+    default: throw Error(StatusCode::kInternal, "cuBLASLt backend: no CUDA type for " + std::string(to_string(t)));
+  }
+}
+
+int alignment_class(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && (v % a) != 0) a /= 2;
+  return a;
+}
+
+// Everything that decides descriptors and the algorithm (pointers excluded, alignment classes in).
+using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool, bool, int, int, int, int>;
+
+Key key_of(const LtCall& c) {
+  return Key{c.m, c.n, c.k, int(c.a_dtype), int(c.b_dtype), int(c.d_dtype), c.a_scale_mode, c.b_scale_mode,
+             c.bias != nullptr, c.alpha_device != nullptr, alignment_class(c.a), alignment_class(c.b),
+             alignment_class(c.d), alignment_class(c.bias)};
+}
+
+std::string describe(const LtCall& c) {
+  std::ostringstream os;
+  os << "D(" << c.m << 'x' << c.n << ", " << to_string(c.d_dtype) << ") = A(" << c.m << 'x' << c.k << ", "
+     << to_string(c.a_dtype) << ") * B(" << c.n << 'x' << c.k << ", " << to_string(c.b_dtype) << ")^T";
+  return os.str();
+}
+
+}  // namespace
+
+struct Prepared {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t algo_workspace = 0;
+
+  ~Prepared() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct LtContext::Impl {
+  cublasLtHandle_t handle = nullptr;
+  std::map<Key, std::unique_ptr<Prepared>> cache;
+};
+
+#define SCALEMM_LT(call, what)                                                                      \
+  do {                                                                                              \
+    cublasStatus_t s_ = (call);                                                                     \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                \
+      throw Error(StatusCode::kCublasError, std::string(what) + ": " + #call + " returned " + lt_status_text(s_)); \
+  } while (0)
+
+LtContext::LtContext() : impl_(new Impl) {
+  SCALEMM_LT(cublasLtCreate(&impl_->handle), "cuBLASLt handle");
+}
+
+LtContext::~LtContext() {
+  impl_->cache.clear();
+  if (impl_->handle) cublasLtDestroy(impl_->handle);
+}
+
+size_t LtContext::cached_problems() const { return impl_->cache.size(); }
+
+void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes, Stream stream) {
+  const Key key = key_of(c);
+  auto it = impl_->cache.find(key);
+  const std::string ctx = describe(c);
+  if (it == impl_->cache.end()) {
+    auto p = std::make_unique<Prepared>();
+    SCALEMM_LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), ctx);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), ctx);
+    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), ctx);
+    // cuBLASLt A is the user's B: swap the scale modes with the operands.
+    if (c.b_scale_mode >= 0) {
+      const int32_t mode = c.b_scale_mode;
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), ctx);
+    }
+    if (c.a_scale_mode >= 0) {
+      const int32_t mode = c.a_scale_mode;
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), ctx);
+    }
+    if (c.bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bt = CUDA_R_16BF;
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), ctx);
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), ctx);
+    }
+    if (c.alpha_device) {
+      const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)), ctx);
+    }
+    // Scale pointers take part in the heuristic's checks: set them before the query.
+    if (c.b_scale)
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.b_scale, sizeof(void*)), ctx);
+    if (c.a_scale)
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.a_scale, sizeof(void*)), ctx);
+    if (c.bias)
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(void*)), ctx);
+
+    SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->a, cuda_type(c.b_dtype), uint64_t(c.k), uint64_t(c.n), int64_t(c.k)), ctx);
+    SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->b, cuda_type(c.a_dtype), uint64_t(c.k), uint64_t(c.m), int64_t(c.k)), ctx);
+    SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->d, cuda_type(c.d_dtype), uint64_t(c.n), uint64_t(c.m), int64_t(c.n)), ctx);
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    SCALEMM_LT(cublasLtMatmulPreferenceCreate(&pref), ctx);
+    const uint64_t ws = workspace_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    const uint32_t al_a = uint32_t(alignment_class(c.b)), al_b = uint32_t(alignment_class(c.a)),
+                   al_d = uint32_t(alignment_class(c.d));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(impl_->handle, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
+      throw Error(StatusCode::kCublasError, ctx + ": cublasLtMatmulAlgoGetHeuristic found no algorithm (" +
+                                                lt_status_text(hs) + ")");
+    p->algo = result.algo;
+    p->algo_workspace = result.workspaceSize;
+    it = impl_->cache.emplace(key, std::move(p)).first;
+  }
+  Prepared& p = *it->second;
+  // Per-call pointers (cheap attribute writes; the descriptor is owned by this serialised context).
+  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.b_scale, sizeof(void*)), ctx);
+  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.a_scale, sizeof(void*)), ctx);
+  if (c.bias)
+    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(void*)), ctx);
+  const float beta = 0.0f;
+  const void* alpha = c.alpha_device ? static_cast<const void*>(c.alpha_device) : static_cast<const void*>(&c.alpha);
+  const void* beta_ptr = &beta;
+  if (c.alpha_device) beta_ptr = c.alpha_device + 1;  // device mode: beta lives right after alpha (zero)
+  SCALEMM_LT(cublasLtMatmul(impl_->handle, p.desc, alpha, c.b, p.a, c.a, p.b, beta_ptr, c.d, p.d, c.d, p.d, &p.algo,
+                            workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream)),
+             ctx);
+}
+
+}  // namespace scalemm::backends

@@ -1,0 +1,54 @@
+// The cuBLASLt backend: descriptors, scale modes, cached heuristics. The only place (with the
+// version query) that includes cublasLt.h.
+//
+// Row-major D (M,N) = A (M,K) * B (N,K)^T is run as column-major D^T = B * A^T in TN form:
+// cuBLASLt A := user B (k x N, transposed), cuBLASLt B := user A (k x M), m = N, n = M, so the scale
+// pointers and scale modes swap with the operands.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "scalemm/gemm.hpp"
+
+namespace scalemm::backends {
+
+/// One GEMM as cuBLASLt sees it, in the user's row-major terms (the swap happens inside).
+struct LtCall {
+  int64_t m = 0, n = 0, k = 0;
+  DType a_dtype = DType::kE4M3, b_dtype = DType::kE4M3, d_dtype = DType::kBF16;
+  int a_scale_mode = -1, b_scale_mode = -1;  ///< cublasLtMatmulMatrixScale_t of the USER's A and B; -1: none (bf16)
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* a_scale = nullptr;
+  const void* b_scale = nullptr;
+  void* d = nullptr;
+  const void* bias = nullptr;  ///< bf16 [N]
+  float alpha = 1.0f;
+  const float* alpha_device = nullptr;  ///< when set, alpha is read from device memory at run time
+};
+
+/// A cuBLASLt handle plus a cache of prepared descriptors and heuristic results per problem key.
+/// Not thread-safe by itself: the caller (Handle) serialises use per handle.
+class LtContext {
+ public:
+  LtContext();
+  ~LtContext();
+  LtContext(const LtContext&) = delete;
+  LtContext& operator=(const LtContext&) = delete;
+
+  /// Runs `call` on `stream` with `workspace` (256-byte aligned, `workspace_bytes` long). Throws
+  /// Error(kCublasError) with the problem and the failing cuBLASLt call in the message.
+  void matmul(const LtCall& call, void* workspace, size_t workspace_bytes, Stream stream);
+
+  /// Number of distinct problems prepared so far (heuristic queries made).
+  size_t cached_problems() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace scalemm::backends

@@ -1,0 +1,242 @@
+// Handle: plan cache, per-stream resources, execution of a plan, optional verification.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "../backends/cublaslt.hpp"
+#include "capabilities.hpp"
+#include "kernels.cuh"
+#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/gemm.hpp"
+#include "scalemm/layouts/convert_cuda.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+#include "verify.hpp"
+
+namespace scalemm {
+namespace {
+
+void cuda_check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess)
+    throw Error(e == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kCudaError,
+                what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+emulation::QuantizedTensor quantized(const GemmOperand& op, int64_t rows, int64_t k) {
+  emulation::QuantizedTensor t;
+  t.data = op.data;
+  t.dtype = op.dtype;
+  t.scales = op.scale;
+  t.layout = layouts::ScaleLayout(op.recipe, rows, k, op.scale_format);
+  return t;
+}
+
+bool log_plans() {
+  static const bool on = [] {
+    const char* v = std::getenv("SCALEMM_LOG");
+    return v && (std::string(v) == "info" || std::string(v) == "debug");
+  }();
+  return on;
+}
+
+// Device memory owned by one stream: nothing here is ever shared by GEMMs that can run concurrently.
+struct StreamArena {
+  std::mutex mu;  // held while one GEMM's launches are enqueued, so scratch is not interleaved
+  backends::LtContext lt;
+  void* lt_workspace = nullptr;
+  size_t lt_bytes = 0;
+  char* scratch = nullptr;
+  size_t scratch_bytes = 0;
+
+  ~StreamArena() {
+    if (lt_workspace) cudaFree(lt_workspace);
+    if (scratch) cudaFree(scratch);
+  }
+
+  void reserve(size_t bytes, Stream stream) {
+    if (bytes <= scratch_bytes) return;
+    // Growing happens when a new, larger problem is first planned on this stream: wait for the work
+    // that may still read the old buffer, then replace it.
+    cuda_check(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "scratch growth");
+    if (scratch) cudaFree(scratch);
+    scratch = nullptr;
+    scratch_bytes = 0;
+    void* p = nullptr;
+    cuda_check(cudaMalloc(&p, bytes), "scalemm scratch (" + std::to_string(bytes) + " B)");
+    scratch = static_cast<char*>(p);
+    scratch_bytes = bytes;
+  }
+};
+
+}  // namespace
+
+struct Handle::Impl {
+  HandleOptions options;
+  DeviceTarget target;
+  verify::Mode verify_mode = verify::mode_from_environment();
+
+  std::mutex mu;  // guards the maps below
+  std::vector<std::pair<GemmProblem, Plan>> plans;
+  std::map<Stream, std::unique_ptr<StreamArena>> arenas;
+
+  const Plan& cached_plan(const GemmProblem& p) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& e : plans)
+      if (e.first == p) return e.second;
+    Plan made = scalemm::plan(p, target, options.plan);
+    if (log_plans()) std::fprintf(stderr, "scalemm plan: %s\n", made.explain().c_str());
+    plans.emplace_back(p, std::move(made));
+    return plans.back().second;
+  }
+
+  StreamArena& arena(Stream s) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = arenas[s];
+    if (!slot) {
+      auto a = std::make_unique<StreamArena>();
+      cuda_check(cudaMalloc(&a->lt_workspace, options.cublaslt_workspace_bytes), "cuBLASLt workspace");
+      a->lt_bytes = options.cublaslt_workspace_bytes;
+      slot = std::move(a);
+    }
+    return *slot;
+  }
+
+  void run_host_reference(const GemmArgs& args);
+  void run_device(const GemmArgs& args, const Plan& plan, StreamArena& arena, Stream stream);
+};
+
+void Handle::Impl::run_host_reference(const GemmArgs& args) {
+  std::vector<float> bias;
+  emulation::GemmOptions opt;
+  opt.alpha = args.alpha * args.a.global_scale * args.b.global_scale;
+  opt.out_dtype = args.d_dtype;
+  if (args.bias) {
+    bias.resize(static_cast<size_t>(args.n));
+    const auto* b = static_cast<const uint16_t*>(args.bias);
+    for (int64_t i = 0; i < args.n; ++i) bias[size_t(i)] = formats::decode_bf16(b[i]);
+    opt.bias = bias.data();
+  }
+  emulation::gemm_host(quantized(args.a, args.m, args.k), quantized(args.b, args.n, args.k), args.d, opt);
+}
+
+void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamArena& arena, Stream stream) {
+  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  char* scratch = arena.scratch;
+  auto take = [&](size_t bytes) {
+    char* p = scratch;
+    scratch += align256(bytes);
+    return p;
+  };
+  const float alpha = args.alpha * args.a.global_scale * args.b.global_scale;
+
+  switch (plan.backend) {
+    case Backend::kNative: {
+      const void* scale_ptr[2] = {args.a.scale, args.b.scale};
+      const GemmOperand* ops[2] = {&args.a, &args.b};
+      const int64_t rows[2] = {args.m, args.n};
+      for (int i = 0; i < 2; ++i) {
+        const GemmOperand& op = *ops[i];
+        if (op.scale_format != ScaleFormat::kCompact || op.recipe == Recipe::kTensorwise ||
+            op.recipe == Recipe::kRowwise)
+          continue;
+        const layouts::ScaleLayout from(op.recipe, rows[i], args.k, ScaleFormat::kCompact);
+        const layouts::ScaleLayout to = from.with_format(ScaleFormat::kCublasLt);
+        void* dst = take(static_cast<size_t>(to.bytes()));
+        layouts::gpu::convert(from, op.scale, to, dst, cs);
+        scale_ptr[i] = dst;
+      }
+      backends::LtCall c;
+      c.m = args.m, c.n = args.n, c.k = args.k;
+      c.a_dtype = args.a.dtype, c.b_dtype = args.b.dtype, c.d_dtype = args.d_dtype;
+      c.a_scale_mode = dispatch::recipe_scale_mode(args.a.recipe);
+      c.b_scale_mode = dispatch::recipe_scale_mode(args.b.recipe);
+      c.a = args.a.data, c.b = args.b.data, c.d = args.d, c.bias = args.bias;
+      c.a_scale = scale_ptr[0], c.b_scale = scale_ptr[1];
+      c.alpha = alpha;
+      arena.lt.matmul(c, arena.lt_workspace, arena.lt_bytes, stream);
+      return;
+    }
+    case Backend::kConvertNative: {
+      const bool a_is_tw = args.a.recipe == Recipe::kTensorwise;
+      const int64_t len = a_is_tw ? args.m : args.n;
+      auto* vec = reinterpret_cast<float*>(take(static_cast<size_t>(len) * 4));
+      dispatch::broadcast_scalar(static_cast<const float*>(a_is_tw ? args.a.scale : args.b.scale), vec, len, stream);
+      backends::LtCall c;
+      c.m = args.m, c.n = args.n, c.k = args.k;
+      c.a_dtype = args.a.dtype, c.b_dtype = args.b.dtype, c.d_dtype = args.d_dtype;
+      c.a_scale_mode = c.b_scale_mode = dispatch::kOuterVec32F;
+      c.a = args.a.data, c.b = args.b.data, c.d = args.d, c.bias = args.bias;
+      c.a_scale = a_is_tw ? vec : args.a.scale;
+      c.b_scale = a_is_tw ? args.b.scale : vec;
+      c.alpha = alpha;
+      arena.lt.matmul(c, arena.lt_workspace, arena.lt_bytes, stream);
+      return;
+    }
+    case Backend::kEmulated: {
+      void* a16 = take(static_cast<size_t>(args.m * args.k) * 2);
+      void* b16 = take(static_cast<size_t>(args.n * args.k) * 2);
+      emulation::dequantize_device(quantized(args.a, args.m, args.k), a16, DType::kBF16, cs);
+      emulation::dequantize_device(quantized(args.b, args.n, args.k), b16, DType::kBF16, cs);
+      backends::LtCall c;
+      c.m = args.m, c.n = args.n, c.k = args.k;
+      c.a_dtype = c.b_dtype = DType::kBF16, c.d_dtype = args.d_dtype;
+      c.a = a16, c.b = b16, c.d = args.d, c.bias = args.bias;
+      c.alpha = alpha;
+      arena.lt.matmul(c, arena.lt_workspace, arena.lt_bytes, stream);
+      return;
+    }
+    case Backend::kReference: {
+      emulation::GemmOptions opt;
+      opt.alpha = alpha;
+      opt.out_dtype = args.d_dtype;
+      if (args.bias) {
+        auto* b32 = reinterpret_cast<float*>(take(static_cast<size_t>(args.n) * 4));
+        dispatch::bf16_to_f32(static_cast<const uint16_t*>(args.bias), b32, args.n, stream);
+        opt.bias = b32;
+      }
+      const auto qa = quantized(args.a, args.m, args.k), qb = quantized(args.b, args.n, args.k);
+      const size_t ws = emulation::gemm_device_workspace_bytes(qa, qb);
+      void* w = take(ws);
+      emulation::gemm_device(qa, qb, args.d, opt, w, ws, cs);
+      return;
+    }
+  }
+}
+
+Handle::Handle(HandleOptions options) : impl_(new Impl) {
+  impl_->options = options;
+  impl_->target = DeviceTarget::current();
+}
+
+Handle::~Handle() = default;
+
+const DeviceTarget& Handle::target() const { return impl_->target; }
+
+Plan Handle::plan(const GemmArgs& args) { return impl_->cached_plan(GemmProblem::from(args)); }
+
+void Handle::gemm(const GemmArgs& args, Stream stream) {
+  throw_if_any(validate(args), StatusCode::kInvalidArgument);
+  const Plan& plan = impl_->cached_plan(GemmProblem::from(args));
+  if (args.space == MemorySpace::kHost) {
+    impl_->run_host_reference(args);
+    return;
+  }
+  StreamArena& arena = impl_->arena(stream);
+  {
+    std::lock_guard<std::mutex> lock(arena.mu);
+    size_t need = plan.workspace_bytes + align256(static_cast<size_t>(args.n) * 4) + 256;
+    if (plan.backend == Backend::kReference)
+      need += align256(emulation::gemm_device_workspace_bytes(quantized(args.a, args.m, args.k),
+                                                              quantized(args.b, args.n, args.k)));
+    arena.reserve(need, stream);
+    impl_->run_device(args, plan, arena, stream);
+  }
+  if (impl_->verify_mode != verify::Mode::kOff) verify::check(args, plan, impl_->verify_mode, stream);
+}
+
+}  // namespace scalemm

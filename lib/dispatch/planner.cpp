@@ -1,0 +1,176 @@
+// plan(): the backend table walked in order, each entry either taken or passed over with its reason.
+#include <algorithm>
+#include <sstream>
+
+#include "capabilities.hpp"
+#include "scalemm/gemm.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+
+namespace scalemm {
+
+namespace {
+
+constexpr const char* kArrow = " \xE2\x86\x92 ";  // " → "
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+bool needs_scale_conversion(Recipe r, ScaleFormat f) {
+  return f == ScaleFormat::kCompact && r != Recipe::kTensorwise && r != Recipe::kRowwise;
+}
+
+// Adds the scale-format conversions a cuBLASLt call needs; returns their workspace bytes.
+size_t add_scale_conversions(const GemmProblem& p, Plan& plan) {
+  size_t ws = 0;
+  struct Side {
+    const char* name;
+    Recipe recipe;
+    ScaleFormat format;
+    int64_t rows;
+  } sides[] = {{"scale_a", p.a_recipe, p.a_format, p.m}, {"scale_b", p.b_recipe, p.b_format, p.n}};
+  for (const auto& s : sides) {
+    if (!needs_scale_conversion(s.recipe, s.format)) continue;
+    const layouts::ScaleLayout lt(s.recipe, s.rows, p.k, ScaleFormat::kCublasLt);
+    plan.conversions.push_back({std::string(s.name) + ": " + std::string(to_string(s.recipe)) +
+                                    " compact -> cublaslt " + lt.shape_stride_string(),
+                                lt.bytes()});
+    ws += align256(static_cast<size_t>(lt.bytes()));
+  }
+  return ws;
+}
+
+struct Candidate {
+  bool ok = false;
+  std::string reason;  // why taken, or why passed over
+};
+
+Candidate try_native(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
+  const std::string blocker = dispatch::native_blocker(p, t);
+  if (!blocker.empty()) return {false, blocker};
+  plan.workspace_bytes = add_scale_conversions(p, plan);
+  // cuBLASLt's A is the user's B (and vice versa) after the row-major swap.
+  plan.cublas_scale_mode_a = dispatch::recipe_scale_mode(p.b_recipe);
+  plan.cublas_scale_mode_b = dispatch::recipe_scale_mode(p.a_recipe);
+  return {true, std::string("native: cuBLASLt ") + dispatch::scale_mode_name(plan.cublas_scale_mode_a) +
+                    "\xC3\x97" + dispatch::scale_mode_name(plan.cublas_scale_mode_b) + " on " + t.to_string()};
+}
+
+// Recipe conversions that turn an unsupported pair into a native one, exactly.
+Candidate try_convert_native(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
+  // tensorwise x rowwise (either way): broadcast the single scale to a vector -> OUTER_VEC_32F pair.
+  const bool tw_rw = (p.a_recipe == Recipe::kTensorwise && p.b_recipe == Recipe::kRowwise) ||
+                     (p.a_recipe == Recipe::kRowwise && p.b_recipe == Recipe::kTensorwise);
+  if (!tw_rw) return {false, "no exact recipe conversion makes " + std::string(to_string(p.a_recipe)) +
+                                 "\xC3\x97" + std::string(to_string(p.b_recipe)) + " native"};
+  GemmProblem q = p;
+  q.a_recipe = q.b_recipe = Recipe::kRowwise;
+  const std::string blocker = dispatch::native_blocker(q, t);
+  if (!blocker.empty()) return {false, "as rowwise\xC3\x97rowwise: " + blocker};
+  const bool a_is_tw = p.a_recipe == Recipe::kTensorwise;
+  const int64_t len = a_is_tw ? p.m : p.n;
+  plan.conversions.push_back({std::string(a_is_tw ? "scale_a" : "scale_b") +
+                                  ": tensorwise -> rowwise (broadcast to " + std::to_string(len) + " rows)",
+                              len * 4});
+  plan.workspace_bytes = align256(static_cast<size_t>(len) * 4);
+  plan.cublas_scale_mode_a = plan.cublas_scale_mode_b = dispatch::kOuterVec32F;
+  return {true, "convert-then-native: tensorwise broadcast to rowwise (exact), cuBLASLt OUTER_VEC_32F"};
+}
+
+Candidate try_emulated(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
+  if (p.space == MemorySpace::kHost) return {false, "host pointers"};
+  if (!t.has_gpu()) return {false, "no CUDA device"};
+  std::string why;
+  if (!dispatch::exact_in_bf16(p, &why)) return {false, why};
+  if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF16 && p.d_dtype != DType::kF32)
+    return {false, "output " + std::string(to_string(p.d_dtype)) + " is not bf16/f16/f32"};
+  if (p.k % 8 != 0 || p.m % 8 != 0)
+    return {false, "the BF16 GEMM needs 16-byte aligned rows: K and M multiples of 8, got K=" +
+                       std::to_string(p.k) + " M=" + std::to_string(p.m)};
+  const size_t a_bytes = static_cast<size_t>(p.m * p.k) * 2, b_bytes = static_cast<size_t>(p.n * p.k) * 2;
+  plan.conversions.push_back({"a: " + std::string(to_string(p.a_recipe)) + " -> bf16 (exact)", int64_t(a_bytes)});
+  plan.conversions.push_back({"b: " + std::string(to_string(p.b_recipe)) + " -> bf16 (exact)", int64_t(b_bytes)});
+  plan.workspace_bytes = align256(a_bytes) + align256(b_bytes) + 256;  // + device alpha
+  return {true, "emulated: exact dequantization to BF16 + cuBLASLt BF16 GEMM with fp32 accumulation"};
+}
+
+Candidate try_reference(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
+  if (p.space == MemorySpace::kDevice && !t.has_gpu())
+    return {false, "device pointers but no CUDA device to run on"};
+  if (p.space == MemorySpace::kDevice) {
+    const size_t bytes = static_cast<size_t>(p.m * p.k + p.n * p.k) * 4;
+    plan.conversions.push_back({"a, b: dequantize to f32", int64_t(bytes)});
+    plan.workspace_bytes = align256(static_cast<size_t>(p.m * p.k) * 4) + align256(static_cast<size_t>(p.n * p.k) * 4);
+    return {true, "reference: GPU dequantization to f32 + tiled f32 GEMM (the verification oracle)"};
+  }
+  return {true, "reference: host emulator (fp32 accumulation)"};
+}
+
+using TryFn = Candidate (*)(const GemmProblem&, const DeviceTarget&, Plan&);
+struct BackendEntry {
+  Backend backend;
+  TryFn try_fn;
+};
+// The backend table, tried in order.
+constexpr BackendEntry kBackends[] = {
+    {Backend::kNative, try_native},
+    {Backend::kConvertNative, try_convert_native},
+    {Backend::kEmulated, try_emulated},
+    {Backend::kReference, try_reference},
+};
+
+}  // namespace
+
+std::string_view to_string(Backend b) {
+  switch (b) {
+    case Backend::kNative: return "native";
+    case Backend::kConvertNative: return "convert-native";
+    case Backend::kEmulated: return "emulated";
+    case Backend::kReference: return "reference";
+  }
+  return "unknown";
+}
+
+std::optional<Backend> parse_backend(std::string_view s) {
+  for (Backend b : {Backend::kNative, Backend::kConvertNative, Backend::kEmulated, Backend::kReference})
+    if (to_string(b) == s) return b;
+  return std::nullopt;
+}
+
+std::string Plan::explain() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < reasons.size(); ++i) os << (i ? kArrow : "") << reasons[i];
+  for (const auto& c : conversions) os << "\n  convert " << c.what << " (" << c.output_bytes << " B)";
+  if (workspace_bytes) os << "\n  workspace " << workspace_bytes << " B";
+  return os.str();
+}
+
+Plan plan(const GemmProblem& p, const DeviceTarget& t, const PlanOptions& options) {
+  Plan result;
+  std::vector<std::string> passed;
+  for (const auto& entry : kBackends) {
+    if (options.force && *options.force != entry.backend) continue;
+    Plan attempt;
+    Candidate c = entry.try_fn(p, t, attempt);
+    if (c.ok && options.strict && entry.backend != Backend::kNative) {
+      passed.push_back("strict mode refuses " + std::string(to_string(entry.backend)));
+      break;
+    }
+    if (!c.ok) {
+      passed.push_back(std::string(to_string(entry.backend)) + ": " + c.reason);
+      continue;
+    }
+    result = std::move(attempt);
+    result.backend = entry.backend;
+    result.reasons = {p.to_string()};
+    for (auto& r : passed) result.reasons.push_back(std::move(r));
+    result.reasons.push_back(c.reason);
+    return result;
+  }
+  std::ostringstream os;
+  os << "no backend can run " << p.to_string() << " on " << t.to_string();
+  if (options.strict) os << " in strict mode";
+  if (options.force) os << " with backend forced to " << to_string(*options.force);
+  for (const auto& r : passed) os << kArrow << r;
+  throw Error(StatusCode::kUnsupported, os.str());
+}
+
+}  // namespace scalemm

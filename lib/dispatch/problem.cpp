@@ -1,0 +1,133 @@
+// GemmProblem, DeviceTarget and argument validation.
+#include <sstream>
+
+#include "capabilities.hpp"
+#include "scalemm/device.hpp"
+#include "scalemm/gemm.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+
+namespace scalemm {
+
+GemmProblem GemmProblem::from(const GemmArgs& a) {
+  GemmProblem p;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.a_dtype = a.a.dtype;
+  p.b_dtype = a.b.dtype;
+  p.a_recipe = a.a.recipe;
+  p.b_recipe = a.b.recipe;
+  p.a_format = a.a.scale_format;
+  p.b_format = a.b.scale_format;
+  p.d_dtype = a.d_dtype;
+  p.has_bias = a.bias != nullptr;
+  p.space = a.space;
+  return p;
+}
+
+bool GemmProblem::operator==(const GemmProblem& o) const {
+  return m == o.m && n == o.n && k == o.k && a_dtype == o.a_dtype && b_dtype == o.b_dtype &&
+         a_recipe == o.a_recipe && b_recipe == o.b_recipe && a_format == o.a_format && b_format == o.b_format &&
+         d_dtype == o.d_dtype && has_bias == o.has_bias && space == o.space;
+}
+
+std::string GemmProblem::to_string() const {
+  std::ostringstream os;
+  os << scalemm::to_string(a_recipe) << '(' << scalemm::to_string(a_dtype) << ")\xC3\x97"
+     << scalemm::to_string(b_recipe) << '(' << scalemm::to_string(b_dtype) << ") -> "
+     << scalemm::to_string(d_dtype) << (has_bias ? " +bias" : "") << ", M=" << m << " N=" << n << " K=" << k;
+  return os.str();
+}
+
+std::string DeviceTarget::to_string() const {
+  std::ostringstream os;
+  if (!has_gpu()) {
+    os << "no GPU";
+  } else {
+    os << "sm_" << sm;
+    if (!name.empty() || multiprocessors) os << " (" << (name.empty() ? "simulated" : name) << ", " << multiprocessors << " SMs)";
+  }
+  os << ", cuBLASLt " << dispatch::cublaslt_version_string(cublaslt_version);
+  return os.str();
+}
+
+DeviceTarget DeviceTarget::current() {
+  static const DeviceTarget t = [] {
+    DeviceTarget d;
+    const DeviceQuery q = query_devices();
+    d.cublaslt_version = q.cublaslt_version;
+    if (!q.devices.empty()) {
+      d.sm = q.devices.front().sm;
+      d.multiprocessors = q.devices.front().multiprocessors;
+      d.name = q.devices.front().name;
+    }
+    return d;
+  }();
+  return t;
+}
+
+DeviceTarget DeviceTarget::simulated(int sm, size_t cublaslt_version) {
+  DeviceTarget d;
+  d.sm = sm;
+  d.cublaslt_version = cublaslt_version;
+  d.name = sm ? "simulated" : "";
+  return d;
+}
+
+namespace {
+
+void add(Diagnostics& out, std::string arg, std::string rule, std::string msg, std::string expected,
+         std::string actual, std::string fix) {
+  out.push_back({std::move(arg), std::move(rule), std::move(msg), std::move(expected), std::move(actual), std::move(fix)});
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+void check_operand(Diagnostics& out, const char* name, const char* scale_name, const GemmOperand& op, int64_t rows,
+                   int64_t k) {
+  const bool fp4_recipe = op.recipe == Recipe::kNvfp4;
+  const bool fp4_data = op.dtype == DType::kE2M1;
+  if (fp4_recipe != fp4_data)
+    add(out, name, "recipe-dtype", "nvfp4 goes with e2m1 data and every other recipe with e4m3/e5m2",
+        fp4_recipe ? "e2m1" : "e4m3 or e5m2", std::string(to_string(op.dtype)),
+        "Quantize with the recipe that matches the data type.");
+  else if (!fp4_data && op.dtype != DType::kE4M3 && op.dtype != DType::kE5M2)
+    add(out, name, "data-dtype", "data must be FP8 (e4m3/e5m2) or packed FP4 (e2m1)", "e4m3, e5m2 or e2m1",
+        std::string(to_string(op.dtype)), "");
+  if (fp4_data && k % 2 != 0)
+    add(out, "k", "fp4-k-even", "packed FP4 rows hold two elements per byte, so K must be even", "even K",
+        std::to_string(k), "Pad K to a multiple of 32.");
+  if (!op.data) add(out, name, "null-pointer", "data pointer is null", "a valid pointer", "nullptr", "");
+  if (!op.scale) add(out, scale_name, "null-pointer", "scale pointer is null", "a valid pointer", "nullptr", "");
+  if (op.scale && op.scale_format == ScaleFormat::kCublasLt && !aligned16(op.scale))
+    add(out, scale_name, "scale-alignment",
+        "cuBLASLt reads scales from 16-byte aligned addresses (a misaligned one passes the heuristic and fails "
+        "at run time)",
+        "address % 16 == 0", std::to_string(reinterpret_cast<uintptr_t>(op.scale) % 16) + " bytes past 16",
+        "Allocate the scale buffer separately or align its offset to 16 bytes.");
+  if (!(op.global_scale > 0.0f) || op.global_scale == __builtin_huge_valf())
+    add(out, name, "global-scale", "global scale must be a positive finite number", "> 0 and finite",
+        std::to_string(op.global_scale), "");
+  (void)rows;
+}
+
+}  // namespace
+
+Diagnostics validate(const GemmArgs& a) {
+  Diagnostics out;
+  if (a.m < 1) add(out, "m", "positive-extent", "M must be at least 1", ">= 1", std::to_string(a.m), "");
+  if (a.n < 1) add(out, "n", "positive-extent", "N must be at least 1", ">= 1", std::to_string(a.n), "");
+  if (a.k < 1) add(out, "k", "positive-extent", "K must be at least 1", ">= 1", std::to_string(a.k), "");
+  if (!out.empty()) return out;
+  check_operand(out, "a", "scale_a", a.a, a.m, a.k);
+  check_operand(out, "b", "scale_b", a.b, a.n, a.k);
+  if (a.d_dtype != DType::kBF16 && a.d_dtype != DType::kF16 && a.d_dtype != DType::kF32)
+    add(out, "d", "out-dtype", "output must be bf16, f16 or f32", "bf16, f16 or f32",
+        std::string(to_string(a.d_dtype)), "");
+  if (!a.d) add(out, "d", "null-pointer", "output pointer is null", "a valid pointer", "nullptr", "");
+  if (!(a.alpha == a.alpha) || a.alpha == __builtin_huge_valf() || a.alpha == -__builtin_huge_valf())
+    add(out, "alpha", "finite-alpha", "alpha must be finite", "a finite float", std::to_string(a.alpha), "");
+  return out;
+}
+
+}  // namespace scalemm

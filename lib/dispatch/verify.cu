@@ -1,0 +1,267 @@
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "scalemm/emulation/compare.hpp"
+#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/formats.hpp"
+#include "scalemm/io/npy.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+#include "verify.hpp"
+
+namespace scalemm::verify {
+namespace {
+
+void cuda_check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess)
+    throw Error(StatusCode::kCudaError, "verify: " + what + ": " + cudaGetErrorName(e));
+}
+
+template <typename T>
+struct DeviceBuffer {
+  T* p = nullptr;
+  explicit DeviceBuffer(size_t n) { cuda_check(cudaMalloc(&p, n * sizeof(T) + 16), "allocation"); }
+  ~DeviceBuffer() { cudaFree(p); }
+};
+
+__device__ float load_out(const void* d, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(d)[i];
+    case DType::kBF16: return formats::decode_bf16(static_cast<const uint16_t*>(d)[i]);
+    default: return formats::decode_f16(static_cast<const uint16_t*>(d)[i]);
+  }
+}
+
+// The dequantized value of element (r, kk) of an operand, located through the layout contract.
+struct OperandView {
+  const uint8_t* data;
+  DType dtype;
+  const void* scales;
+  layouts::ScaleLayout layout;
+
+  __device__ float operator()(int64_t r, int64_t kk) const {
+    const int64_t k = layout.k;
+    float v;
+    switch (dtype) {
+      case DType::kE4M3: v = formats::decode_e4m3(data[r * k + kk]); break;
+      case DType::kE5M2: v = formats::decode_e5m2(data[r * k + kk]); break;
+      default: v = formats::decode_e2m1(formats::get_e2m1(data, r * k + kk)); break;
+    }
+    const int64_t o = layout.offset_of_element(r, kk);
+    float s;
+    switch (layout.scale_dtype()) {
+      case DType::kE8M0: s = formats::decode_e8m0(static_cast<const uint8_t*>(scales)[o]); break;
+      case DType::kUE4M3: s = formats::decode_ue4m3(static_cast<const uint8_t*>(scales)[o]); break;
+      default: s = static_cast<const float*>(scales)[o]; break;
+    }
+    return v * s;
+  }
+};
+
+// One warp per sampled output element: fp32 dot product, dequantizing on the fly.
+__global__ void sampled_dot(OperandView a, OperandView b, const void* d, DType d_dtype, int64_t n, int64_t k,
+                            const int64_t* rows, const int64_t* cols, int64_t count, float alpha, const uint16_t* bias,
+                            float* ref_out, float* test_out) {
+  const int64_t s = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (s >= count) return;
+  const int64_t i = rows[s], j = cols[s];
+  float acc = 0.0f;
+  for (int64_t kk = lane; kk < k; kk += 32) acc = fmaf(a(i, kk), b(j, kk), acc);
+  for (int off = 16; off; off /= 2) acc += __shfl_down_sync(0xFFFFFFFFu, acc, off);
+  if (lane == 0) {
+    float v = alpha * acc;
+    if (bias) v += formats::decode_bf16(bias[j]);
+    ref_out[s] = v;
+    test_out[s] = load_out(d, d_dtype, i * n + j);
+  }
+}
+
+__global__ void widen(const void* d, DType t, float* out, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = load_out(d, t, i);
+}
+
+emulation::QuantizedTensor quantized(const GemmOperand& op, int64_t rows, int64_t k) {
+  emulation::QuantizedTensor t;
+  t.data = op.data;
+  t.dtype = op.dtype;
+  t.scales = op.scale;
+  t.layout = layouts::ScaleLayout(op.recipe, rows, k, op.scale_format);
+  return t;
+}
+
+}  // namespace
+
+Mode parse_mode(const std::string& s) {
+  if (s == "off" || s == "0" || s.empty()) return Mode::kOff;
+  if (s == "sample") return Mode::kSample;
+  if (s == "full" || s == "1") return Mode::kFull;
+  throw Error(StatusCode::kInvalidArgument, "SCALEMM_VERIFY: unknown mode '" + s + "'; expected off, sample or full");
+}
+
+Mode mode_from_environment() {
+  if (const char* v = std::getenv("SCALEMM_VERIFY")) return parse_mode(v);
+#ifdef NDEBUG
+  return Mode::kOff;
+#else
+  return Mode::kFull;
+#endif
+}
+
+void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
+  if (mode == Mode::kOff || args.space == MemorySpace::kHost) return;
+  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  cuda_check(cudaStreamSynchronize(cs), "synchronising the call under test");
+  const float alpha = args.alpha * args.a.global_scale * args.b.global_scale;
+
+  std::vector<float> ref, test;
+  std::vector<int64_t> rows, cols;
+  if (mode == Mode::kFull) {
+    const size_t count = static_cast<size_t>(args.m * args.n);
+    DeviceBuffer<float> ref_d(count), test_d(count);
+    emulation::GemmOptions opt;
+    opt.alpha = alpha;
+    opt.out_dtype = DType::kF32;
+    DeviceBuffer<float> bias32(static_cast<size_t>(args.n));
+    if (args.bias) {
+      std::vector<uint16_t> hb(static_cast<size_t>(args.n));
+      cuda_check(cudaMemcpy(hb.data(), args.bias, hb.size() * 2, cudaMemcpyDeviceToHost), "bias copy");
+      std::vector<float> fb(hb.size());
+      for (size_t i = 0; i < hb.size(); ++i) fb[i] = formats::decode_bf16(hb[i]);
+      cuda_check(cudaMemcpy(bias32.p, fb.data(), fb.size() * 4, cudaMemcpyHostToDevice), "bias copy");
+      opt.bias = bias32.p;
+    }
+    const auto qa = quantized(args.a, args.m, args.k), qb = quantized(args.b, args.n, args.k);
+    const size_t ws = emulation::gemm_device_workspace_bytes(qa, qb);
+    DeviceBuffer<char> w(ws);
+    emulation::gemm_device(qa, qb, ref_d.p, opt, w.p, ws, cs);
+    widen<<<1024, 256, 0, cs>>>(args.d, args.d_dtype, test_d.p, int64_t(count));
+    ref.resize(count);
+    test.resize(count);
+    cuda_check(cudaMemcpyAsync(ref.data(), ref_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
+    cuda_check(cudaMemcpyAsync(test.data(), test_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
+    cuda_check(cudaStreamSynchronize(cs), "full reference");
+  } else {
+    // Every row for a few columns and every column for a few rows, seeded by the shape.
+    std::mt19937_64 rng(uint64_t(args.m) * 1000003u ^ uint64_t(args.n) * 7919u ^ uint64_t(args.k));
+    const int lines = 4;
+    for (int t = 0; t < lines; ++t) {
+      const int64_t j = int64_t(rng() % uint64_t(args.n)), i = int64_t(rng() % uint64_t(args.m));
+      for (int64_t r = 0; r < args.m; ++r) rows.push_back(r), cols.push_back(j);
+      for (int64_t c = 0; c < args.n; ++c) rows.push_back(i), cols.push_back(c);
+    }
+    const size_t count = rows.size();
+    DeviceBuffer<float> ref_d(count), test_d(count);
+    DeviceBuffer<int64_t> rows_d(count), cols_d(count);
+    const OperandView a_view{static_cast<const uint8_t*>(args.a.data), args.a.dtype, args.a.scale,
+                             layouts::ScaleLayout(args.a.recipe, args.m, args.k, args.a.scale_format)};
+    const OperandView b_view{static_cast<const uint8_t*>(args.b.data), args.b.dtype, args.b.scale,
+                             layouts::ScaleLayout(args.b.recipe, args.n, args.k, args.b.scale_format)};
+    cuda_check(cudaMemcpyAsync(rows_d.p, rows.data(), count * 8, cudaMemcpyHostToDevice, cs), "indices");
+    cuda_check(cudaMemcpyAsync(cols_d.p, cols.data(), count * 8, cudaMemcpyHostToDevice, cs), "indices");
+    const int64_t threads = int64_t(count) * 32;
+    sampled_dot<<<unsigned((threads + 255) / 256), 256, 0, cs>>>(
+        a_view, b_view, args.d, args.d_dtype, args.n, args.k, rows_d.p, cols_d.p, int64_t(count), alpha,
+        static_cast<const uint16_t*>(args.bias), ref_d.p, test_d.p);
+    ref.resize(count);
+    test.resize(count);
+    cuda_check(cudaMemcpyAsync(ref.data(), ref_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
+    cuda_check(cudaMemcpyAsync(test.data(), test_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
+    cuda_check(cudaStreamSynchronize(cs), "sampled reference");
+  }
+
+  double ref_scale = 0.0;
+  for (float v : ref)
+    if (std::isfinite(v)) ref_scale = std::max(ref_scale, double(std::fabs(v)));
+  const DType in_dtype = args.a.dtype;
+  const emulation::Tolerance tol = emulation::gemm_tolerance(args.k, in_dtype, args.d_dtype, ref_scale);
+  const emulation::Comparison cmp = emulation::compare(ref.data(), test.data(), int64_t(ref.size()), &tol);
+  if (cmp.within_tolerance()) return;
+
+  std::ostringstream os;
+  const int64_t w = cmp.first_violation >= 0 ? cmp.first_violation : cmp.max_abs_index;
+  const int64_t wi = mode == Mode::kFull ? w / args.n : rows[size_t(w)];
+  const int64_t wj = mode == Mode::kFull ? w % args.n : cols[size_t(w)];
+  os << "verification failed for " << GemmProblem::from(args).to_string() << " on backend "
+     << to_string(plan.backend) << ": " << cmp.violations << " of " << cmp.count
+     << (mode == Mode::kFull ? " elements" : " sampled elements") << " outside tolerance " << tol.to_string()
+     << "; first at D[" << wi << ',' << wj << "] = " << test[size_t(w)] << " vs reference " << ref[size_t(w)]
+     << " (|err| " << std::fabs(double(test[size_t(w)]) - ref[size_t(w)]) << "); " << cmp.to_string();
+  if (const char* dir = std::getenv("SCALEMM_VERIFY_DUMP")) {
+    std::ostringstream sub;
+    sub << dir << "/call-" << args.m << 'x' << args.n << 'x' << args.k << '-' << to_string(args.a.recipe) << '-'
+        << to_string(args.b.recipe) << '-' << std::hex << (reinterpret_cast<uintptr_t>(args.d) & 0xFFFFFF);
+    os << "; dumped to " << dump_call(args, plan, sub.str(), os.str());
+  }
+  throw Error(StatusCode::kVerificationFailed, os.str());
+}
+
+std::string dump_call(const GemmArgs& args, const Plan& plan, const std::string& dir, const std::string& note) {
+  std::filesystem::create_directories(dir);
+  auto fetch = [&](const void* p, size_t bytes) {
+    std::vector<uint8_t> v(bytes);
+    if (bytes == 0) return v;
+    if (args.space == MemorySpace::kHost) std::memcpy(v.data(), p, bytes);
+    else cuda_check(cudaMemcpy(v.data(), p, bytes, cudaMemcpyDeviceToHost), "dump copy");
+    return v;
+  };
+  auto operand = [&](const GemmOperand& op, int64_t rows, const std::string& name) {
+    io::NpyArray data;
+    data.descr = "|u1";
+    const int64_t cols = op.dtype == DType::kE2M1 ? args.k / 2 : args.k;
+    data.shape = {rows, cols};
+    data.data = fetch(op.data, size_t(rows * cols));
+    io::write_npy(dir + "/" + name + ".npy", data);
+    const layouts::ScaleLayout l(op.recipe, rows, args.k, op.scale_format);
+    io::NpyArray sc;
+    sc.descr = l.scale_bytes() == 4 ? "<f4" : "|u1";
+    sc.shape = {l.size()};
+    sc.data = fetch(op.scale, size_t(l.bytes()));
+    io::write_npy(dir + "/scale_" + name + ".npy", sc);
+  };
+  operand(args.a, args.m, "a");
+  operand(args.b, args.n, "b");
+  if (args.bias) {
+    io::NpyArray b;
+    b.descr = "<u2";
+    b.shape = {args.n};
+    b.data = fetch(args.bias, size_t(args.n) * 2);
+    io::write_npy(dir + "/bias.npy", b);
+  }
+  io::NpyArray d;
+  d.descr = args.d_dtype == DType::kF32 ? "<f4" : args.d_dtype == DType::kF16 ? "<f2" : "<u2";
+  d.shape = {args.m, args.n};
+  d.data = fetch(args.d, size_t(args.m * args.n) * (args.d_dtype == DType::kF32 ? 4 : 2));
+  io::write_npy(dir + "/d.npy", d);
+
+  nlohmann::json j;
+  j["m"] = args.m;
+  j["n"] = args.n;
+  j["k"] = args.k;
+  j["alpha"] = args.alpha;
+  for (auto [name, op] : {std::pair<const char*, const GemmOperand*>{"a", &args.a}, {"b", &args.b}}) {
+    j[name] = {{"recipe", std::string(to_string(op->recipe))},
+               {"dtype", std::string(to_string(op->dtype))},
+               {"scale_format", std::string(to_string(op->scale_format))},
+               {"global_scale", op->global_scale}};
+  }
+  j["d_dtype"] = std::string(to_string(args.d_dtype));
+  j["bias"] = args.bias != nullptr;
+  j["backend"] = std::string(to_string(plan.backend));
+  j["plan"] = plan.explain();
+  j["note"] = note;
+  std::ofstream f(dir + "/call.json");
+  f << j.dump(2) << '\n';
+  return dir;
+}
+
+}  // namespace scalemm::verify

@@ -1,0 +1,300 @@
+// GEMMs on the GPU through every backend, against the host reference on identical quantized inputs.
+#include <catch2/catch.hpp>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "../../lib/dispatch/verify.hpp"
+#include "operands.hpp"
+#include "scalemm/emulation/compare.hpp"
+#include "support/test_support.hpp"
+
+using namespace scalemm;
+using scalemm::testing::HostOperand;
+
+namespace {
+
+#define CUDA_OK(x) REQUIRE((x) == cudaSuccess)
+
+struct Dev {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Dev(size_t n) : bytes(n) { CUDA_OK(cudaMalloc(&p, n ? n : 1)); }
+  Dev(const void* host, size_t n) : Dev(n) { CUDA_OK(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice)); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+};
+
+struct DeviceOperand {
+  Dev data, scales;
+  GemmOperand op;
+  explicit DeviceOperand(const HostOperand& h)
+      : data(h.data.data(), h.data.size()), scales(h.scales.data(), h.scales.size()), op(h.view()) {
+    op.data = data.p;
+    op.scale = scales.p;
+  }
+};
+
+size_t out_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+std::vector<float> widen(const std::vector<uint8_t>& raw, DType t) {
+  const size_t n = raw.size() / out_bytes(t);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (t == DType::kF32) std::memcpy(&out[i], raw.data() + 4 * i, 4);
+    else {
+      uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      out[i] = t == DType::kBF16 ? formats::decode_bf16(h) : formats::decode_f16(h);
+    }
+  }
+  return out;
+}
+
+struct Result {
+  Backend backend;
+  std::vector<float> gpu, ref;
+  emulation::Comparison cmp;
+};
+
+// Runs D = A * B^T on the GPU through `h` and on the host reference; compares.
+Result run(Handle& h, const HostOperand& a, const HostOperand& b, DType out, const PlanOptions* opts = nullptr,
+           float alpha = 1.0f) {
+  DeviceOperand da(a), db(b);
+  const size_t bytes = size_t(a.rows * b.rows) * out_bytes(out);
+  Dev d(bytes);
+  CUDA_OK(cudaMemset(d.p, 0xFF, bytes));  // poison: NaN in every float type
+  GemmArgs args;
+  args.m = a.rows, args.n = b.rows, args.k = a.k;
+  args.a = da.op, args.b = db.op, args.d = d.p, args.d_dtype = out, args.alpha = alpha;
+  Result r;
+  if (opts) {
+    HandleOptions ho;
+    ho.plan = *opts;
+    Handle forced(ho);
+    r.backend = forced.plan(args).backend;
+    forced.gemm(args, nullptr);
+  } else {
+    r.backend = h.plan(args).backend;
+    h.gemm(args, nullptr);
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint8_t> raw(bytes);
+  CUDA_OK(cudaMemcpy(raw.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+  r.gpu = widen(raw, out);
+  std::vector<uint8_t> ref_raw(bytes);
+  emulation::GemmOptions opt;
+  opt.alpha = alpha * a.global_scale * b.global_scale;
+  opt.out_dtype = out;
+  emulation::gemm_host(a.quantized(), b.quantized(), ref_raw.data(), opt);
+  r.ref = widen(ref_raw, out);
+  r.cmp = emulation::compare(r.ref.data(), r.gpu.data(), int64_t(r.ref.size()));
+  return r;
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+}  // namespace
+
+TEST_CASE("every recipe pair on the GPU equals the host reference bit for bit on exact inputs", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0xE1AC7);
+  Handle h;
+  // Native-friendly shapes and odd ones that fall back (M=7, 129; N=33; K with a tail; K/128 = 5).
+  const Shape shapes[] = {{128, 256, 512}, {264, 136, 640}, {8, 16, 576}, {7, 33, 160}, {129, 256, 640}};
+  for (Recipe ra : kAllRecipes)
+    for (Recipe rb : kAllRecipes) {
+      if ((ra == Recipe::kNvfp4) != (rb == Recipe::kNvfp4)) continue;
+      for (const auto& s : shapes)
+        for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+          for (DType out : {DType::kF32, DType::kBF16}) {
+            auto a = scalemm::testing::exact_operand(ra, s.m, s.k, f, rng);
+            auto b = scalemm::testing::exact_operand(rb, s.n, s.k, f, rng);
+            const Result r = run(h, a, b, out);
+            CAPTURE(to_string(ra), to_string(rb), s.m, s.n, s.k, to_string(f), to_string(out), to_string(r.backend));
+            CAPTURE(r.cmp.to_string());
+            CHECK(r.cmp.bitwise_equal());
+          }
+    }
+}
+
+TEST_CASE("native GEMMs on random data agree with the reference to at least 80 dB", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0x5EED);
+  Handle h;
+  const std::pair<Recipe, Recipe> pairs[] = {{Recipe::kTensorwise, Recipe::kTensorwise},
+                                             {Recipe::kRowwise, Recipe::kRowwise},
+                                             {Recipe::kBlock1x128, Recipe::kBlock1x128},
+                                             {Recipe::kBlock1x128, Recipe::kBlock128x128},
+                                             {Recipe::kBlock128x128, Recipe::kBlock1x128},
+                                             {Recipe::kTensorwise, Recipe::kRowwise},
+                                             {Recipe::kMxfp8, Recipe::kMxfp8},
+                                             {Recipe::kMxfp8, Recipe::kMxfp8_32x32},
+                                             {Recipe::kNvfp4, Recipe::kNvfp4}};
+  for (auto [ra, rb] : pairs)
+    for (Shape s : {Shape{256, 512, 1024}, Shape{264, 136, 640}, Shape{128, 384, 576}}) {
+      auto a = scalemm::testing::random_operand(ra, s.m, s.k, ScaleFormat::kCompact, rng);
+      auto b = scalemm::testing::random_operand(rb, s.n, s.k, ScaleFormat::kCompact, rng);
+      const Result r = run(h, a, b, DType::kF32);
+      std::printf("agreement %-12s x %-12s %4lldx%4lldx%4lld %-14s sqnr %.1f dB, max rel %.2e\n",
+                  std::string(to_string(ra)).c_str(), std::string(to_string(rb)).c_str(), (long long)s.m,
+                  (long long)s.n, (long long)s.k, std::string(to_string(r.backend)).c_str(), r.cmp.sqnr_db,
+                  r.cmp.max_rel_err);
+      CAPTURE(to_string(ra), to_string(rb), s.m, s.n, s.k, to_string(r.backend), r.cmp.to_string());
+      CHECK(r.cmp.sqnr_db >= 80.0);
+      CHECK(r.cmp.nonfinite_mismatches == 0);
+    }
+}
+
+TEST_CASE("the emulated backend equals the reference for mxfp8, mxfp8-32x32 and nvfp4", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0xE3);
+  Handle h;
+  for (auto [ra, rb] : {std::pair{Recipe::kMxfp8, Recipe::kMxfp8}, {Recipe::kMxfp8, Recipe::kMxfp8_32x32},
+                        {Recipe::kMxfp8_32x32, Recipe::kMxfp8_32x32}, {Recipe::kNvfp4, Recipe::kNvfp4}}) {
+    auto a = scalemm::testing::exact_operand(ra, 256, 512, ScaleFormat::kCompact, rng);
+    auto b = scalemm::testing::exact_operand(rb, 384, 512, ScaleFormat::kCublasLt, rng);
+    const Result r = run(h, a, b, DType::kF32);
+    CAPTURE(to_string(ra), to_string(rb), r.cmp.to_string());
+    CHECK(r.backend == Backend::kEmulated);
+    CHECK(r.cmp.bitwise_equal());
+  }
+}
+
+TEST_CASE("a forced backend runs exactly that backend and still matches", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0xF0);
+  Handle h;
+  auto a = scalemm::testing::exact_operand(Recipe::kBlock1x128, 128, 512, ScaleFormat::kCompact, rng);
+  auto b = scalemm::testing::exact_operand(Recipe::kBlock128x128, 256, 512, ScaleFormat::kCompact, rng);
+  PlanOptions ref;
+  ref.force = Backend::kReference;
+  const Result r = run(h, a, b, DType::kBF16, &ref);
+  CHECK(r.backend == Backend::kReference);
+  CHECK(r.cmp.bitwise_equal());
+}
+
+TEST_CASE("a captured CUDA graph replays 100 times bit-identically", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0x6A);
+  Handle h;
+  for (auto [ra, rb] : {std::pair{Recipe::kBlock1x128, Recipe::kBlock128x128}, {Recipe::kMxfp8, Recipe::kMxfp8}}) {
+    auto ha = scalemm::testing::random_operand(ra, 256, 1024, ScaleFormat::kCompact, rng);
+    auto hb = scalemm::testing::random_operand(rb, 512, 1024, ScaleFormat::kCompact, rng);
+    DeviceOperand a(ha), b(hb);
+    const size_t bytes = 256 * 512 * 2;
+    Dev d(bytes);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    GemmArgs args;
+    args.m = 256, args.n = 512, args.k = 1024;
+    args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = DType::kBF16;
+    h.gemm(args, s);  // warm-up: plans, heuristics and scratch exist before capture
+    CUDA_OK(cudaStreamSynchronize(s));
+    std::vector<uint8_t> eager(bytes), replay(bytes);
+    CUDA_OK(cudaMemcpy(eager.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    h.gemm(args, s);
+    CUDA_OK(cudaStreamEndCapture(s, &g));
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    int identical = 0;
+    for (int i = 0; i < 100; ++i) {
+      CUDA_OK(cudaMemsetAsync(d.p, 0xFF, bytes, s));
+      CUDA_OK(cudaGraphLaunch(ge, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      CUDA_OK(cudaMemcpy(replay.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+      identical += replay == eager;
+    }
+    CAPTURE(to_string(ra), to_string(rb));
+    CHECK(identical == 100);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+  }
+}
+
+TEST_CASE("8 threads x 100 calls on one handle are bit-identical to serial calls", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0x8);
+  Handle h;
+  struct Job {
+    HostOperand a, b;
+  };
+  std::vector<Job> jobs;
+  for (int t = 0; t < 8; ++t) {
+    const Recipe ra = t % 2 ? Recipe::kBlock1x128 : Recipe::kMxfp8;
+    const Recipe rb = t % 2 ? Recipe::kBlock128x128 : Recipe::kMxfp8;
+    jobs.push_back({scalemm::testing::random_operand(ra, 128, 512, ScaleFormat::kCompact, rng),
+                    scalemm::testing::random_operand(rb, 256, 512, ScaleFormat::kCompact, rng)});
+  }
+  const size_t bytes = 128 * 256 * 2;
+  std::vector<std::vector<uint8_t>> serial(8, std::vector<uint8_t>(bytes));
+  for (int t = 0; t < 8; ++t) {
+    DeviceOperand a(jobs[t].a), b(jobs[t].b);
+    Dev d(bytes);
+    GemmArgs args;
+    args.m = 128, args.n = 256, args.k = 512;
+    args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = DType::kBF16;
+    h.gemm(args, nullptr);
+    CUDA_OK(cudaMemcpy(serial[t].data(), d.p, bytes, cudaMemcpyDeviceToHost));
+  }
+  std::atomic<int> identical{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        DeviceOperand a(jobs[t].a), b(jobs[t].b);
+        Dev d(bytes);
+        cudaStream_t s;
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        GemmArgs args;
+        args.m = 128, args.n = 256, args.k = 512;
+        args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = DType::kBF16;
+        std::vector<uint8_t> got(bytes);
+        for (int i = 0; i < 100; ++i) {
+          // Half the threads share the default stream, half have their own.
+          const Stream st = t % 2 ? reinterpret_cast<Stream>(s) : nullptr;
+          h.gemm(args, st);
+          cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(st));
+          cudaMemcpy(got.data(), d.p, bytes, cudaMemcpyDeviceToHost);
+          identical += got == serial[t];
+        }
+        cudaStreamDestroy(s);
+      } catch (...) {
+        ++errors;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(errors == 0);
+  CHECK(identical == 800);
+}
+
+TEST_CASE("verification passes correct calls and names the worst element of a wrong one", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0x7E);
+  auto ha = scalemm::testing::random_operand(Recipe::kBlock1x128, 128, 512, ScaleFormat::kCompact, rng);
+  auto hb = scalemm::testing::random_operand(Recipe::kBlock128x128, 256, 512, ScaleFormat::kCompact, rng);
+  DeviceOperand a(ha), b(hb);
+  Dev d(128 * 256 * 4);
+  GemmArgs args;
+  args.m = 128, args.n = 256, args.k = 512;
+  args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = DType::kF32;
+  Handle h;
+  h.gemm(args, nullptr);
+  const Plan p = h.plan(args);
+  CHECK_NOTHROW(verify::check(args, p, verify::Mode::kFull, nullptr));
+  CHECK_NOTHROW(verify::check(args, p, verify::Mode::kSample, nullptr));
+  // Corrupt one output element that the sampled rows/columns also see: a whole row.
+  std::vector<float> row(256, 1e6f);
+  CUDA_OK(cudaMemcpy(static_cast<float*>(d.p) + 5 * 256, row.data(), 256 * 4, cudaMemcpyHostToDevice));
+  for (auto mode : {verify::Mode::kFull, verify::Mode::kSample}) {
+    try {
+      verify::check(args, p, mode, nullptr);
+      FAIL("a corrupted output passed verification");
+    } catch (const Error& e) {
+      CHECK(e.code() == StatusCode::kVerificationFailed);
+      CHECK_THAT(std::string(e.what()), Catch::Contains("D[5,"));
+      CHECK_THAT(std::string(e.what()), Catch::Contains("native"));
+    }
+  }
+}

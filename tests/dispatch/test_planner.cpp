@@ -1,0 +1,221 @@
+// Planner decisions, checked without a GPU against simulated devices.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "../../lib/dispatch/capabilities.hpp"
+#include "scalemm/gemm.hpp"
+
+using namespace scalemm;
+
+namespace {
+
+struct SimDevice {
+  const char* label;
+  int sm;
+  size_t cublas;
+};
+constexpr SimDevice kDevices[] = {
+    {"sm_89 cuBLASLt 13.1", 89, 130100}, {"sm_90 cuBLASLt 12.8", 90, 120800}, {"sm_90 cuBLASLt 13.1", 90, 130100},
+    {"sm_100 cuBLASLt 13.1", 100, 130100}, {"sm_120 cuBLASLt 13.1", 120, 130100}, {"no GPU", 0, 130100},
+};
+
+GemmProblem problem(Recipe a, Recipe b, int64_t m = 256, int64_t n = 256, int64_t k = 512) {
+  GemmProblem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a_recipe = a, p.b_recipe = b;
+  p.a_dtype = a == Recipe::kNvfp4 ? DType::kE2M1 : DType::kE4M3;
+  p.b_dtype = b == Recipe::kNvfp4 ? DType::kE2M1 : DType::kE4M3;
+  return p;
+}
+
+std::string decision_table() {
+  std::ostringstream os;
+  os << "# Planner decisions for every recipe pair (A x B) on simulated devices: M=N=256, K=512, e4m3 data\n"
+        "# (e2m1 for nvfp4), compact scales, bf16 output, device pointers (no GPU: host pointers).\n"
+        "# Regenerate with SCALEMM_UPDATE_GOLDEN=1 and review the diff line by line.\n";
+  for (const auto& dev : kDevices) {
+    const DeviceTarget t = DeviceTarget::simulated(dev.sm, dev.cublas);
+    for (Recipe a : kAllRecipes)
+      for (Recipe b : kAllRecipes) {
+        GemmProblem p = problem(a, b);
+        if (!t.has_gpu()) p.space = MemorySpace::kHost;
+        const Plan plan = scalemm::plan(p, t);
+        os << dev.label << " | " << to_string(a) << " x " << to_string(b) << " -> " << to_string(plan.backend) << '\n';
+      }
+  }
+  return os.str();
+}
+
+}  // namespace
+
+TEST_CASE("the planner's decision for every recipe pair on every simulated device matches the golden table",
+          "[dispatch][planner]") {
+  const std::string got = decision_table();
+  const char* path = SCALEMM_DISPATCH_GOLDEN;
+  if (std::getenv("SCALEMM_UPDATE_GOLDEN")) {
+    std::ofstream(path) << got;
+    WARN("golden table rewritten: " << path);
+  }
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  std::stringstream want;
+  want << f.rdbuf();
+  REQUIRE(got == want.str());
+}
+
+TEST_CASE("blockwise FP8 is native on sm_90 with cuBLASLt 12.9 or newer and emulated nowhere", "[dispatch][planner]") {
+  const auto h200 = DeviceTarget::simulated(90, 130100);
+  for (auto pr : {std::pair{Recipe::kBlock1x128, Recipe::kBlock1x128}, {Recipe::kBlock1x128, Recipe::kBlock128x128},
+                  {Recipe::kBlock128x128, Recipe::kBlock1x128}}) {
+    const Plan p = plan(problem(pr.first, pr.second), h200);
+    CHECK(p.backend == Backend::kNative);
+    CHECK(p.conversions.size() == 2);  // both compact scale buffers go to the cuBLASLt layout
+  }
+  const Plan old = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128), DeviceTarget::simulated(90, 120800));
+  CHECK(old.backend == Backend::kReference);
+  CHECK_THAT(old.explain(), Catch::Contains("needs cuBLASLt >= 12.9.0, this is 12.8.0"));
+  const Plan b100 = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128), DeviceTarget::simulated(100, 130100));
+  CHECK(b100.backend == Backend::kReference);
+  CHECK_THAT(b100.explain(), Catch::Contains("needs sm_90"));
+}
+
+TEST_CASE("mxfp8 on Hopper falls back to exact BF16 emulation and says why", "[dispatch][planner]") {
+  const Plan p = plan(problem(Recipe::kMxfp8, Recipe::kMxfp8), DeviceTarget::simulated(90, 130100));
+  CHECK(p.backend == Backend::kEmulated);
+  const std::string e = p.explain();
+  CHECK_THAT(e, Catch::Contains("mxfp8\xC3\x97mxfp8 on sm_90: cuBLASLt VEC32_UE8M0 needs sm_100+"));
+  CHECK_THAT(e, Catch::Contains("emulated: exact dequantization to BF16 + cuBLASLt BF16"));
+  CHECK(p.workspace_bytes >= size_t(256 * 512 * 2 * 2));
+  CHECK(plan(problem(Recipe::kMxfp8, Recipe::kMxfp8), DeviceTarget::simulated(100, 130100)).backend ==
+        Backend::kNative);
+}
+
+TEST_CASE("the 128x128 x 128x128 pair is refused natively with its source", "[dispatch][planner]") {
+  const Plan p = plan(problem(Recipe::kBlock128x128, Recipe::kBlock128x128), DeviceTarget::simulated(90, 130100));
+  CHECK(p.backend == Backend::kReference);
+  CHECK_THAT(p.explain(), Catch::Contains("BLK128x128_32F x BLK128x128_32F is not supported"));
+}
+
+TEST_CASE("shape and type rules of the native contracts send a problem elsewhere with the rule named",
+          "[dispatch][planner]") {
+  const auto h200 = DeviceTarget::simulated(90, 130100);
+  SECTION("K not a multiple of 16") {
+    const Plan p = plan(problem(Recipe::kTensorwise, Recipe::kTensorwise, 256, 256, 520), h200);
+    CHECK(p.backend == Backend::kReference);
+    CHECK_THAT(p.explain(), Catch::Contains("K=520 is not a multiple of 16"));
+  }
+  SECTION("bf16 output with N not a multiple of 8") {
+    CHECK(plan(problem(Recipe::kTensorwise, Recipe::kTensorwise, 256, 260, 512), h200).backend == Backend::kReference);
+    GemmProblem p = problem(Recipe::kTensorwise, Recipe::kTensorwise, 256, 260, 512);
+    p.d_dtype = DType::kF32;
+    CHECK(plan(p, h200).backend == Backend::kNative);
+  }
+  SECTION("VEC128 needs M and N multiples of 4") {
+    const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 130, 256, 512), h200);
+    CHECK(p.backend == Backend::kReference);
+    CHECK_THAT(p.explain(), Catch::Contains("needs M and N multiples of 4, got M=130"));
+  }
+  SECTION("e5m2 x e5m2") {
+    GemmProblem p = problem(Recipe::kTensorwise, Recipe::kTensorwise);
+    p.a_dtype = p.b_dtype = DType::kE5M2;
+    CHECK(plan(p, h200).backend == Backend::kReference);
+    p.b_dtype = DType::kE4M3;
+    CHECK(plan(p, h200).backend == Backend::kNative);
+  }
+}
+
+TEST_CASE("tensorwise with rowwise is made native by broadcasting the single scale", "[dispatch][planner]") {
+  const Plan p = plan(problem(Recipe::kTensorwise, Recipe::kRowwise), DeviceTarget::simulated(90, 130100));
+  CHECK(p.backend == Backend::kConvertNative);
+  REQUIRE(p.conversions.size() == 1);
+  CHECK_THAT(p.conversions[0].what, Catch::Contains("scale_a: tensorwise -> rowwise"));
+}
+
+TEST_CASE("strict mode refuses every fallback and a forced backend must be able to run", "[dispatch][planner]") {
+  const auto h200 = DeviceTarget::simulated(90, 130100);
+  PlanOptions strict;
+  strict.strict = true;
+  CHECK(plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128), h200, strict).backend == Backend::kNative);
+  try {
+    plan(problem(Recipe::kMxfp8, Recipe::kMxfp8), h200, strict);
+    FAIL("strict mode accepted an emulated plan");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kUnsupported);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("strict mode refuses emulated"));
+  }
+  PlanOptions forced;
+  forced.force = Backend::kReference;
+  CHECK(plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128), h200, forced).backend == Backend::kReference);
+  forced.force = Backend::kEmulated;
+  CHECK_THROWS_AS(plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128), h200, forced), Error);
+}
+
+TEST_CASE("every row of the capability table names its source", "[dispatch][planner]") {
+  size_t count = 0;
+  const auto* rows = dispatch::native_pairs(&count);
+  REQUIRE(count >= 10);
+  for (size_t i = 0; i < count; ++i) {
+    CAPTURE(i);
+    CHECK(std::string(rows[i].source).size() > 20);
+  }
+}
+
+TEST_CASE("bad GEMM arguments are named and the output is left untouched", "[dispatch][validate]") {
+  uint8_t a[64 * 64] = {}, b[64 * 64] = {};
+  float sa = 1.0f, sb = 1.0f;
+  float d[64 * 64];
+  for (auto& v : d) v = -7.0f;  // poison
+  GemmArgs args;
+  args.m = args.n = args.k = 64;
+  args.a = {a, DType::kE4M3, Recipe::kTensorwise, &sa, ScaleFormat::kCompact, 1.0f};
+  args.b = {b, DType::kE4M3, Recipe::kTensorwise, &sb, ScaleFormat::kCompact, 1.0f};
+  args.d = d;
+  args.d_dtype = DType::kF32;
+  args.space = MemorySpace::kHost;
+  Handle h;
+
+  auto expect_rule = [&](GemmArgs bad, const std::string& rule) {
+    CAPTURE(rule);
+    const auto diags = validate(bad);
+    bool found = false;
+    for (const auto& dg : diags) found |= dg.rule == rule;
+    CHECK(found);
+    CHECK_THROWS_AS(h.gemm(bad), Error);
+    for (float v : d) REQUIRE(v == -7.0f);
+  };
+  CHECK(validate(args).empty());
+  {
+    auto bad = args;
+    bad.k = 0;
+    expect_rule(bad, "positive-extent");
+  }
+  {
+    auto bad = args;
+    bad.a.dtype = DType::kE2M1;
+    expect_rule(bad, "recipe-dtype");
+  }
+  {
+    auto bad = args;
+    bad.b.scale = nullptr;
+    expect_rule(bad, "null-pointer");
+  }
+  {
+    auto bad = args;
+    bad.d_dtype = DType::kE4M3;
+    expect_rule(bad, "out-dtype");
+  }
+  {
+    auto bad = args;
+    bad.b.scale_format = ScaleFormat::kCublasLt;
+    bad.b.scale = reinterpret_cast<const char*>(&sb) + 1;
+    expect_rule(bad, "scale-alignment");
+  }
+  {
+    auto bad = args;
+    bad.alpha = std::numeric_limits<float>::quiet_NaN();
+    expect_rule(bad, "finite-alpha");
+  }
+}
