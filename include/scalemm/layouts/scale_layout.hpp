@@ -110,6 +110,22 @@ struct ScaleLayout {
       return round_up(kblocks(), 4);
     return kblocks();
   }
+  /// Data rows that share one stored row of this buffer: block_rows(), except that the cuBLASLt
+  /// buffer of mxfp8-32x32 replicates each 32x32 scale to all 32 rows (1).
+  SCALEMM_HD constexpr int64_t row_step() const {
+    return format == ScaleFormat::kCublasLt && recipe == Recipe::kMxfp8_32x32 ? 1 : block_rows();
+  }
+  /// Stored rows that hold real scales; stored rows real_rows() .. padded_rows()-1 are padding.
+  SCALEMM_HD constexpr int64_t real_rows() const { return ceil_div(rows, row_step()); }
+  /// True when stored position (p, kb) of the padded grid holds a real scale (else padding).
+  SCALEMM_HD constexpr bool is_real(int64_t p, int64_t kb) const {
+    return p * row_step() < rows && kb < kblocks();
+  }
+  /// The padded grid: stored rows p < padded_rows() and K-blocks kb < padded_kblocks().
+  /// offset(p * row_step(), kb) maps the padded grid one-to-one onto [0, size()) (tests check it);
+  /// conversions and content checks walk this grid so that every buffer element is visited once.
+  SCALEMM_HD constexpr int64_t padded_offset(int64_t p, int64_t kb) const { return offset(p * row_step(), kb); }
+
   /// Scale elements in the buffer, padding included.
   SCALEMM_HD constexpr int64_t size() const { return padded_rows() * padded_kblocks(); }
   SCALEMM_HD constexpr int64_t bytes() const { return size() * scale_bytes(); }

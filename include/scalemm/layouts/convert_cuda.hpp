@@ -1,0 +1,54 @@
+// GPU scale conversions and content checks (compiled into scalemm::scalemm from layouts/cuda/).
+//
+// Including this header needs no nvcc and no CUDA headers. Every function enqueues work on `stream`
+// and returns without synchronizing (except validate_device, which says so), allocates nothing
+// (callers provide outputs and workspaces) and is safe to call during CUDA graph capture. Results
+// are byte-identical to the host functions of scalemm/layouts/convert.hpp. Pointers are device
+// pointers. CUDA launch failures throw scalemm::Error(kCudaError); mismatched layouts throw
+// Error(kInvalidArgument) before anything is enqueued.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "scalemm/layouts/convert.hpp"
+#include "scalemm/layouts/validate.hpp"
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+namespace scalemm::layouts::gpu {
+
+/// GPU form of layouts::convert (same recipe, rows and k on both sides).
+void convert(const ScaleLayout& from, const void* src, const ScaleLayout& to, void* dst, cudaStream_t stream);
+void to_cublaslt(const ScaleLayout& compact, const void* src, void* dst, cudaStream_t stream);
+void to_compact(const ScaleLayout& cublaslt, const void* src, void* dst, cudaStream_t stream);
+
+/// GPU form of layouts::transpose (block128x128, mxfp8-32x32; to == transposed(from, to.format)).
+void transpose(const ScaleLayout& from, const void* src, const ScaleLayout& to, void* dst, cudaStream_t stream);
+
+/// GPU form of layouts::broadcast_block128_to_mxfp8. When `inexact_count` (device) is not null, the
+/// number of source scales that are not a power of two is ADDED to it (zero it first). Inexact
+/// scales are written as 0xFF, as on the host.
+void broadcast_block128_to_mxfp8(const ScaleLayout& from, const float* src, const ScaleLayout& to, uint8_t* dst,
+                                 unsigned long long* inexact_count, cudaStream_t stream);
+
+/// GPU form of layouts::convert_grouped, in ONE launch. `row_offsets` (groups+1 entries) lives in
+/// device memory, so the group sizes may come from a device-side router; element offsets of each
+/// group's buffers are computed on the device from ScaleLayout::size(). `rows_hint` (e.g. the total
+/// row count, or 0) only sizes the launch.
+void convert_grouped(Recipe recipe, int64_t k, const int64_t* row_offsets, int groups, int64_t rows_hint,
+                     ScaleFormat from, const void* src, ScaleFormat to, void* dst, cudaStream_t stream);
+
+/// Content rules on a device buffer of layout.size() elements: resets *report (device memory) and
+/// counts violations into it; report->any is the error flag. No synchronization, no device assert.
+void check_content_async(const ScaleLayout& layout, const void* scales, ContentReport* report,
+                         cudaStream_t stream);
+
+/// validate_scale for a tensor in device memory, content included: runs the structural rules on the
+/// host, then check_content_async with `workspace` (one device ContentReport), copies the report
+/// back and SYNCHRONIZES `stream`.
+Diagnostics validate_device(const TensorRef& scale, const ScaleLayout& layout, std::string_view argument,
+                            ContentReport* workspace, cudaStream_t stream, const ValidateOptions& options = {});
+
+}  // namespace scalemm::layouts::gpu

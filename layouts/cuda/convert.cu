@@ -1,0 +1,575 @@
+// GPU scale conversions and content checks. One generic tile kernel serves every conversion:
+//
+//  * it walks the DESTINATION's padded grid in tiles of (2^log_tr stored rows) x (2^log_tk K-blocks),
+//    asking a detail::*Op for the source index of each position (or -1 = padding, written as 0) and
+//    ScaleLayout::padded_offset() for the destination index: the same per-element rule as the host
+//    loops in layouts/convert.cpp, hence byte-identical results;
+//  * for bandwidth it stages through shared memory where the layouts allow it, and checks that at
+//    run time for every tile, falling back to direct global access where they do not:
+//      - src staging: the tile's source indices span at most kTile(+slack) elements -> one vectorized
+//        coalesced load of that span;
+//      - dst staging: the tile's destination indices are exactly [base, base + n) (the padded grid maps
+//        one-to-one onto the buffer, so n indices in a range of n cover it) -> one vectorized store;
+//      - tile transpose: neither side stages and the two sides have different fast axes (VEC128's
+//        outer-major vs compact's K-major) -> gather into a padded shared tile, then scatter;
+//  * the recipe is a template parameter so that offset()'s switches and divisions fold to constants.
+// Nothing is allocated and nothing synchronizes: every entry point is graph-capturable.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "scalemm/layouts/convert_cuda.hpp"
+#include "scalemm/layouts/detail/convert_ops.hpp"
+
+namespace scalemm::layouts::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 4096;              // elements per tile
+constexpr int kItems = kTile / kThreads;  // elements per thread
+constexpr int kTransposePad = 128;
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                                            cudaGetErrorString(e) + ")");
+}
+void require(bool cond, const std::string& msg) {
+  if (!cond) throw Error(StatusCode::kInvalidArgument, msg);
+}
+
+enum class Kind { kRelayout, kTranspose, kBroadcast };
+
+/// Launch plan, computed on the host from the layouts (through offset() only).
+struct Plan {
+  int log_tr = 0, log_tk = 0;
+  bool map_pfast = false;  // thread mapping of the main path: stored rows fastest (else K-blocks)
+  bool src_pfast = false, dst_pfast = false;
+  bool stage_src = false, stage_dst = false, transpose_tile = false;
+};
+
+// ---- device helpers ------------------------------------------------------------------------------
+struct Shared {
+  alignas(16) unsigned char src_img[kTile * 4 + 32];
+  alignas(16) unsigned char dst_img[(kTile + kTransposePad) * 4 + 32];
+  unsigned long long lo, hi, base_sum_src, base_sum_dst;
+  int in_range;
+};
+
+__device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+__device__ __forceinline__ void tile_coords(int e, bool pfast, int log_tr, int log_tk, int64_t p0, int64_t c0,
+                                            int64_t& p, int64_t& c) {
+  if (pfast) {
+    p = p0 + (e & ((1 << log_tr) - 1));
+    c = c0 + (e >> log_tr);
+  } else {
+    p = p0 + (e >> log_tk);
+    c = c0 + (e & ((1 << log_tk) - 1));
+  }
+}
+
+// Copies nbytes from global g into shared s so that s[shift + i] == g[i] with shift = g % 16;
+// interior 16-byte chunks move as uint4, the edges byte by byte (never touching bytes outside g).
+__device__ void load_span(const unsigned char* g, int64_t nbytes, unsigned char* s, int& shift) {
+  const int mis = int(reinterpret_cast<uintptr_t>(g) & 15);
+  shift = mis;
+  const int64_t chunks = (mis + nbytes + 15) / 16;
+  const unsigned char* ga = g - mis;
+  for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x) {
+    const int64_t lo = j * 16 - mis, hi = lo + 16;
+    if (lo >= 0 && hi <= nbytes) {
+      *reinterpret_cast<uint4*>(s + j * 16) = __ldg(reinterpret_cast<const uint4*>(ga + j * 16));
+    } else {
+      for (int b = 0; b < 16; ++b) {
+        const int64_t i = lo + b;
+        if (i >= 0 && i < nbytes) s[j * 16 + b] = __ldg(g + i);
+      }
+    }
+  }
+}
+
+// Stores nbytes from shared s (s[shift + i] is byte i, shift = g % 16) to global g.
+__device__ void store_span(unsigned char* g, int64_t nbytes, const unsigned char* s) {
+  const int mis = int(reinterpret_cast<uintptr_t>(g) & 15);
+  const int64_t chunks = (mis + nbytes + 15) / 16;
+  unsigned char* ga = g - mis;
+  for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x) {
+    const int64_t lo = j * 16 - mis, hi = lo + 16;
+    if (lo >= 0 && hi <= nbytes) {
+      *reinterpret_cast<uint4*>(ga + j * 16) = *reinterpret_cast<const uint4*>(s + j * 16);
+    } else {
+      for (int b = 0; b < 16; ++b) {
+        const int64_t i = lo + b;
+        if (i >= 0 && i < nbytes) g[i] = s[j * 16 + b];
+      }
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T ldg_t(const T* p) {
+  return __ldg(p);
+}
+
+// Value transform: bit copy, or fp32 -> E8M0 for the broadcast.
+template <Kind K, typename Ts, typename Td>
+__device__ __forceinline__ Td transform(Ts v, bool* exact) {
+  if constexpr (K == Kind::kBroadcast) {
+    return detail::e8m0_from_pow2(v, exact);
+  } else {
+    *exact = true;
+    return Td(v);
+  }
+}
+
+template <Kind K, class Op, typename Ts, typename Td>
+__device__ void run_tile(const Op& op, const Ts* __restrict__ src, Td* __restrict__ dst, int64_t p0, int64_t c0,
+                         const Plan& pl, Shared& sh, unsigned long long* inexact_count) {
+  const ScaleLayout& to = op.to;
+  const int64_t P = to.padded_rows(), C = to.padded_kblocks();
+  const int tid = threadIdx.x;
+  const int tr = 1 << pl.log_tr, tk = 1 << pl.log_tk;
+  const int64_t n_in = imin(tr, P - p0) * imin(tk, C - c0);
+  int inexact = 0;
+
+  auto count_inexact = [&](bool exact, int64_t p, int64_t c) {
+    if constexpr (K == Kind::kBroadcast) {
+      const bool first = (p * to.row_step()) % op.from.block_rows() == 0 && (c * to.block_k()) % op.from.block_k() == 0;
+      if (!exact && first) ++inexact;
+    }
+  };
+
+  if (pl.transpose_tile) {
+    // Gather with the source's fast axis into a padded tile, scatter with the destination's.
+    Td* tile = reinterpret_cast<Td*>(sh.dst_img);
+    const int ld = tk + 1;
+#pragma unroll 4
+    for (int i = 0; i < kItems; ++i) {
+      int64_t p, c;
+      tile_coords(i * kThreads + tid, pl.src_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
+      if (p < P && c < C) {
+        const int64_t s = op.src(p, c);
+        bool exact = true;
+        const Td v = s < 0 ? Td(0) : transform<K, Ts, Td>(ldg_t(src + s), &exact);
+        if (s >= 0) count_inexact(exact, p, c);
+        tile[int(p - p0) * ld + int(c - c0)] = v;
+      }
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int i = 0; i < kItems; ++i) {
+      int64_t p, c;
+      tile_coords(i * kThreads + tid, pl.dst_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
+      if (p < P && c < C) dst[to.padded_offset(p, c)] = tile[int(p - p0) * ld + int(c - c0)];
+    }
+    __syncthreads();
+  } else {
+    int64_t soff[kItems], doff[kItems];
+    unsigned long long lo = ~0ull, hi = 0;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      int64_t p, c;
+      tile_coords(i * kThreads + tid, pl.map_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
+      const bool in = p < P && c < C;
+      soff[i] = in ? op.src(p, c) : -1;
+      doff[i] = in ? to.padded_offset(p, c) : -1;
+      if (soff[i] >= 0) {
+        lo = min(lo, (unsigned long long)soff[i]);
+        hi = max(hi, (unsigned long long)soff[i]);
+      }
+    }
+    // ---- source staging
+    bool src_staged = false;
+    int sshift = 0;
+    if (pl.stage_src) {
+      for (int o = 16; o > 0; o >>= 1) {
+        lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+      }
+      if (tid == 0) {
+        sh.lo = ~0ull;
+        sh.hi = 0;
+      }
+      __syncthreads();
+      if ((tid & 31) == 0) {
+        atomicMin(&sh.lo, lo);
+        atomicMax(&sh.hi, hi);
+      }
+      __syncthreads();
+      lo = sh.lo;
+      hi = sh.hi;
+      src_staged = hi >= lo && hi - lo + 1 <= (unsigned long long)kTile;
+      if (src_staged) {
+        load_span(reinterpret_cast<const unsigned char*>(src + lo), int64_t(hi - lo + 1) * sizeof(Ts), sh.src_img,
+                  sshift);
+        __syncthreads();
+      }
+    }
+    // ---- destination staging: are the tile's destination indices exactly [base, base + n)?
+    bool dst_staged = false;
+    const int64_t dbase = to.padded_offset(p0, c0);
+    if (pl.stage_dst) {
+      int mine = 0;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+        if (doff[i] >= 0 && uint64_t(doff[i] - dbase) < uint64_t(n_in)) ++mine;
+      for (int o = 16; o > 0; o >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, o);
+      if (tid == 0) sh.in_range = 0;
+      __syncthreads();
+      if ((tid & 31) == 0) atomicAdd(&sh.in_range, mine);
+      __syncthreads();
+      dst_staged = int64_t(sh.in_range) == n_in;
+    }
+    const int dmis = int(reinterpret_cast<uintptr_t>(dst + dbase) & 15);
+    Td* dimg = reinterpret_cast<Td*>(sh.dst_img + dmis);
+    const Ts* simg = reinterpret_cast<const Ts*>(sh.src_img + sshift);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      if (doff[i] < 0) continue;
+      const int64_t s = soff[i];
+      bool exact = true;
+      Td v = Td(0);
+      if (s >= 0) {
+        const Ts raw = src_staged ? simg[s - int64_t(lo)] : ldg_t(src + s);
+        v = transform<K, Ts, Td>(raw, &exact);
+        if constexpr (K == Kind::kBroadcast) {
+          int64_t p, c;
+          tile_coords(i * kThreads + tid, pl.map_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
+          count_inexact(exact, p, c);
+        }
+      }
+      if (dst_staged)
+        dimg[doff[i] - dbase] = v;
+      else
+        dst[doff[i]] = v;
+    }
+    if (dst_staged) {
+      __syncthreads();
+      store_span(reinterpret_cast<unsigned char*>(dst + dbase), n_in * int64_t(sizeof(Td)), sh.dst_img);
+    }
+    __syncthreads();  // shared buffers are reused by the next tile
+  }
+  if constexpr (K == Kind::kBroadcast) {
+    for (int o = 16; o > 0; o >>= 1) inexact += __shfl_xor_sync(0xffffffffu, inexact, o);
+    if ((tid & 31) == 0 && inexact > 0 && inexact_count != nullptr)
+      atomicAdd(inexact_count, (unsigned long long)inexact);
+  }
+}
+
+template <Kind K, Recipe RF, Recipe RT>
+struct OpFor;
+template <Recipe RF, Recipe RT>
+struct OpFor<Kind::kRelayout, RF, RT> {
+  using type = detail::RelayoutOp;
+};
+template <Recipe RF, Recipe RT>
+struct OpFor<Kind::kTranspose, RF, RT> {
+  using type = detail::TransposeOp;
+};
+template <Recipe RF, Recipe RT>
+struct OpFor<Kind::kBroadcast, RF, RT> {
+  using type = detail::BroadcastOp;
+};
+
+// One kernel for single operands (row_offsets == nullptr: `from`/`to` as given) and for grouped
+// operands (blockIdx.y walks the groups; each group's layouts and buffer bases come from row_offsets).
+template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td>
+__global__ void __launch_bounds__(kThreads) convert_kernel(ScaleLayout from, const Ts* src, ScaleLayout to, Td* dst,
+                                                           Plan pl, const int64_t* row_offsets, int groups,
+                                                           unsigned long long* inexact_count) {
+  __shared__ Shared sh;
+  from.recipe = RF;  // compile-time recipes: offset() folds to shifts and multiplies
+  to.recipe = RT;
+  const int ngroups = row_offsets ? groups : 1;
+  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+    ScaleLayout f = from, t = to;
+    const Ts* s = src;
+    Td* d = dst;
+    if (row_offsets) {
+      // Bases: sum of the sizes of the groups before g, computed from ScaleLayout::size().
+      unsigned long long ss = 0, ds = 0;
+      for (int h = threadIdx.x; h < g; h += blockDim.x) {
+        const int64_t rows = row_offsets[h + 1] - row_offsets[h];
+        ss += ScaleLayout(RF, rows, from.k, from.format).size();
+        ds += ScaleLayout(RT, rows, to.k, to.format).size();
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        ds += __shfl_xor_sync(0xffffffffu, ds, o);
+      }
+      if (threadIdx.x == 0) {
+        sh.base_sum_src = 0;
+        sh.base_sum_dst = 0;
+      }
+      __syncthreads();
+      if ((threadIdx.x & 31) == 0) {
+        atomicAdd(&sh.base_sum_src, ss);
+        atomicAdd(&sh.base_sum_dst, ds);
+      }
+      __syncthreads();
+      const int64_t rows = row_offsets[g + 1] - row_offsets[g];
+      f.rows = rows;
+      t.rows = rows;
+      s = src + sh.base_sum_src;
+      d = dst + sh.base_sum_dst;
+      __syncthreads();
+    }
+    typename OpFor<K, RF, RT>::type op{f, t};
+    const int64_t tiles_p = ceil_div(t.padded_rows(), int64_t(1) << pl.log_tr);
+    const int64_t tiles_c = ceil_div(t.padded_kblocks(), int64_t(1) << pl.log_tk);
+    const int64_t tiles = tiles_p * tiles_c;
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int64_t tp = tile / tiles_c, tc = tile - tp * tiles_c;
+      run_tile<K>(op, s, d, tp << pl.log_tr, tc << pl.log_tk, pl, sh, inexact_count);
+    }
+  }
+}
+
+// ---- host planning ---------------------------------------------------------------------------------
+int log2_ceil(int64_t v) {
+  int l = 0;
+  while ((int64_t(1) << l) < v) ++l;
+  return l;
+}
+
+template <class Op>
+Plan make_plan(const Op& op) {
+  const ScaleLayout& to = op.to;
+  const int64_t P = to.padded_rows(), C = to.padded_kblocks();
+  Plan pl;
+  pl.dst_pfast = P > 1 && to.padded_offset(1, 0) - to.padded_offset(0, 0) == 1 &&
+                 !(C > 1 && to.padded_offset(0, 1) - to.padded_offset(0, 0) == 1);
+  if (to.real_rows() > 1 && op.src(0, 0) >= 0 && op.src(1, 0) >= 0) {
+    const bool row_unit = op.src(1, 0) - op.src(0, 0) == 1;
+    const bool kb_unit = to.kblocks() > 1 && op.src(0, 1) >= 0 && op.src(0, 1) - op.src(0, 0) == 1;
+    pl.src_pfast = row_unit && !kb_unit;
+  }
+  const bool tiled = (recipe_is_tiled(op.from.recipe) && op.from.format == ScaleFormat::kCublasLt) ||
+                     (recipe_is_tiled(to.recipe) && to.format == ScaleFormat::kCublasLt);
+  int log_tr, log_tk;
+  if (tiled) {
+    log_tr = log2_ceil(std::max<int64_t>(1, 128 / to.row_step()));
+    log_tk = 12 - log_tr;
+    if (log_tk > 5 && log_tr >= 7) log_tk = 5;
+  } else if (pl.src_pfast != pl.dst_pfast || pl.dst_pfast) {
+    log_tr = 7;
+    log_tk = 5;
+  } else {
+    log_tk = std::min(12, log2_ceil(C));
+    log_tr = 12 - log_tk;
+  }
+  pl.log_tr = log_tr;
+  pl.log_tk = log_tk;
+
+  // Examine the first tile on the host (through offset()) to decide what is worth staging; the
+  // kernel re-checks every tile and falls back to direct access where a tile does not qualify.
+  const int64_t tr = std::min<int64_t>(int64_t(1) << log_tr, P), tk = std::min<int64_t>(int64_t(1) << log_tk, C);
+  int64_t lo = INT64_MAX, hi = -1, dlo = INT64_MAX, dhi = -1;
+  for (int64_t p = 0; p < tr; ++p)
+    for (int64_t c = 0; c < tk; ++c) {
+      const int64_t s = op.src(p, c);
+      if (s >= 0) {
+        lo = std::min(lo, s);
+        hi = std::max(hi, s);
+      }
+      const int64_t d = to.padded_offset(p, c);
+      dlo = std::min(dlo, d);
+      dhi = std::max(dhi, d);
+    }
+  pl.stage_src = hi >= lo && hi - lo + 1 <= kTile;
+  pl.stage_dst = dhi - dlo + 1 == tr * tk && dlo == to.padded_offset(0, 0);
+  if (pl.stage_dst)
+    pl.map_pfast = pl.src_pfast;
+  else
+    pl.map_pfast = pl.dst_pfast;
+  pl.transpose_tile = !pl.stage_src && !pl.stage_dst && pl.src_pfast != pl.dst_pfast && log_tr <= 7;
+  return pl;
+}
+
+int sm_count() {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return std::max(1, sms);
+}
+
+template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td, class Op>
+void launch(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
+            unsigned long long* inexact_count, cudaStream_t stream) {
+  const Plan pl = make_plan(op);
+  int64_t tiles;
+  int gy = 1;
+  if (row_offsets) {
+    if (groups <= 0) return;
+    gy = std::min(groups, 65535);
+    const int64_t rows_per_group = std::max<int64_t>(128, rows_hint / std::max(1, groups) + 128);
+    const ScaleLayout t(op.to.recipe, rows_per_group, op.to.k, op.to.format);
+    tiles = ceil_div(t.padded_rows(), int64_t(1) << pl.log_tr) * ceil_div(t.padded_kblocks(), int64_t(1) << pl.log_tk);
+  } else {
+    if (op.to.size() == 0) return;
+    tiles = ceil_div(op.to.padded_rows(), int64_t(1) << pl.log_tr) *
+            ceil_div(op.to.padded_kblocks(), int64_t(1) << pl.log_tk);
+  }
+  const int64_t cap = int64_t(sm_count()) * 8;
+  const int gx = int(std::max<int64_t>(1, std::min<int64_t>(tiles, row_offsets ? std::max<int64_t>(1, cap / gy) : cap)));
+  convert_kernel<K, RF, RT, Ts, Td><<<dim3(gx, gy), kThreads, 0, stream>>>(
+      op.from, static_cast<const Ts*>(src), op.to, static_cast<Td*>(dst), pl, row_offsets, groups, inexact_count);
+  check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
+}
+
+template <Kind K, class Op>
+void launch_by_recipe(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups,
+                      int64_t rows_hint, cudaStream_t stream) {
+  using R = Recipe;
+  switch (op.to.recipe) {
+    case R::kTensorwise:
+      return launch<K, R::kTensorwise, R::kTensorwise, uint32_t, uint32_t>(op, src, dst, row_offsets, groups, rows_hint, nullptr, stream);
+    case R::kRowwise:
+      return launch<K, R::kRowwise, R::kRowwise, uint32_t, uint32_t>(op, src, dst, row_offsets, groups, rows_hint, nullptr, stream);
+    case R::kBlock1x128:
+      return launch<K, R::kBlock1x128, R::kBlock1x128, uint32_t, uint32_t>(op, src, dst, row_offsets, groups, rows_hint, nullptr, stream);
+    case R::kBlock128x128:
+      return launch<K, R::kBlock128x128, R::kBlock128x128, uint32_t, uint32_t>(op, src, dst, row_offsets, groups, rows_hint, nullptr, stream);
+    case R::kMxfp8:
+      return launch<K, R::kMxfp8, R::kMxfp8, uint8_t, uint8_t>(op, src, dst, row_offsets, groups, rows_hint, nullptr, stream);
+    case R::kMxfp8_32x32:
+      return launch<K, R::kMxfp8_32x32, R::kMxfp8_32x32, uint8_t, uint8_t>(op, src, dst, row_offsets, groups, rows_hint, nullptr, stream);
+    case R::kNvfp4:
+      return launch<K, R::kNvfp4, R::kNvfp4, uint8_t, uint8_t>(op, src, dst, row_offsets, groups, rows_hint, nullptr, stream);
+  }
+}
+
+// ---- content check -----------------------------------------------------------------------------------
+__global__ void __launch_bounds__(kThreads) content_kernel(ScaleLayout l, const unsigned char* buf, int64_t limit,
+                                                           ContentReport* rep) {
+  const int64_t P = l.padded_rows(), C = l.padded_kblocks();
+  const DType dt = l.scale_dtype();
+  const int eb = l.scale_bytes();
+  const bool replicated = l.format == ScaleFormat::kCublasLt && l.recipe == Recipe::kMxfp8_32x32;
+  auto load = [&](int64_t o) -> uint32_t {
+    return eb == 4 ? __ldg(reinterpret_cast<const uint32_t*>(buf) + o) : uint32_t(__ldg(buf + o));
+  };
+  for (int64_t p = int64_t(blockIdx.y) * 8 + threadIdx.y; p < P; p += int64_t(gridDim.y) * 8)
+    for (int64_t kb = int64_t(blockIdx.x) * 32 + threadIdx.x; kb < C; kb += int64_t(gridDim.x) * 32) {
+      const int64_t o = l.padded_offset(p, kb);
+      if (o >= limit) continue;
+      const uint32_t v = load(o);
+      int rule = -1, rule2 = -1;
+      if (!l.is_real(p, kb)) {
+        if (v != 0) rule = int(ContentRule::kPaddingNonzero);
+      } else {
+        rule = content_violation(dt, v);
+        if (replicated && p % 32 != 0) {
+          const int64_t o0 = l.padded_offset(p - p % 32, kb);
+          if (o0 < limit && load(o0) != v) rule2 = int(ContentRule::kReplicaMismatch);
+        }
+      }
+      const int hits[2] = {rule, rule2};
+      for (int h = 0; h < 2; ++h) {
+        const int r = hits[h];
+        if (r < 0) continue;
+        atomicAdd(&rep->count[r], 1ull);
+        atomicMin(&rep->first_offset[r], (unsigned long long)o);
+        atomicExch(&rep->any, 1u);
+      }
+    }
+}
+
+void launch_content(const ScaleLayout& l, const void* scales, int64_t limit, ContentReport* rep, cudaStream_t stream) {
+  require(rep != nullptr, "layouts::gpu::check_content_async: report is null");
+  check_cuda(cudaMemsetAsync(rep, 0, sizeof(ContentReport), stream), "cudaMemsetAsync(report)");
+  check_cuda(cudaMemsetAsync(rep->first_offset, 0xFF, sizeof(rep->first_offset), stream), "cudaMemsetAsync(report)");
+  if (l.size() == 0) return;
+  require(scales != nullptr, "layouts::gpu::check_content_async: scales is null");
+  const int64_t gx = std::min<int64_t>(ceil_div(l.padded_kblocks(), 32), 64);
+  const int64_t gy = std::min<int64_t>(ceil_div(l.padded_rows(), 8), std::max<int64_t>(1, int64_t(sm_count()) * 16 / gx));
+  content_kernel<<<dim3(unsigned(gx), unsigned(std::min<int64_t>(gy, 65535))), dim3(32, 8), 0, stream>>>(
+      l, static_cast<const unsigned char*>(scales), limit, rep);
+  check_cuda(cudaGetLastError(), "scalemm layouts content-check kernel launch");
+}
+
+}  // namespace
+
+void convert(const ScaleLayout& from, const void* src, const ScaleLayout& to, void* dst, cudaStream_t stream) {
+  require(from.recipe == to.recipe && from.rows == to.rows && from.k == to.k,
+          "layouts::gpu::convert: 'to' must describe the same operand as 'from': " + from.to_string() + " vs " +
+              to.to_string());
+  require(from.rows >= 0 && from.k >= 0, "layouts::gpu::convert: negative extent");
+  require((src && dst) || to.size() == 0, "layouts::gpu::convert: null buffer");
+  launch_by_recipe<Kind::kRelayout>(detail::RelayoutOp{from, to}, src, dst, nullptr, 0, 0, stream);
+}
+
+void to_cublaslt(const ScaleLayout& compact, const void* src, void* dst, cudaStream_t stream) {
+  require(compact.format == ScaleFormat::kCompact, "layouts::gpu::to_cublaslt: source must be compact");
+  convert(compact, src, compact.with_format(ScaleFormat::kCublasLt), dst, stream);
+}
+
+void to_compact(const ScaleLayout& cublaslt, const void* src, void* dst, cudaStream_t stream) {
+  require(cublaslt.format == ScaleFormat::kCublasLt, "layouts::gpu::to_compact: source must be in cublaslt format");
+  convert(cublaslt, src, cublaslt.with_format(ScaleFormat::kCompact), dst, stream);
+}
+
+void transpose(const ScaleLayout& from, const void* src, const ScaleLayout& to, void* dst, cudaStream_t stream) {
+  require(to == transposed(from, to.format), "layouts::gpu::transpose: 'to' must be transposed(from)");
+  require((src && dst) || to.size() == 0, "layouts::gpu::transpose: null buffer");
+  const detail::TransposeOp op{from, to};
+  if (from.recipe == Recipe::kBlock128x128)
+    launch<Kind::kTranspose, Recipe::kBlock128x128, Recipe::kBlock128x128, uint32_t, uint32_t>(op, src, dst, nullptr, 0, 0,
+                                                                                             nullptr, stream);
+  else
+    launch<Kind::kTranspose, Recipe::kMxfp8_32x32, Recipe::kMxfp8_32x32, uint8_t, uint8_t>(op, src, dst, nullptr, 0, 0,
+                                                                                         nullptr, stream);
+}
+
+void broadcast_block128_to_mxfp8(const ScaleLayout& from, const float* src, const ScaleLayout& to, uint8_t* dst,
+                                 unsigned long long* inexact_count, cudaStream_t stream) {
+  require(to == mxfp8_layout_for(from, to.recipe, to.format),
+          "layouts::gpu::broadcast_block128_to_mxfp8: 'to' must be the mxfp8 layout of the same operand");
+  require((src && dst) || to.size() == 0, "layouts::gpu::broadcast_block128_to_mxfp8: null buffer");
+  const detail::BroadcastOp op{from, to};
+  if (to.recipe == Recipe::kMxfp8)
+    launch<Kind::kBroadcast, Recipe::kBlock128x128, Recipe::kMxfp8, uint32_t, uint8_t>(op, src, dst, nullptr, 0, 0,
+                                                                                     inexact_count, stream);
+  else
+    launch<Kind::kBroadcast, Recipe::kBlock128x128, Recipe::kMxfp8_32x32, uint32_t, uint8_t>(op, src, dst, nullptr, 0, 0,
+                                                                                           inexact_count, stream);
+}
+
+void convert_grouped(Recipe recipe, int64_t k, const int64_t* row_offsets, int groups, int64_t rows_hint,
+                     ScaleFormat from, const void* src, ScaleFormat to, void* dst, cudaStream_t stream) {
+  require(groups >= 0, "layouts::gpu::convert_grouped: negative group count");
+  if (groups == 0) return;
+  require(row_offsets != nullptr && src != nullptr && dst != nullptr, "layouts::gpu::convert_grouped: null pointer");
+  require(k >= 0, "layouts::gpu::convert_grouped: negative k");
+  // The plan depends on recipe, formats and k only; a representative group stands in for all.
+  const int64_t rep_rows = std::max<int64_t>(256, rows_hint / groups);
+  const detail::RelayoutOp op{ScaleLayout(recipe, rep_rows, k, from), ScaleLayout(recipe, rep_rows, k, to)};
+  launch_by_recipe<Kind::kRelayout>(op, src, dst, row_offsets, groups, rows_hint, stream);
+}
+
+void check_content_async(const ScaleLayout& layout, const void* scales, ContentReport* report, cudaStream_t stream) {
+  launch_content(layout, scales, layout.size(), report, stream);
+}
+
+Diagnostics validate_device(const TensorRef& t, const ScaleLayout& l, std::string_view argument,
+                            ContentReport* workspace, cudaStream_t stream, const ValidateOptions& options) {
+  ValidateOptions structural = options;
+  structural.check_content = false;
+  Diagnostics out = validate_scale(t, l, argument, structural);
+  if (!options.check_content || !out.empty() || t.space != MemorySpace::kDevice || t.data == nullptr) return out;
+  int64_t limit = l.size();
+  if (t.rank > 0) {
+    int64_t hi = 0;
+    for (int i = 0; i < t.rank; ++i) hi += (t.shape[i] - 1) * t.strides[i];
+    limit = std::min<int64_t>(limit, hi + 1);
+  }
+  launch_content(l, t.data, limit, workspace, stream);
+  ContentReport rep = ContentReport::empty();
+  check_cuda(cudaMemcpyAsync(&rep, workspace, sizeof(rep), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync(report)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return content_diagnostics(l, rep, argument);
+}
+
+}  // namespace scalemm::layouts::gpu
