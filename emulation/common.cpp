@@ -1,0 +1,162 @@
+// Plain host code shared by both backends: scale-mode names, layouts, validation, operand views.
+#include <cstring>
+#include <string>
+
+#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/status.hpp"
+
+namespace scalemm::emulation {
+
+namespace {
+
+bool is_mx(Recipe r) { return r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32; }
+
+[[noreturn]] void invalid(const std::string& what) {
+  throw Error(StatusCode::kInvalidArgument, "emulation: " + what);
+}
+
+}  // namespace
+
+ScaleMode resolve_scale_mode(Recipe recipe, ScaleMode mode) {
+  if (mode != ScaleMode::kDefault) return mode;
+  if (recipe == Recipe::kNvfp4) return ScaleMode::kNvfp4TwoLevel;
+  if (is_mx(recipe)) return ScaleMode::kE8M0Rceil;
+  return ScaleMode::kAmax;
+}
+
+const char* to_string(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::kDefault: return "default";
+    case ScaleMode::kAmax: return "amax";
+    case ScaleMode::kAmaxPow2: return "amax-pow2";
+    case ScaleMode::kE8M0Floor: return "e8m0-floor";
+    case ScaleMode::kE8M0Rceil: return "e8m0-rceil";
+    case ScaleMode::kNvfp4TwoLevel: return "nvfp4";
+  }
+  return "unknown";
+}
+
+bool parse_scale_mode(const char* name, ScaleMode* out) {
+  static const ScaleMode all[] = {ScaleMode::kDefault, ScaleMode::kAmax, ScaleMode::kAmaxPow2,
+                                  ScaleMode::kE8M0Floor, ScaleMode::kE8M0Rceil, ScaleMode::kNvfp4TwoLevel};
+  if (!name) return false;
+  for (ScaleMode m : all)
+    if (std::strcmp(name, to_string(m)) == 0) {
+      if (out) *out = m;
+      return true;
+    }
+  if (std::strcmp(name, "floor") == 0 || std::strcmp(name, "rceil") == 0) {
+    if (out) *out = name[0] == 'f' ? ScaleMode::kE8M0Floor : ScaleMode::kE8M0Rceil;
+    return true;
+  }
+  return false;
+}
+
+layouts::ScaleLayout rowwise_layout(const QuantizeConfig& cfg, int64_t rows, int64_t cols) {
+  return layouts::ScaleLayout(cfg.recipe, rows, cols, cfg.format);
+}
+layouts::ScaleLayout columnwise_layout(const QuantizeConfig& cfg, int64_t rows, int64_t cols) {
+  return layouts::ScaleLayout(cfg.recipe, cols, rows, cfg.format);
+}
+
+int64_t data_bytes(const QuantizeConfig& cfg, int64_t rows, int64_t cols) {
+  const DType elem = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
+  return dtype_storage_bytes(elem, rows * cols);
+}
+
+void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
+  if (src.rows < 0 || src.cols < 0)
+    invalid("source shape must be non-negative, got " + std::to_string(src.rows) + "x" + std::to_string(src.cols));
+  if (src.dtype != DType::kF32 && src.dtype != DType::kBF16 && src.dtype != DType::kF16)
+    invalid("source dtype must be f32, bf16 or f16, got " + std::string(to_string(src.dtype)));
+  if (src.rows * src.cols > 0 && !src.data) invalid("source data is null");
+  if (!cfg.rowwise && !cfg.columnwise) invalid("neither rowwise nor columnwise output requested");
+  const ScaleMode mode = resolve_scale_mode(cfg.recipe, cfg.mode);
+  if (cfg.recipe == Recipe::kNvfp4) {
+    if (cfg.data_dtype != DType::kE2M1) invalid("nvfp4 data dtype must be e2m1");
+    if (mode != ScaleMode::kNvfp4TwoLevel) invalid("nvfp4 takes scale mode nvfp4");
+    if (cfg.rowwise && src.cols % 2) invalid("nvfp4 rowwise output needs an even column count (packed pairs)");
+    if (cfg.columnwise && src.rows % 2) invalid("nvfp4 columnwise output needs an even row count (packed pairs)");
+    if (!out.global_scale) invalid("nvfp4 needs outputs.global_scale for the global decode scale");
+  } else {
+    if (cfg.data_dtype != DType::kE4M3 && cfg.data_dtype != DType::kE5M2)
+      invalid(std::string(to_string(cfg.recipe)) + " data dtype must be e4m3 or e5m2");
+    if (is_mx(cfg.recipe) && mode != ScaleMode::kE8M0Floor && mode != ScaleMode::kE8M0Rceil)
+      invalid("mx recipes take scale mode e8m0-floor or e8m0-rceil, got " + std::string(to_string(mode)));
+    if (!is_mx(cfg.recipe) && mode != ScaleMode::kAmax && mode != ScaleMode::kAmaxPow2)
+      invalid("fp32-scale recipes take scale mode amax or amax-pow2, got " + std::string(to_string(mode)));
+  }
+  if (!(cfg.eps >= 0.0f)) invalid("eps must be >= 0");
+  const bool any = src.rows * src.cols > 0;
+  if (cfg.rowwise && any && (!out.data || !out.scales)) invalid("rowwise output needs data and scales");
+  if (cfg.columnwise && any && (!out.data_t || !out.scales_t)) invalid("columnwise output needs data_t and scales_t");
+}
+
+QuantizedTensor rowwise_operand(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
+  QuantizedTensor t;
+  t.data = out.data;
+  t.dtype = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
+  t.ld = src.cols;
+  t.scales = out.scales;
+  t.layout = rowwise_layout(cfg, src.rows, src.cols);
+  t.global_scale = cfg.recipe == Recipe::kNvfp4 ? out.global_scale : nullptr;
+  return t;
+}
+
+QuantizedTensor columnwise_operand(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
+  QuantizedTensor t;
+  t.data = out.data_t;
+  t.dtype = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
+  t.ld = src.rows;
+  t.scales = out.scales_t;
+  t.layout = columnwise_layout(cfg, src.rows, src.cols);
+  t.global_scale = cfg.recipe == Recipe::kNvfp4 ? out.global_scale : nullptr;
+  return t;
+}
+
+namespace {
+const void* advance(const void* p, DType t, int64_t elements) {
+  if (t == DType::kE2M1) {
+    if (elements % 2) invalid("an E2M1 view must start at an even element");
+    return static_cast<const uint8_t*>(p) + elements / 2;
+  }
+  return static_cast<const uint8_t*>(p) + elements * (dtype_bits(t) / 8);
+}
+}  // namespace
+
+QuantizedTensor row_slice(const QuantizedTensor& t, int64_t r0, int64_t r1, const void* scales) {
+  if (r0 < 0 || r1 < r0 || r1 > t.rows()) invalid("row_slice range out of bounds");
+  QuantizedTensor s = t;
+  s.data = advance(t.data, t.dtype, r0 * t.row_stride());
+  s.ld = t.row_stride();
+  s.scales = scales;
+  s.layout = layouts::ScaleLayout(t.layout.recipe, r1 - r0, t.k(), t.layout.format);
+  return s;
+}
+
+QuantizedTensor k_slice(const QuantizedTensor& t, int64_t k0, int64_t k1, const void* scales) {
+  if (k0 < 0 || k1 < k0 || k1 > t.k()) invalid("k_slice range out of bounds");
+  QuantizedTensor s = t;
+  s.data = advance(t.data, t.dtype, k0);
+  s.ld = t.row_stride();
+  s.scales = scales;
+  s.layout = layouts::ScaleLayout(t.layout.recipe, t.rows(), k1 - k0, t.layout.format);
+  return s;
+}
+
+void check_gemm_args(const QuantizedTensor& a, const QuantizedTensor& b, const void* d, const GemmOptions& opt) {
+  if (a.k() != b.k())
+    invalid("A and B disagree on K: " + std::to_string(a.k()) + " vs " + std::to_string(b.k()));
+  if (opt.out_dtype != DType::kF32 && opt.out_dtype != DType::kBF16 && opt.out_dtype != DType::kF16)
+    invalid("output dtype must be f32, bf16 or f16");
+  if (a.rows() * b.rows() > 0 && !d) invalid("output is null");
+  if (opt.ldd != 0 && opt.ldd < b.rows()) invalid("ldd must be >= N");
+  for (const QuantizedTensor* t : {&a, &b}) {
+    if (t->rows() * t->k() == 0) continue;
+    if (!t->data || !t->scales) invalid("operand data or scales are null");
+    if (t->row_stride() < t->k()) invalid("operand row stride is smaller than K");
+    if (t->dtype == DType::kE2M1 && t->row_stride() % 2) invalid("E2M1 operands need an even row stride");
+  }
+}
+
+}  // namespace scalemm::emulation

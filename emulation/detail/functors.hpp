@@ -1,0 +1,393 @@
+// Per-block and per-element functors of the emulator: one definition, run on the host (Thrust CPP
+// system, g++) and on the GPU (Thrust CUDA system, nvcc). Detail, not public: no Thrust here, only
+// plain structs with a SCALEMM_HD operator()(int64_t item).
+//
+// Arithmetic rule: no expression of the form a*b+c (nvcc would contract it into an FMA, g++ on x86-64
+// would not). Where an FMA is meant, it is written as fmaf/fma explicitly.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "scalemm/config.hpp"
+#include "scalemm/formats.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/types.hpp"
+
+namespace scalemm::emulation::detail {
+
+using layouts::ScaleLayout;
+namespace fmt = scalemm::formats;
+
+inline constexpr float kFltMax = 3.40282347e+38f;
+
+SCALEMM_HD inline float abs_f(float x) { return fmt::bits_float(fmt::float_bits(x) & 0x7FFFFFFFu); }
+SCALEMM_HD inline bool is_nan_f(float x) { return (fmt::float_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+SCALEMM_HD inline bool is_finite_f(float x) { return (fmt::float_bits(x) & 0x7F800000u) != 0x7F800000u; }
+
+/// NaN-propagating running max of |v| (a NaN anywhere makes the result NaN).
+SCALEMM_HD inline float amax_update(float m, float v) {
+  const float a = abs_f(v);
+  if (is_nan_f(m)) return m;
+  if (is_nan_f(a) || a > m) return a;
+  return m;
+}
+
+/// Loads element i of an f32/bf16/f16 array as fp32.
+SCALEMM_HD inline float load_hp(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBF16: return fmt::decode_bf16(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return fmt::decode_f16(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+/// Stores fp32 x as out_dtype (f32, bf16 or f16, RNE, overflow to Inf).
+SCALEMM_HD inline void store_hp(void* p, DType t, int64_t i, float x) {
+  switch (t) {
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = fmt::encode_bf16(x); break;
+    case DType::kF16: static_cast<uint16_t*>(p)[i] = fmt::encode_f16(x); break;
+    default: static_cast<float*>(p)[i] = x; break;
+  }
+}
+
+/// Largest finite value and exponent of the largest power of two of an element type.
+SCALEMM_HD inline float elem_max(DType t) {
+  return t == DType::kE5M2 ? fmt::kE5M2Max : t == DType::kE2M1 ? fmt::kE2M1Max : fmt::kE4M3Max;
+}
+SCALEMM_HD inline int elem_emax(DType t) { return t == DType::kE5M2 ? 15 : t == DType::kE2M1 ? 2 : 8; }
+
+/// Element encode with saturation (satfinite: overflow and +-Inf -> +-max, NaN -> NaN code; E2M1 NaN -> 0x7).
+SCALEMM_HD inline uint8_t encode_elem(float x, DType t) {
+  switch (t) {
+    case DType::kE5M2: return fmt::encode_e5m2(x, fmt::Saturation::kSatFinite);
+    case DType::kE2M1: return fmt::encode_e2m1(x, fmt::Saturation::kSatFinite);
+    default: return fmt::encode_e4m3(x, fmt::Saturation::kSatFinite);
+  }
+}
+
+/// Scale mode numbers as used in the functors (mirrors emulation::ScaleMode, resolved).
+enum Mode : int { kModeAmax = 1, kModeAmaxPow2 = 2, kModeFloor = 3, kModeRceil = 4, kModeNvfp4 = 5 };
+
+/// The result of one block's scale computation.
+struct BlockScale {
+  float stored_f32 = 0.0f;  ///< fp32 recipes: the stored dequantization scale
+  uint8_t stored_u8 = 0;    ///< E8M0 / UE4M3 byte
+  float multiplier = 0.0f;  ///< what data elements are multiplied by before the element cast
+};
+
+/// amax -> scale, for every mode (docs/emulation.md spells out each rule).
+///   nvfp4_senc: the global encode scale S_enc; nvfp4_sdec = 1/S_enc (fp32 division).
+SCALEMM_HD inline BlockScale compute_scale(float amax, int mode, DType elem, float eps, float nvfp4_senc,
+                                           float nvfp4_sdec) {
+  BlockScale s;
+  const float mx = elem_max(elem);
+  switch (mode) {
+    case kModeAmax:
+    case kModeAmaxPow2: {
+      float q = 1.0f;  // non-finite amax (NaN or Inf in the block): scale 1, elements saturate
+      if (is_finite_f(amax)) {
+        q = mx / (amax > eps ? amax : eps);
+        if (!is_finite_f(q) || !(q > 0.0f)) q = 1.0f;  // eps = 0 with amax = 0
+        if (mode == kModeAmaxPow2) q = fmt::bits_float(fmt::float_bits(q) & 0xFF800000u);
+      }
+      s.multiplier = q;
+      s.stored_f32 = 1.0f / q;
+      break;
+    }
+    case kModeFloor:
+    case kModeRceil: {
+      uint8_t c = 0;
+      if (mode == kModeFloor) {
+        // floor(log2 amax) from amax's own exponent, minus emax_elem, clamped to code 0.
+        const uint8_t ca = fmt::encode_e8m0(amax, fmt::E8M0Rounding::kDown, fmt::Saturation::kNonSaturating);
+        const int e = elem_emax(elem);
+        c = ca == fmt::kE8M0Nan ? fmt::kE8M0Nan : uint8_t(ca > e ? ca - e : 0);
+      } else {
+        // Round the ratio amax / max_elem (one fp32 division) up to a power of two.
+        c = fmt::encode_e8m0(amax / mx, fmt::E8M0Rounding::kUp, fmt::Saturation::kNonSaturating);
+      }
+      s.stored_u8 = c;
+      // Exact reciprocal 2^(127 - e): code 0 -> 2^127, 254 -> 2^-127; 255 (NaN) -> NaN.
+      s.multiplier = c == fmt::kE8M0Nan ? fmt::bits_float(0x7FC00000u) : fmt::decode_e8m0(uint8_t(254 - c));
+      break;
+    }
+    case kModeNvfp4: {
+      if (is_nan_f(amax)) {
+        s.stored_u8 = 0x7F;  // NaN scale: the whole block dequantizes to NaN
+        s.multiplier = fmt::bits_float(0x7FC00000u);
+        break;
+      }
+      const float sb = (amax / 6.0f) * nvfp4_senc;
+      const uint8_t byte = fmt::encode_ue4m3(sb < 448.0f ? sb : 448.0f, fmt::Saturation::kSatFinite);
+      s.stored_u8 = byte;
+      const float m = 1.0f / (fmt::decode_ue4m3(byte) * nvfp4_sdec);
+      s.multiplier = is_finite_f(m) ? m : kFltMax;
+      break;
+    }
+    default: break;
+  }
+  return s;
+}
+
+/// The global NVFP4 encode scale from the tensor amax: S_enc = 2688 / amax (fp32 division);
+/// 1 when amax is 0, NaN or Inf, or the result is not a finite positive number.
+SCALEMM_HD inline float nvfp4_global_encode(float amax_tensor) {
+  if (!is_finite_f(amax_tensor) || !(amax_tensor > 0.0f)) return 1.0f;
+  const float s = (448.0f * 6.0f) / amax_tensor;
+  return is_finite_f(s) && s > 0.0f ? s : 1.0f;
+}
+
+// ---- quantizer functors -------------------------------------------------------------------------
+
+/// Partial amax of one column over all rows (item = column). Coalesced on the GPU.
+struct ColumnAmax {
+  const void* src;
+  DType src_dtype;
+  int64_t rows, cols;
+  float* out;  ///< cols floats
+  SCALEMM_HD void operator()(int64_t c) const {
+    float m = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) m = amax_update(m, load_hp(src, src_dtype, r * cols + c));
+    out[c] = m;
+  }
+};
+
+/// Single item: reduce the column partials to the tensor amax and derive the global scalars.
+///   g[0] = amax, g[1] = S_enc (NVFP4) , g[2] = S_dec = 1/S_enc; *global_out = S_dec when given.
+struct FinishGlobal {
+  const float* partials;
+  int64_t n;
+  float* g;
+  float* global_out;
+  SCALEMM_HD void operator()(int64_t) const {
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; ++i) m = amax_update(m, partials[i]);
+    const float senc = nvfp4_global_encode(m);
+    g[0] = m;
+    g[1] = senc;
+    g[2] = 1.0f / senc;
+    if (global_out) *global_out = g[2];
+  }
+};
+
+/// Writes one block's scale to every buffer position its data rows use (ScaleLayout::offset), and its
+/// multiplier to the compact scratch grid (grid_row * kblocks + kb).
+SCALEMM_HD inline void write_block(const ScaleLayout& L, void* scales, float* mult, int64_t grid_row, int64_t kb,
+                                   const BlockScale& s) {
+  const int64_t br = L.block_rows();
+  const int64_t r0 = grid_row * br;
+  const int64_t r1 = r0 + br < L.rows ? r0 + br : L.rows;
+  if (L.scale_dtype() == DType::kF32) {
+    for (int64_t r = r0; r < r1; ++r) static_cast<float*>(scales)[L.offset(r, kb)] = s.stored_f32;
+  } else {
+    for (int64_t r = r0; r < r1; ++r) static_cast<uint8_t*>(scales)[L.offset(r, kb)] = s.stored_u8;
+  }
+  mult[grid_row * L.kblocks() + kb] = s.multiplier;
+}
+
+/// The amax + scale pass. Item = one tile of the (R, C) source of tile_r x tile_c elements
+/// (tiles_c tiles per tile row). In one read of the tile it accumulates the amax of every rowwise
+/// block (1 x tile_c per row, or the whole tile for 2D recipes) and every columnwise block
+/// (tile_r x 1 per column), then writes the scales of both directions.
+///   kind 0: 1D blocks (rowwise 1 x bk along C and/or columnwise bk x 1 along R), tile bk x bk
+///   kind 1: 2D blocks: one amax per tile, shared by both directions (the tile is the block)
+///   kind 2: one fp32 scale for the whole tensor from g[0] (tensorwise; single item)
+///   kind 3: rowwise recipe: items [0, R) are rows (rowwise scales), [R, R + C) are columns
+struct ScaleTiles {
+  const void* src;
+  DType src_dtype;
+  int64_t rows, cols;
+  int kind;
+  int64_t tile_r, tile_c, tiles_c;
+  bool rowwise, columnwise;
+  ScaleLayout lr, lc;         ///< rowwise layout (rows = R, k = C); columnwise (rows = C, k = R)
+  void* scales_r;
+  void* scales_c;
+  float* mult_r;
+  float* mult_c;
+  int mode;
+  DType elem;
+  float eps;
+  const float* g;             ///< global scalars (FinishGlobal), or nullptr
+
+  SCALEMM_HD float senc() const { return g ? g[1] : 1.0f; }
+  SCALEMM_HD float sdec() const { return g ? g[2] : 1.0f; }
+  SCALEMM_HD BlockScale scale_of(float amax) const { return compute_scale(amax, mode, elem, eps, senc(), sdec()); }
+
+  SCALEMM_HD void operator()(int64_t item) const {
+    if (kind == 2) {
+      const BlockScale s = scale_of(g[0]);
+      if (rowwise) write_block(lr, scales_r, mult_r, 0, 0, s);
+      if (columnwise) write_block(lc, scales_c, mult_c, 0, 0, s);
+      return;
+    }
+    if (kind == 3) {
+      float m = 0.0f;
+      const int64_t it = rowwise ? item : item + rows;  // columns follow the rows in the item space
+      if (it < rows) {
+        for (int64_t c = 0; c < cols; ++c) m = amax_update(m, load_hp(src, src_dtype, it * cols + c));
+        write_block(lr, scales_r, mult_r, it, 0, scale_of(m));
+      } else {
+        const int64_t c = it - rows;
+        for (int64_t r = 0; r < rows; ++r) m = amax_update(m, load_hp(src, src_dtype, r * cols + c));
+        write_block(lc, scales_c, mult_c, c, 0, scale_of(m));
+      }
+      return;
+    }
+    const int64_t tr = item / tiles_c, tc = item % tiles_c;
+    const int64_t r0 = tr * tile_r, c0 = tc * tile_c;
+    const int64_t r1 = r0 + tile_r < rows ? r0 + tile_r : rows;
+    const int64_t c1 = c0 + tile_c < cols ? c0 + tile_c : cols;
+    if (kind == 1) {
+      float m = 0.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) m = amax_update(m, load_hp(src, src_dtype, r * cols + c));
+      const BlockScale s = scale_of(m);
+      if (rowwise) write_block(lr, scales_r, mult_r, tr, tc, s);
+      if (columnwise) write_block(lc, scales_c, mult_c, tc, tr, s);
+      return;
+    }
+    // kind 0: 1D blocks. Rowwise block (r, kb = tc) when tile_c = bk; columnwise block (c, kb = tr).
+    float colmax[128];
+    const int64_t nc = c1 - c0;
+    for (int64_t j = 0; j < nc && j < 128; ++j) colmax[j] = 0.0f;
+    for (int64_t r = r0; r < r1; ++r) {
+      float m = 0.0f;
+      for (int64_t c = c0; c < c1; ++c) {
+        const float v = load_hp(src, src_dtype, r * cols + c);
+        m = amax_update(m, v);
+        if (columnwise) colmax[c - c0] = amax_update(colmax[c - c0], v);
+      }
+      if (rowwise) write_block(lr, scales_r, mult_r, r, tc, scale_of(m));
+    }
+    if (columnwise)
+      for (int64_t c = c0; c < c1; ++c) write_block(lc, scales_c, mult_c, c, tr, scale_of(colmax[c - c0]));
+  }
+};
+
+/// The encode pass. Item = a 2x2 quad of the source (rows 2qr, 2qr+1; cols 2qc, 2qc+1): each source
+/// element is read once and written to the rowwise and/or the transposed output. The quad keeps FP4
+/// pairs whole in both directions (rowwise pairs along C, columnwise pairs along R).
+struct EncodeQuads {
+  const void* src;
+  DType src_dtype;
+  int64_t rows, cols;
+  int64_t quads_c;
+  bool rowwise, columnwise;
+  ScaleLayout lr, lc;
+  const float* mult_r;
+  const float* mult_c;
+  DType elem;
+  uint8_t* out_r;
+  uint8_t* out_c;
+
+  SCALEMM_HD void operator()(int64_t item) const {
+    const int64_t r0 = (item / quads_c) * 2, c0 = (item % quads_c) * 2;
+    uint8_t qr[2][2] = {{0, 0}, {0, 0}}, qc[2][2] = {{0, 0}, {0, 0}};
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const int64_t r = r0 + i, c = c0 + j;
+        if (r >= rows || c >= cols) continue;
+        const float x = load_hp(src, src_dtype, r * cols + c);
+        if (rowwise) {
+          const float m = mult_r[(r / lr.block_rows()) * lr.kblocks() + c / lr.block_k()];
+          qr[i][j] = encode_elem(x * m, elem);
+        }
+        if (columnwise) {
+          const float m = mult_c[(c / lc.block_rows()) * lc.kblocks() + r / lc.block_k()];
+          qc[i][j] = encode_elem(x * m, elem);
+        }
+      }
+    const bool fp4 = elem == DType::kE2M1;
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const int64_t r = r0 + i, c = c0 + j;
+        if (r >= rows || c >= cols) continue;
+        if (rowwise) {
+          if (!fp4) out_r[r * cols + c] = qr[i][j];
+          else if (j == 0) out_r[(r * cols + c) / 2] = uint8_t((qr[i][0] & 0xF) | (qr[i][1] << 4));
+        }
+        if (columnwise) {  // transposed: element (c, r) of the (C, R) output
+          if (!fp4) out_c[c * rows + r] = qc[i][j];
+          else if (i == 0) out_c[(c * rows + r) / 2] = uint8_t((qc[0][j] & 0xF) | (qc[1][j] << 4));
+        }
+      }
+  }
+};
+
+// ---- dequantization and the reference GEMM --------------------------------------------------------
+
+/// Plain-value view of a QuantizedTensor for device code.
+struct OperandView {
+  const void* data;
+  DType dtype;
+  int64_t ld;
+  const void* scales;
+  ScaleLayout layout;
+  const float* global;
+
+  /// value(r, kk) = decode(q) * scale [* global], left to right in fp32.
+  SCALEMM_HD float value(int64_t r, int64_t kk) const {
+    const int64_t i = r * ld + kk;
+    float q = 0.0f;
+    switch (dtype) {
+      case DType::kE4M3: q = fmt::decode_e4m3(static_cast<const uint8_t*>(data)[i]); break;
+      case DType::kE5M2: q = fmt::decode_e5m2(static_cast<const uint8_t*>(data)[i]); break;
+      case DType::kE2M1: q = fmt::decode_e2m1(fmt::get_e2m1(static_cast<const uint8_t*>(data), i)); break;
+      default: q = load_hp(data, dtype, i); break;
+    }
+    const int64_t so = layout.offset(r, kk / layout.block_k());
+    float s = 1.0f;
+    switch (layout.scale_dtype()) {
+      case DType::kE8M0: s = fmt::decode_e8m0(static_cast<const uint8_t*>(scales)[so]); break;
+      case DType::kUE4M3: s = fmt::decode_ue4m3(static_cast<const uint8_t*>(scales)[so]); break;
+      default: s = static_cast<const float*>(scales)[so]; break;
+    }
+    float v = q * s;
+    if (global) v = v * global[0];
+    return v;
+  }
+};
+
+/// Item = element (r, kk): out[r * k + kk] = value(r, kk) as out_dtype.
+struct Dequantize {
+  OperandView t;
+  void* out;
+  DType out_dtype;
+  SCALEMM_HD void operator()(int64_t i) const {
+    const int64_t k = t.layout.k;
+    store_hp(out, out_dtype, i, t.value(i / k, i % k));
+  }
+};
+
+/// Epilogue shared by every GEMM path: alpha * acc, then + bias, then the output cast.
+SCALEMM_HD inline void gemm_store(void* d, DType out_dtype, int64_t idx, float acc, float alpha, const float* bias,
+                                  int64_t n) {
+  float v = alpha * acc;
+  if (bias) v = v + bias[n];
+  store_hp(d, out_dtype, idx, v);
+}
+
+/// Reference GEMM over fp32 dequantized operands (A (M, K), B (N, K) row-major). Item = output (m, n).
+/// Sequential fmaf in K order: the GPU tiled kernel performs the same operations per output.
+struct GemmF32 {
+  const float* a;
+  const float* b;
+  int64_t m, n, k;
+  float alpha;
+  const float* bias;
+  void* d;
+  DType out_dtype;
+  int64_t ldd;
+  SCALEMM_HD void operator()(int64_t i) const {
+    const int64_t row = i / n, col = i % n;
+    const float* pa = a + row * k;
+    const float* pb = b + col * k;
+    float acc = 0.0f;
+    for (int64_t kk = 0; kk < k; ++kk) acc = fmaf(pa[kk], pb[kk], acc);
+    gemm_store(d, out_dtype, row * ldd + col, acc, alpha, bias, col);
+  }
+};
+
+}  // namespace scalemm::emulation::detail

@@ -1,0 +1,210 @@
+// [gpu] cases: the device build of the same functors must agree with the host byte for byte.
+#include <catch2/catch.hpp>
+#include <cuda_runtime.h>
+
+#include <limits>
+#include <memory>
+
+#include "emu_test_util.hpp"
+
+using namespace emu_test;
+
+namespace {
+
+#define CUDA_OK(x) REQUIRE((x) == cudaSuccess)
+
+/// A device buffer holding a copy of host bytes (or `bytes` of fill).
+struct DevBuf {
+  void* p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t bytes, int fill = 0) : n(bytes) {
+    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
+    CUDA_OK(cudaMemset(p, fill, bytes ? bytes : 1));
+  }
+  template <class T>
+  explicit DevBuf(const std::vector<T>& h) : DevBuf(h.size() * sizeof(T)) {
+    CUDA_OK(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
+  }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  template <class T = uint8_t>
+  std::vector<T> get() const {
+    std::vector<T> h(n / sizeof(T));
+    REQUIRE(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+  }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+std::vector<float> wide(std::mt19937_64& g, int64_t n) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-20, 20), z(0, 15);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = z(g) == 0 ? 0.0f : std::ldexp(d(g), e(g));
+  v[7] = std::numeric_limits<float>::quiet_NaN();  // one NaN block, one Inf block
+  v[size_t(n / 2)] = std::numeric_limits<float>::infinity();
+  return v;
+}
+
+/// Device tensor from host ExactOperand-like bytes.
+struct DevOperand {
+  DevBuf data, scales, global;
+  QuantizedTensor t;
+  DevOperand(const QuantizedTensor& h, const std::vector<uint8_t>& d, const std::vector<uint8_t>& s, float g)
+      : data(d), scales(s), global(std::vector<float>{g}) {
+    t = h;
+    t.data = data.p;
+    t.scales = scales.p;
+    t.global_scale = h.global_scale ? global.as<float>() : nullptr;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Host and GPU quantizers are byte-identical for every recipe, mode, format and direction",
+          "[emulation][gpu]") {
+  auto g = scalemm::testing::rng(901);
+  const int64_t R = 258, C = 392;
+  const auto x = wide(g, R * C);
+  DevBuf dx(x);
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = fmt::encode_bf16(x[i]);
+  DevBuf dxb(xb);
+  for (Recipe r : kAllRecipes)
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+      for (int dirs = 1; dirs <= 3; ++dirs)
+        for (int alt = 0; alt < 2; ++alt) {
+          ScaleMode mode = ScaleMode::kDefault;
+          if (alt) mode = r == Recipe::kNvfp4 ? ScaleMode::kNvfp4TwoLevel
+                          : (r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32) ? ScaleMode::kE8M0Floor
+                                                                                : ScaleMode::kAmaxPow2;
+          const DType src_dtype = alt ? DType::kBF16 : DType::kF32;
+          auto cfg = make_cfg(r, f, dirs & 1, dirs & 2, mode, alt && r != Recipe::kNvfp4 ? DType::kE5M2 : DType::kE4M3);
+          INFO(recipe_name(r) << " " << format_name(f) << " dirs=" << dirs << " mode " << to_string(mode));
+          auto h = quantize_h(alt ? reinterpret_cast<const float*>(xb.data()) : x.data(), R, C, cfg, 0xA5, src_dtype);
+          const int64_t db = data_bytes(cfg, R, C);
+          DevBuf d(size_t(db), 0xEE), s(size_t(rowwise_layout(cfg, R, C).bytes()), 0xA5);
+          DevBuf dt(size_t(db), 0xEE), st(size_t(columnwise_layout(cfg, R, C).bytes()), 0xA5), gs(4);
+          QuantizeOutputs o{cfg.rowwise ? d.p : nullptr, cfg.rowwise ? s.p : nullptr, cfg.columnwise ? dt.p : nullptr,
+                            cfg.columnwise ? st.p : nullptr, gs.as<float>()};
+          SourceMatrix src{alt ? dxb.p : dx.p, src_dtype, R, C};
+          quantize_device(src, cfg, o, nullptr, 0, nullptr);
+          CUDA_OK(cudaDeviceSynchronize());
+          if (cfg.rowwise) {
+            CHECK(d.get() == h.data);
+            CHECK(s.get() == h.scales);
+          }
+          if (cfg.columnwise) {
+            CHECK(dt.get() == h.data_t);
+            CHECK(st.get() == h.scales_t);
+          }
+          if (r == Recipe::kNvfp4) CHECK(gs.get<float>()[0] == h.global);
+        }
+}
+
+TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emulation][gpu]") {
+  auto g = scalemm::testing::rng(902);
+  const int64_t R = 130, C = 200;
+  const auto x = wide(g, R * C);
+  for (Recipe r : kAllRecipes) {
+    INFO(recipe_name(r));
+    auto h = quantize_h(x.data(), R, C, make_cfg(r, ScaleFormat::kCublasLt));
+    DevOperand dop(h.rowwise(), h.data, h.scales, h.global);
+    for (DType out : {DType::kF32, DType::kBF16}) {
+      const size_t bytes = size_t(R * C) * size_t(dtype_bits(out) / 8);
+      std::vector<uint8_t> hd(bytes);
+      dequantize_host(h.rowwise(), hd.data(), out);
+      DevBuf dd(bytes);
+      dequantize_device(dop.t, dd.p, out, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      CHECK(dd.get() == hd);
+    }
+  }
+}
+
+TEST_CASE("GPU reference GEMM equals the exact product on exact-by-construction inputs, odd shapes included",
+          "[emulation][gpu]") {
+  for (Recipe r : kAllRecipes)
+    for (int64_t M : {1, 7, 129}) {
+      INFO(recipe_name(r) << " M=" << M);
+      auto g = scalemm::testing::rng(903 + uint64_t(M));
+      const int64_t N = 130, K = 200;
+      const auto a = make_exact(r, M, K, ScaleFormat::kCublasLt, Pattern::kSmallInts, g);
+      const auto b = make_exact(r, N, K, ScaleFormat::kCublasLt, Pattern::kSmallInts, g);
+      std::vector<float> bias(static_cast<size_t>(N));
+      for (int64_t j = 0; j < N; ++j) bias[size_t(j)] = float(int(j % 5) - 2);
+      DevOperand da(a.tensor(), a.data, a.scales, a.global), db(b.tensor(), b.data, b.scales, b.global);
+      DevBuf dbias(bias);
+      for (DType out : {DType::kF32, DType::kBF16, DType::kF16}) {
+        const auto want = encode_out(exact_product(a, b, 0.5, bias.data()), out);
+        DevBuf dd(want.size(), 0xCD);
+        GemmOptions o;
+        o.alpha = 0.5f;
+        o.bias = dbias.as<float>();
+        o.out_dtype = out;
+        gemm_device(da.t, db.t, dd.p, o, nullptr, 0, nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        CHECK(dd.get() == want);
+      }
+    }
+}
+
+TEST_CASE("GPU reference GEMM is bit-identical to the host GEMM on random data", "[emulation][gpu]") {
+  auto g = scalemm::testing::rng(904);
+  const int64_t M = 300, N = 260, K = 1000;
+  const auto a = random_normal(g, M * K), b = random_normal(g, N * K);
+  for (Recipe r : {Recipe::kBlock1x128, Recipe::kMxfp8, Recipe::kNvfp4}) {
+    INFO(recipe_name(r));
+    auto qa = quantize_h(a.data(), M, K, make_cfg(r, ScaleFormat::kCublasLt));
+    auto qb = quantize_h(b.data(), N, K, make_cfg(r, ScaleFormat::kCublasLt));
+    std::vector<float> hd(size_t(M * N));
+    gemm_host(qa.rowwise(), qb.rowwise(), hd.data());
+    DevOperand da(qa.rowwise(), qa.data, qa.scales, qa.global), db(qb.rowwise(), qb.data, qb.scales, qb.global);
+    const size_t ws = gemm_device_workspace_bytes(da.t, db.t);
+    DevBuf w(ws), dd(size_t(M * N) * 4);
+    gemm_device(da.t, db.t, dd.p, GemmOptions{}, w.p, ws, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = dd.get<float>();
+    const auto c = compare(hd.data(), got.data(), M * N);
+    INFO(c.to_string());
+    CHECK(c.bitwise_equal());
+  }
+}
+
+TEST_CASE("GPU grouped GEMMs (row groups with an empty group, K groups) equal the host", "[emulation][gpu]") {
+  auto g = scalemm::testing::rng(905);
+  const int64_t N = 130, K = 200;
+  const std::vector<int64_t> sizes = {3, 0, 129};
+  const std::vector<int64_t> offs = {0, 3, 3, 132};
+  std::vector<ExactOperand> A, B;
+  for (auto s : sizes) {
+    A.push_back(make_exact(Recipe::kMxfp8, s, K, ScaleFormat::kCublasLt, Pattern::kSmallInts, g));
+    B.push_back(make_exact(Recipe::kMxfp8, N, K, ScaleFormat::kCublasLt, Pattern::kSmallInts, g));
+  }
+  std::vector<QuantizedTensor> ha, hb;
+  std::vector<std::unique_ptr<DevOperand>> da, db;
+  std::vector<QuantizedTensor> ta, tb;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ha.push_back(A[i].tensor());
+    hb.push_back(B[i].tensor());
+    da.emplace_back(new DevOperand(ha[i], A[i].data, A[i].scales, A[i].global));
+    db.emplace_back(new DevOperand(hb[i], B[i].data, B[i].scales, B[i].global));
+    ta.push_back(da[i]->t);
+    tb.push_back(db[i]->t);
+  }
+  std::vector<float> hd(size_t(offs.back() * N));
+  grouped_gemm_rows_host(ha.data(), hb.data(), offs.data(), 3, hd.data());
+  DevBuf dd(hd.size() * 4);
+  grouped_gemm_rows_device(ta.data(), tb.data(), offs.data(), 3, dd.p, GemmOptions{}, nullptr, 0, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  CHECK(dd.get<float>() == hd);
+  // K groups: same M for all groups (use groups 2's A with itself against each B as a 2D x 2D case)
+  std::vector<QuantizedTensor> ka = {ta[2], ta[2]}, kb = {tb[0], tb[2]}, hka = {ha[2], ha[2]}, hkb = {hb[0], hb[2]};
+  std::vector<float> hk(size_t(2 * 129 * N));
+  grouped_gemm_k_host(hka.data(), hkb.data(), 2, hk.data());
+  DevBuf dk(hk.size() * 4);
+  grouped_gemm_k_device(ka.data(), kb.data(), 2, dk.p, GemmOptions{}, nullptr, 0, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  CHECK(dk.get<float>() == hk);
+}
