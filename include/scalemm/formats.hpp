@@ -22,7 +22,8 @@ enum class Saturation : uint8_t { kSatFinite = 0, kNonSaturating = 1 };
 enum class E8M0Rounding : uint8_t {
   kUp = 0,       ///< ceil(log2|x|): RCEIL, `cvt.rp.satfinite.ue8m0x2.f32`, cuBLASLt D-output scales
   kDown = 1,     ///< floor(log2|x|): the OCP MX "suggested" FLOOR rule, `cvt.rz`
-  kNearest = 2,  ///< nearest on the linear value, ties up (1.5 -> 2, 3 -> 4), as ml_dtypes/PyTorch
+  kNearest = 2,  ///< nearest on the linear value, ties up (1.5 -> 2, 3 -> 4), as ml_dtypes/PyTorch except
+                 ///< for float32 subnormals in (2^-127, 1.5*2^-127), which they round up (docs/numerics.md)
 };
 
 // ---- bit casts ------------------------------------------------------------------------------
