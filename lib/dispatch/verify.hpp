@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "scalemm/emulation/compare.hpp"
 #include "scalemm/gemm.hpp"
 
 namespace scalemm::verify {
@@ -23,6 +24,11 @@ Mode parse_mode(const std::string& s);
 
 /// Synchronises `stream`, recomputes the reference and compares. Throws on mismatch.
 void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream);
+
+/// The tolerance a backend's result must meet against the reference: emulation::gemm_tolerance (fp32
+/// accumulation in another order) widened for FP8 tensor-core kernels, whose MMA accumulates with
+/// reduced precision.
+emulation::Tolerance tolerance_for(const GemmArgs& args, const Plan& plan, double ref_scale);
 
 /// Writes a call (device or host pointers) to `dir`: a.npy, scale_a.npy, b.npy, scale_b.npy,
 /// [bias.npy], d.npy (the result under test) and call.json. Returns the directory.

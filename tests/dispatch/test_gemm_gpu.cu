@@ -122,7 +122,10 @@ TEST_CASE("every recipe pair on the GPU equals the host reference bit for bit on
     }
 }
 
-TEST_CASE("native GEMMs on random data agree with the reference to at least 80 dB", "[gpu][dispatch]") {
+// Native FP8 kernels on Hopper accumulate each MMA's products with ~14 bits before the fp32
+// accumulator (measured 77.8-78.3 dB vs an fp32 reference on H200, whatever the recipe), so their
+// floor is 75 dB; the emulated BF16 path accumulates in fp32 and must reach 120 dB.
+TEST_CASE("GEMMs on random data agree with the reference: 75 dB native FP8, 120 dB emulated", "[gpu][dispatch]") {
   auto rng = scalemm::testing::rng(0x5EED);
   Handle h;
   const std::pair<Recipe, Recipe> pairs[] = {{Recipe::kTensorwise, Recipe::kTensorwise},
@@ -144,7 +147,17 @@ TEST_CASE("native GEMMs on random data agree with the reference to at least 80 d
                   (long long)s.n, (long long)s.k, std::string(to_string(r.backend)).c_str(), r.cmp.sqnr_db,
                   r.cmp.max_rel_err);
       CAPTURE(to_string(ra), to_string(rb), s.m, s.n, s.k, to_string(r.backend), r.cmp.to_string());
-      CHECK(r.cmp.sqnr_db >= 80.0);
+      CHECK(r.cmp.sqnr_db >= (r.backend == Backend::kEmulated ? 120.0 : 75.0));
+      // The verify-mode tolerance accepts the correct result.
+      GemmArgs shape;
+      shape.m = s.m, shape.n = s.n, shape.k = s.k;
+      shape.a = a.view(), shape.b = b.view(), shape.d_dtype = DType::kF32;
+      Plan plan;
+      plan.backend = r.backend;
+      double ref_scale = 0.0;
+      for (float v : r.ref) ref_scale = std::max(ref_scale, double(std::fabs(v)));
+      const auto tol = verify::tolerance_for(shape, plan, ref_scale);
+      CHECK(emulation::compare(r.ref.data(), r.gpu.data(), int64_t(r.ref.size()), &tol).within_tolerance());
       CHECK(r.cmp.nonfinite_mismatches == 0);
     }
 }
