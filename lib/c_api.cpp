@@ -1,8 +1,11 @@
 // The C ABI: thin wrappers that translate exceptions into status codes.
 #include "scalemm/scalemm.h"
 
+#include <cstddef>
+#include <cstring>
 #include <string>
 
+#include "scalemm/gemm.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/types.hpp"
 #include "scalemm/version.hpp"
@@ -18,7 +21,73 @@ const char* enum_name(int value, int lo, int hi) {
   return scalemm::to_string(static_cast<Enum>(value)).data();
 }
 
+// Runs `fn`, turning every exception into a status code and the thread's last error message.
+template <typename Fn>
+scalemm_status_t guarded(Fn&& fn) {
+  try {
+    fn();
+    g_last_error.clear();
+    return SCALEMM_STATUS_OK;
+  } catch (const scalemm::Error& e) {
+    g_last_error = e.what();
+    return static_cast<scalemm_status_t>(e.code());
+  } catch (const std::bad_alloc&) {
+    g_last_error = "SCALEMM_STATUS_OUT_OF_MEMORY: host allocation failed";
+    return SCALEMM_STATUS_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    g_last_error = std::string("SCALEMM_STATUS_INTERNAL: ") + e.what();
+    return SCALEMM_STATUS_INTERNAL;
+  }
+}
+
+void require(bool cond, const std::string& what) {
+  if (!cond) throw scalemm::Error(scalemm::StatusCode::kInvalidArgument, what);
+}
+
+template <typename Enum>
+Enum checked_enum(int32_t v, int lo, int hi, const char* field) {
+  require(v >= lo && v <= hi, std::string(field) + ": value " + std::to_string(v) + " is outside the enum [" +
+                                  std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return static_cast<Enum>(v);
+}
+
+scalemm::GemmOperand operand_from(const scalemm_operand_t& o, const char* name) {
+  scalemm::GemmOperand op;
+  op.data = o.data;
+  op.dtype = checked_enum<scalemm::DType>(o.dtype, 0, scalemm::kDTypeCount - 1, (std::string(name) + ".dtype").c_str());
+  op.recipe = checked_enum<scalemm::Recipe>(o.recipe, 1, 7, (std::string(name) + ".recipe").c_str());
+  op.scale = o.scale;
+  op.scale_format =
+      checked_enum<scalemm::ScaleFormat>(o.scale_format, 0, 1, (std::string(name) + ".scale_format").c_str());
+  op.global_scale = o.global_scale;
+  return op;
+}
+
+// The fields of scalemm_gemm_t that the caller's struct_size covers.
+scalemm::GemmArgs args_from(const scalemm_gemm_t* g) {
+  require(g != nullptr, "gemm: null descriptor");
+  require(g->struct_size >= offsetof(scalemm_gemm_t, memory_space) + sizeof(int32_t),
+          "gemm.struct_size: " + std::to_string(g->struct_size) + " is smaller than the first version of "
+          "scalemm_gemm_t (" + std::to_string(offsetof(scalemm_gemm_t, memory_space) + sizeof(int32_t)) +
+          "); set it to sizeof(scalemm_gemm_t)");
+  scalemm::GemmArgs a;
+  a.m = g->m, a.n = g->n, a.k = g->k;
+  a.a = operand_from(g->a, "gemm.a");
+  a.b = operand_from(g->b, "gemm.b");
+  a.d = g->d;
+  a.d_dtype = checked_enum<scalemm::DType>(g->d_dtype, 0, scalemm::kDTypeCount - 1, "gemm.d_dtype");
+  a.bias = g->bias;
+  a.alpha = g->alpha;
+  a.space = checked_enum<scalemm::MemorySpace>(g->memory_space, 0, 1, "gemm.memory_space");
+  return a;
+}
+
 }  // namespace
+
+struct scalemm_handle {
+  scalemm::Handle impl;
+  explicit scalemm_handle(scalemm::HandleOptions o) : impl(o) {}
+};
 
 static_assert(SCALEMM_STATUS_INTERNAL == static_cast<int>(scalemm::StatusCode::kInternal),
               "C and C++ status codes must agree");
@@ -44,5 +113,55 @@ const char* scalemm_scale_format_name(int format) {
 }
 
 const char* scalemm_last_error_message(void) { return g_last_error.c_str(); }
+
+scalemm_status_t scalemm_handle_create(scalemm_handle_t* handle, const scalemm_handle_options_t* options) {
+  return guarded([&] {
+    require(handle != nullptr, "handle: null output pointer");
+    *handle = nullptr;
+    scalemm::HandleOptions o;
+    if (options) {
+      require(options->struct_size >= sizeof(scalemm_handle_options_t),
+              "options.struct_size: set it to sizeof(scalemm_handle_options_t)");
+      o.plan.strict = options->strict != 0;
+      if (options->force_backend >= 0)
+        o.plan.force = checked_enum<scalemm::Backend>(options->force_backend, 0, 3, "options.force_backend");
+    }
+    *handle = new scalemm_handle(o);
+  });
+}
+
+scalemm_status_t scalemm_handle_destroy(scalemm_handle_t handle) {
+  return guarded([&] { delete handle; });
+}
+
+scalemm_status_t scalemm_gemm(scalemm_handle_t handle, const scalemm_gemm_t* gemm, void* stream) {
+  return guarded([&] {
+    require(handle != nullptr, "handle: null");
+    handle->impl.gemm(args_from(gemm), static_cast<scalemm::Stream>(stream));
+  });
+}
+
+scalemm_status_t scalemm_plan_explain(scalemm_handle_t handle, const scalemm_gemm_t* gemm, int32_t* backend,
+                                      char* buf, size_t buf_size, size_t* needed) {
+  return guarded([&] {
+    require(handle != nullptr, "handle: null");
+    const scalemm::GemmArgs args = args_from(gemm);
+    scalemm::throw_if_any(scalemm::validate(args), scalemm::StatusCode::kInvalidArgument);
+    const scalemm::Plan plan = handle->impl.plan(args);
+    const std::string text = "backend " + std::string(scalemm::to_string(plan.backend)) + ": " + plan.explain();
+    if (backend) *backend = static_cast<int32_t>(plan.backend);
+    if (needed) *needed = text.size() + 1;
+    if (buf && buf_size) {
+      const size_t n = text.size() < buf_size - 1 ? text.size() : buf_size - 1;
+      std::memcpy(buf, text.data(), n);
+      buf[n] = '\0';
+    }
+  });
+}
+
+const char* scalemm_backend_name(int backend) {
+  if (backend < 0 || backend > 3) return "unknown";
+  return scalemm::to_string(static_cast<scalemm::Backend>(backend)).data();
+}
 
 }  // extern "C"

@@ -70,6 +70,76 @@ const char* scalemm_scale_format_name(int format);
 /* Message of the last failing call on this thread ("" if none). Valid until the next call. */
 const char* scalemm_last_error_message(void);
 
+/* ---- scaled GEMM --------------------------------------------------------------------------------
+ * D (M,N) = alpha * A (M,K) * B (N,K)^T (+ bias[N]): A and B row-major with K contiguous, as in a
+ * linear layer Y = X W^T. Each operand carries its recipe, data dtype and scale format. */
+
+typedef struct scalemm_handle* scalemm_handle_t;
+
+/* Backends, identical to scalemm::Backend. */
+typedef enum scalemm_backend_t {
+  SCALEMM_BACKEND_NATIVE = 0,
+  SCALEMM_BACKEND_CONVERT_NATIVE = 1,
+  SCALEMM_BACKEND_EMULATED = 2,
+  SCALEMM_BACKEND_REFERENCE = 3
+} scalemm_backend_t;
+
+typedef enum scalemm_memory_space_t {
+  SCALEMM_MEMORY_HOST = 0,
+  SCALEMM_MEMORY_DEVICE = 1
+} scalemm_memory_space_t;
+
+/* One input operand. `data`: (rows, K) e4m3/e5m2 bytes, or e2m1 packed two per byte (element 2i in
+ * the low nibble). `scale`: the recipe's scale buffer in `scale_format`. `global_scale`: NVFP4's
+ * per-tensor decode scale (1.0f otherwise). */
+typedef struct scalemm_operand_t {
+  const void* data;
+  int32_t dtype;        /* scalemm_dtype_t */
+  int32_t recipe;       /* scalemm_recipe_t */
+  const void* scale;
+  int32_t scale_format; /* scalemm_scale_format_t */
+  float global_scale;
+} scalemm_operand_t;
+
+/* A GEMM call. Set struct_size = sizeof(scalemm_gemm_t): fields appended in later versions are then
+ * read only when the caller's struct has them. */
+typedef struct scalemm_gemm_t {
+  size_t struct_size;
+  int64_t m, n, k;
+  scalemm_operand_t a, b;
+  void* d;
+  int32_t d_dtype;      /* SCALEMM_DTYPE_BF16, _F16 or _F32 */
+  const void* bias;     /* optional bf16 [N] */
+  float alpha;
+  int32_t memory_space; /* scalemm_memory_space_t: all pointers live there */
+} scalemm_gemm_t;
+
+/* Handle options. strict != 0 refuses anything but the native backend; force_backend >= 0 runs exactly
+ * that backend (an error when it cannot); -1 lets the planner choose. */
+typedef struct scalemm_handle_options_t {
+  size_t struct_size;
+  int32_t strict;
+  int32_t force_backend;
+} scalemm_handle_options_t;
+
+/* Creates a handle (options may be NULL for the defaults). One handle may serve many threads. */
+scalemm_status_t scalemm_handle_create(scalemm_handle_t* handle, const scalemm_handle_options_t* options);
+scalemm_status_t scalemm_handle_destroy(scalemm_handle_t handle);
+
+/* Validates, plans (cached per problem) and runs the GEMM on `stream` (a cudaStream_t; NULL for the
+ * default stream). Host memory runs the host reference synchronously. On an error nothing is written
+ * to d and scalemm_last_error_message() names the argument and the rule. */
+scalemm_status_t scalemm_gemm(scalemm_handle_t handle, const scalemm_gemm_t* gemm, void* stream);
+
+/* The plan for `gemm` without running it: the backend, and its explanation (which backend, why the
+ * earlier ones were passed over, conversions, workspace) copied into buf (NUL-terminated, truncated
+ * to buf_size). *needed (optional) receives the full length + 1. */
+scalemm_status_t scalemm_plan_explain(scalemm_handle_t handle, const scalemm_gemm_t* gemm, int32_t* backend,
+                                      char* buf, size_t buf_size, size_t* needed);
+
+/* "native", "convert-native", "emulated", "reference"; "unknown" outside the enum. */
+const char* scalemm_backend_name(int backend);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

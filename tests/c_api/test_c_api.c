@@ -31,6 +31,74 @@ int main(void) {
   EXPECT_STR(scalemm_recipe_name(0), "unknown");
   EXPECT_STR(scalemm_scale_format_name(SCALEMM_SCALE_FORMAT_CUBLASLT), "cublaslt");
   EXPECT_STR(scalemm_last_error_message(), "");
+  EXPECT_STR(scalemm_backend_name(SCALEMM_BACKEND_EMULATED), "emulated");
+
+  /* A host GEMM through the C ABI: A = 1.0 (e4m3 0x38), B = 2.0 (0x40), tensorwise scales 0.5 and 2,
+   * K = 32: every D element is 32 * 1 * 2 * 0.5 * 2 = 64. */
+  {
+    enum { M = 4, N = 8, K = 32 };
+    unsigned char a[M * K], b[N * K];
+    float sa = 0.5f, sb = 2.0f, d[M * N];
+    scalemm_handle_t h = NULL;
+    scalemm_gemm_t g;
+    char text[512];
+    size_t needed = 0;
+    int32_t backend = -1;
+    int i, wrong = 0;
+    memset(a, 0x38, sizeof a);
+    memset(b, 0x40, sizeof b);
+    for (i = 0; i < M * N; ++i) d[i] = -1.0f;
+    memset(&g, 0, sizeof g);
+    g.struct_size = sizeof g;
+    g.m = M, g.n = N, g.k = K;
+    g.a.data = a, g.a.dtype = SCALEMM_DTYPE_E4M3, g.a.recipe = SCALEMM_RECIPE_TENSORWISE, g.a.scale = &sa;
+    g.a.scale_format = SCALEMM_SCALE_FORMAT_COMPACT, g.a.global_scale = 1.0f;
+    g.b = g.a;
+    g.b.data = b, g.b.scale = &sb;
+    g.d = d, g.d_dtype = SCALEMM_DTYPE_F32, g.alpha = 1.0f, g.memory_space = SCALEMM_MEMORY_HOST;
+
+    if (scalemm_handle_create(&h, NULL) != SCALEMM_STATUS_OK || h == NULL) {
+      fprintf(stderr, "scalemm_handle_create failed: %s\n", scalemm_last_error_message());
+      ++failures;
+    } else {
+      if (scalemm_plan_explain(h, &g, &backend, text, sizeof text, &needed) != SCALEMM_STATUS_OK ||
+          backend != SCALEMM_BACKEND_REFERENCE || needed < 10 || strstr(text, "host") == NULL) {
+        fprintf(stderr, "scalemm_plan_explain: backend %d, text \"%s\" (%s)\n", (int)backend, text,
+                scalemm_last_error_message());
+        ++failures;
+      }
+      g.k = 0; /* invalid: named error, output untouched */
+      if (scalemm_gemm(h, &g, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT || d[0] != -1.0f ||
+          strstr(scalemm_last_error_message(), "positive-extent") == NULL) {
+        fprintf(stderr, "K=0 was not rejected with a named error: %s\n", scalemm_last_error_message());
+        ++failures;
+      }
+      g.k = K;
+      g.struct_size = 8; /* a struct from no version of the header */
+      if (scalemm_gemm(h, &g, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT) {
+        fprintf(stderr, "a short struct_size was accepted\n");
+        ++failures;
+      }
+      g.struct_size = sizeof g;
+      g.a.recipe = 42;
+      if (scalemm_gemm(h, &g, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT) {
+        fprintf(stderr, "recipe 42 was accepted\n");
+        ++failures;
+      }
+      g.a.recipe = SCALEMM_RECIPE_TENSORWISE;
+      if (scalemm_gemm(h, &g, NULL) != SCALEMM_STATUS_OK) {
+        fprintf(stderr, "scalemm_gemm failed: %s\n", scalemm_last_error_message());
+        ++failures;
+      }
+      for (i = 0; i < M * N; ++i) wrong += d[i] != 64.0f;
+      if (wrong) {
+        fprintf(stderr, "%d of %d outputs differ from 64 (d[0] = %g)\n", wrong, M * N, (double)d[0]);
+        ++failures;
+      }
+      if (scalemm_handle_destroy(h) != SCALEMM_STATUS_OK) ++failures;
+    }
+  }
+
   printf("scalemm %s C ABI: %s\n", v ? v : "?", failures ? "FAILED" : "ok");
   printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
   return failures ? 1 : 0;
