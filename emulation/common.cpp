@@ -144,6 +144,26 @@ QuantizedTensor k_slice(const QuantizedTensor& t, int64_t k0, int64_t k1, const 
   return s;
 }
 
+static void check_operand(const QuantizedTensor& t, const char* name) {
+  if (t.rows() < 0 || t.k() < 0) invalid(std::string(name) + ": negative shape");
+  if (t.rows() * t.k() == 0) return;
+  if (!t.data || !t.scales) invalid(std::string(name) + ": data or scales are null");
+  if (t.row_stride() < t.k()) invalid(std::string(name) + ": row stride is smaller than K");
+  if (t.dtype == DType::kE2M1 && t.row_stride() % 2) invalid(std::string(name) + ": E2M1 needs an even row stride");
+  switch (t.dtype) {
+    case DType::kE4M3: case DType::kE5M2: case DType::kE2M1: case DType::kF32: case DType::kBF16: case DType::kF16:
+      break;
+    default: invalid(std::string(name) + ": unsupported data dtype " + std::string(to_string(t.dtype)));
+  }
+}
+
+void check_dequantize_args(const QuantizedTensor& t, const void* out, DType out_dtype) {
+  check_operand(t, "dequantize");
+  if (out_dtype != DType::kF32 && out_dtype != DType::kBF16 && out_dtype != DType::kF16)
+    invalid("dequantize output dtype must be f32, bf16 or f16");
+  if (t.rows() * t.k() > 0 && !out) invalid("dequantize output is null");
+}
+
 void check_gemm_args(const QuantizedTensor& a, const QuantizedTensor& b, const void* d, const GemmOptions& opt) {
   if (a.k() != b.k())
     invalid("A and B disagree on K: " + std::to_string(a.k()) + " vs " + std::to_string(b.k()));
@@ -151,12 +171,8 @@ void check_gemm_args(const QuantizedTensor& a, const QuantizedTensor& b, const v
     invalid("output dtype must be f32, bf16 or f16");
   if (a.rows() * b.rows() > 0 && !d) invalid("output is null");
   if (opt.ldd != 0 && opt.ldd < b.rows()) invalid("ldd must be >= N");
-  for (const QuantizedTensor* t : {&a, &b}) {
-    if (t->rows() * t->k() == 0) continue;
-    if (!t->data || !t->scales) invalid("operand data or scales are null");
-    if (t->row_stride() < t->k()) invalid("operand row stride is smaller than K");
-    if (t->dtype == DType::kE2M1 && t->row_stride() % 2) invalid("E2M1 operands need an even row stride");
-  }
+  check_operand(a, "A");
+  check_operand(b, "B");
 }
 
 }  // namespace scalemm::emulation

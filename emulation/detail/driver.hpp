@@ -12,6 +12,8 @@
 namespace scalemm::emulation {
 /// Throws Error(kInvalidArgument) for malformed GEMM arguments (common.cpp).
 void check_gemm_args(const QuantizedTensor& a, const QuantizedTensor& b, const void* d, const GemmOptions& opt);
+/// Throws Error(kInvalidArgument) for a malformed dequantization request (common.cpp).
+void check_dequantize_args(const QuantizedTensor& t, const void* out, DType out_dtype);
 }  // namespace scalemm::emulation
 
 namespace scalemm::emulation::detail {
@@ -108,6 +110,7 @@ inline OperandView view_of(const QuantizedTensor& t) {
 
 template <class Exec>
 void run_dequantize(Exec& ex, const QuantizedTensor& t, void* out, DType out_dtype) {
+  check_dequantize_args(t, out, out_dtype);
   const int64_t n = t.rows() * t.k();
   if (n > 0) ex.for_each(n, Dequantize{view_of(t), out, out_dtype});
 }

@@ -283,3 +283,30 @@ TEST_CASE("Comparison helpers report bitwise equality, worst elements, SQNR, NaN
   CHECK(tb.rtol > t1.rtol);
   CHECK(tb.atol > t1.atol);
 }
+
+TEST_CASE("Empty shapes: M, N or K of zero quantize and multiply without touching memory they do not own",
+          "[emulation][gemm]") {
+  std::vector<float> x(64, 1.0f);
+  for (Recipe r : kAllRecipes) {
+    INFO(recipe_name(r));
+    auto q0 = quantize_h(x.data(), 0, 64, make_cfg(r, ScaleFormat::kCublasLt, true, true));
+    auto q1 = quantize_h(x.data(), 64, 0, make_cfg(r, ScaleFormat::kCublasLt, true, true));
+    if (r == Recipe::kNvfp4) CHECK(q0.global == 1.0f);
+  }
+  // K = 0: D = alpha * 0 + bias
+  auto g = scalemm::testing::rng(802);
+  const auto a = make_exact(Recipe::kMxfp8, 3, 0, ScaleFormat::kCompact, Pattern::kOnes, g);
+  const auto b = make_exact(Recipe::kMxfp8, 2, 0, ScaleFormat::kCompact, Pattern::kOnes, g);
+  std::vector<float> bias = {1.5f, -2.0f}, d(6, 9.0f);
+  GemmOptions o;
+  o.bias = bias.data();
+  auto ta = a.tensor(), tb = b.tensor();
+  std::vector<uint8_t> dummy(4);
+  ta.data = tb.data = ta.scales = tb.scales = dummy.data();
+  gemm_host(ta, tb, d.data(), o);
+  CHECK(d == std::vector<float>{1.5f, -2.0f, 1.5f, -2.0f, 1.5f, -2.0f});
+  // M = 0 writes nothing
+  const auto e = make_exact(Recipe::kMxfp8, 0, 64, ScaleFormat::kCompact, Pattern::kOnes, g);
+  const auto f = make_exact(Recipe::kMxfp8, 2, 64, ScaleFormat::kCompact, Pattern::kOnes, g);
+  gemm_host(e.tensor(), f.tensor(), nullptr);
+}
