@@ -1,5 +1,8 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <string>
+
 #include "kernels.cuh"
 #include "scalemm/formats.hpp"
 #include "scalemm/status.hpp"
@@ -23,6 +26,100 @@ __global__ void alpha_beta_kernel(float* dst, float value) {
   dst[1] = 0.0f;
 }
 
+// Exact range of E8M0 codes for a data format (see kernels.cuh).
+__host__ __device__ constexpr int low_code(DType t) { return t == DType::kE5M2 ? 10 : 3; }
+__host__ __device__ constexpr int high_code(DType t) { return t == DType::kE5M2 ? 239 : 246; }
+
+__global__ void init_shifts_kernel(EmulatedShifts* s) {
+  for (int i = 0; i < 2; ++i) {
+    s->min_code[i] = 255;
+    s->max_code[i] = -1;
+  }
+}
+
+// Min/max E8M0 code over the logical scales (padding excluded: it is never read as a scale).
+__global__ void e8m0_range_kernel(const uint8_t* scales, layouts::ScaleLayout l, EmulatedShifts* s, int which) {
+  int lo = 255, hi = -1;
+  const int64_t n = l.rows * l.kblocks();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / l.kblocks(), kb = i % l.kblocks();
+    const int c = scales[l.offset(r, kb)];
+    if (c == 255) continue;  // NaN scales stay NaN whatever the shift
+    lo = min(lo, c);
+    hi = max(hi, c);
+  }
+  for (int off = 16; off; off /= 2) {
+    lo = min(lo, __shfl_down_sync(0xFFFFFFFFu, lo, off));
+    hi = max(hi, __shfl_down_sync(0xFFFFFFFFu, hi, off));
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicMin(&s->min_code[which], lo);
+    atomicMax(&s->max_code[which], hi);
+  }
+}
+
+__global__ void finish_shifts_kernel(EmulatedShifts* s, DType ta, DType tb, bool a_e8m0, bool b_e8m0, float alpha,
+                                     float* alpha_beta) {
+  int total = 0;
+  const DType types[2] = {ta, tb};
+  const bool e8m0[2] = {a_e8m0, b_e8m0};
+  for (int i = 0; i < 2; ++i) {
+    int shift = 0;
+    if (e8m0[i] && s->max_code[i] >= 0 && s->min_code[i] < low_code(types[i]))
+      shift = max(0, min(low_code(types[i]) - s->min_code[i], high_code(types[i]) - s->max_code[i]));
+    s->min_code[i] = shift;  // from here on the slot holds the chosen shift
+    total += shift;
+  }
+  alpha_beta[0] = scalbnf(alpha, -total);
+  alpha_beta[1] = 0.0f;
+}
+
+// Each thread turns 8 consecutive K elements (one scale) into 8 bf16 values.
+template <DType kData>
+__global__ void dequant_bf16_kernel(const uint8_t* data, const void* scales, layouts::ScaleLayout l,
+                                    const EmulatedShifts* shifts, int which, uint16_t* out) {
+  __shared__ float lut[256];
+  for (int i = threadIdx.x; i < 256; i += blockDim.x)
+    lut[i] = kData == DType::kE4M3 ? formats::decode_e4m3(uint8_t(i))
+             : kData == DType::kE5M2 ? formats::decode_e5m2(uint8_t(i))
+                                     : formats::decode_e2m1(uint8_t(i & 0xF));
+  __syncthreads();
+  const int shift = l.scale_dtype() == DType::kE8M0 ? shifts->min_code[which] : 0;
+  const int64_t chunks_per_row = l.k / 8;
+  const int64_t n = l.rows * chunks_per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / chunks_per_row, k0 = (i % chunks_per_row) * 8;
+    const int64_t so = l.offset_of_element(r, k0);
+    float scale;
+    if (l.scale_dtype() == DType::kE8M0) {
+      const uint8_t c = static_cast<const uint8_t*>(scales)[so];
+      scale = c == 255 ? __int_as_float(0x7FC00000) : scalbnf(1.0f, int(c) - 127 + shift);
+      // scalbnf(1, e) for e < -126 gives the exact subnormal power of two; e >= -149 always here.
+    } else {
+      scale = formats::decode_ue4m3(static_cast<const uint8_t*>(scales)[so]);
+    }
+    float v[8];
+    if (kData == DType::kE2M1) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(data + (r * l.k + k0) / 2);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = lut[(w >> (4 * j)) & 0xF];
+    } else {
+      const uint2 w = *reinterpret_cast<const uint2*>(data + r * l.k + k0);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[j] = lut[(w.x >> (8 * j)) & 0xFF];
+        v[j + 4] = lut[(w.y >> (8 * j)) & 0xFF];
+      }
+    }
+    uint4 o;
+    uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      ow[j] = uint32_t(formats::encode_bf16(v[2 * j] * scale)) | (uint32_t(formats::encode_bf16(v[2 * j + 1] * scale)) << 16);
+    *reinterpret_cast<uint4*>(out + r * l.k + k0) = o;
+  }
+}
+
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
@@ -41,6 +138,44 @@ void broadcast_scalar(const float* src, float* dst, int64_t n, Stream stream) {
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n, Stream stream) {
   bf16_to_f32_kernel<<<blocks_for(n), 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(src, dst, n);
   check_launch("bf16_to_f32");
+}
+
+void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, float alpha, EmulatedShifts* shifts,
+                      float* alpha_beta, Stream stream) {
+  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  init_shifts_kernel<<<1, 1, 0, cs>>>(shifts);
+  const EmulatedOperand* ops[2] = {&a, &b};
+  bool e8m0[2];
+  for (int i = 0; i < 2; ++i) {
+    e8m0[i] = ops[i]->layout.scale_dtype() == DType::kE8M0;
+    if (!e8m0[i]) continue;
+    const int64_t n = ops[i]->layout.rows * ops[i]->layout.kblocks();
+    e8m0_range_kernel<<<blocks_for(n), 256, 0, cs>>>(static_cast<const uint8_t*>(ops[i]->scales), ops[i]->layout,
+                                                     shifts, i);
+  }
+  finish_shifts_kernel<<<1, 1, 0, cs>>>(shifts, a.dtype, b.dtype, e8m0[0], e8m0[1], alpha, alpha_beta);
+  check_launch("emulated_prepare");
+}
+
+void emulated_dequantize_bf16(const EmulatedOperand& op, const EmulatedShifts* shifts, int which, uint16_t* out,
+                              Stream stream) {
+  if (op.layout.k % 8 != 0)
+    throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: K=" + std::to_string(op.layout.k) +
+                                           " is not a multiple of 8 (the planner should not have chosen this path)");
+  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  const int64_t n = op.layout.rows * (op.layout.k / 8);
+  int blocks = 0;
+  cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, 0);
+  blocks = int(std::min<int64_t>(int64_t(blocks) * 8, (n + 255) / 256));
+  if (blocks < 1) blocks = 1;
+  const auto* d = static_cast<const uint8_t*>(op.data);
+  switch (op.dtype) {
+    case DType::kE4M3: dequant_bf16_kernel<DType::kE4M3><<<blocks, 256, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
+    case DType::kE5M2: dequant_bf16_kernel<DType::kE5M2><<<blocks, 256, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
+    case DType::kE2M1: dequant_bf16_kernel<DType::kE2M1><<<blocks, 256, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
+    default: throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: unsupported data type");
+  }
+  check_launch("emulated_dequantize_bf16");
 }
 
 void write_alpha_beta(float* dst, float value, Stream stream) {

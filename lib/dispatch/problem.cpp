@@ -84,7 +84,7 @@ void add(Diagnostics& out, std::string arg, std::string rule, std::string msg, s
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 void check_operand(Diagnostics& out, const char* name, const char* scale_name, const GemmOperand& op, int64_t rows,
-                   int64_t k) {
+                   int64_t k, MemorySpace space) {
   const bool fp4_recipe = op.recipe == Recipe::kNvfp4;
   const bool fp4_data = op.dtype == DType::kE2M1;
   if (fp4_recipe != fp4_data)
@@ -98,6 +98,10 @@ void check_operand(Diagnostics& out, const char* name, const char* scale_name, c
     add(out, "k", "fp4-k-even", "packed FP4 rows hold two elements per byte, so K must be even", "even K",
         std::to_string(k), "Pad K to a multiple of 32.");
   if (!op.data) add(out, name, "null-pointer", "data pointer is null", "a valid pointer", "nullptr", "");
+  if (op.data && space == MemorySpace::kDevice && !aligned16(op.data))
+    add(out, name, "data-alignment", "device data must start 16-byte aligned (tensor-core loads are 16 bytes wide)",
+        "address % 16 == 0", std::to_string(reinterpret_cast<uintptr_t>(op.data) % 16) + " bytes past 16",
+        "Pass a tensor whose storage offset is a multiple of 16 bytes, or copy it.");
   if (!op.scale) add(out, scale_name, "null-pointer", "scale pointer is null", "a valid pointer", "nullptr", "");
   if (op.scale && op.scale_format == ScaleFormat::kCublasLt && !aligned16(op.scale))
     add(out, scale_name, "scale-alignment",
@@ -119,8 +123,8 @@ Diagnostics validate(const GemmArgs& a) {
   if (a.n < 1) add(out, "n", "positive-extent", "N must be at least 1", ">= 1", std::to_string(a.n), "");
   if (a.k < 1) add(out, "k", "positive-extent", "K must be at least 1", ">= 1", std::to_string(a.k), "");
   if (!out.empty()) return out;
-  check_operand(out, "a", "scale_a", a.a, a.m, a.k);
-  check_operand(out, "b", "scale_b", a.b, a.n, a.k);
+  check_operand(out, "a", "scale_a", a.a, a.m, a.k, a.space);
+  check_operand(out, "b", "scale_b", a.b, a.n, a.k, a.space);
   if (a.d_dtype != DType::kBF16 && a.d_dtype != DType::kF16 && a.d_dtype != DType::kF32)
     add(out, "d", "out-dtype", "output must be bf16, f16 or f32", "bf16, f16 or f32",
         std::string(to_string(a.d_dtype)), "");
