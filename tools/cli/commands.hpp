@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 
 namespace scalemm::cli {
 
@@ -19,5 +20,8 @@ struct Exit {
 void register_layout_commands(CLI::App& app);
 void register_demo_command(CLI::App& app);
 void register_info_command(CLI::App& app);
+void register_gemm_commands(CLI::App& app);  ///< gemm and replay
+/// Adds --sm/--cublas/--json and the support matrix to `info`; `device_part` prints the device lines.
+void extend_info_command(CLI::App* info, std::function<void()> device_part);
 
 }  // namespace scalemm::cli

@@ -202,7 +202,7 @@ int run_demo(int64_t m, int64_t n, int64_t k, uint64_t seed) {
 
 void register_info_command(CLI::App& app) {
   auto* info = app.add_subcommand("info", "Library version, devices and library versions on this machine");
-  info->callback([] { run_info(); });
+  extend_info_command(info, [] { run_info(); });
 }
 
 void register_demo_command(CLI::App& app) {

@@ -8,7 +8,11 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "cli_io.hpp"
 #include "layout_view.hpp"
+#include "scalemm/io/npy.hpp"
+#include "scalemm/layouts/convert.hpp"
+#include "scalemm/layouts/validate.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/status.hpp"
 
@@ -74,7 +78,9 @@ void add_layout_args(CLI::App* cmd, LayoutArgs& a) {
 }
 
 ScaleLayout make_layout(const LayoutArgs& a, ScaleFormat f) {
-  return ScaleLayout(parse_recipe_or_throw(a.recipe, "--recipe"), a.rows, a.cols, f);
+  const ScaleLayout l(parse_recipe_or_throw(a.recipe, "--recipe"), a.rows, a.cols, f);
+  check_layout_extent(l);
+  return l;
 }
 
 nlohmann::json layout_json(const ScaleLayout& l) {
@@ -218,6 +224,53 @@ void run_render(const LayoutArgs& a, const std::string& format, const std::strin
               static_cast<long long>(l.size()));
 }
 
+void run_check(const LayoutArgs& a, const std::string& format, const std::string& path, bool json) {
+  const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
+  const io::NpyArray arr = io::read_npy(path);
+  const LoadedScales loaded = load_scales(arr, l, "scales", true);
+  const bool ok = loaded.diagnostics.empty();
+  if (json) {
+    nlohmann::json j;
+    j["valid"] = ok;
+    j["file"] = path;
+    j["array"] = arr.describe();
+    j["layout"] = l.to_string();
+    j["diagnostics"] = diagnostics_json(loaded.diagnostics);
+    std::cout << j.dump(2) << '\n';
+  } else if (ok) {
+    std::printf("valid: %s (%s) is %s\n", path.c_str(), arr.describe().c_str(), l.to_string().c_str());
+  } else {
+    std::printf("invalid: %s (%s) as %s: %zu problem(s)\n", path.c_str(), arr.describe().c_str(),
+                l.to_string().c_str(), loaded.diagnostics.size());
+    std::fflush(stdout);
+    print_diagnostics(stdout, loaded.diagnostics);
+  }
+  std::fflush(stdout);
+  if (!ok) throw Exit{kExitInvalidInput};
+}
+
+void run_convert(const LayoutArgs& a, const std::string& from, const std::string& to, const std::string& in,
+                 const std::string& out) {
+  const ScaleLayout src = make_layout(a, parse_scale_format_or_throw(from, "--from"));
+  const ScaleLayout dst = src.with_format(parse_scale_format_or_throw(to, "--to"));
+  const io::NpyArray arr = io::read_npy(in);
+  const LoadedScales loaded = load_scales(arr, src, "in", true);
+  if (!loaded.diagnostics.empty()) {
+    std::fprintf(stderr, "scalemm: %s (%s) is not a valid %s; nothing written\n", in.c_str(),
+                 arr.describe().c_str(), src.to_string().c_str());
+    print_diagnostics(stderr, loaded.diagnostics);
+    throw Exit{kExitInvalidInput};
+  }
+  io::NpyArray result;
+  result.descr = dst.scale_bytes() == 4 ? "<f4" : "|u1";
+  if (dst.format == ScaleFormat::kCompact) result.shape = {dst.padded_rows(), dst.padded_kblocks()};
+  else result.shape = {dst.size()};
+  result.data.assign(size_t(dst.bytes()), 0);
+  layouts::convert(src, loaded.buffer.data(), dst, result.data.data());
+  io::write_npy(out, result);
+  std::printf("wrote %s: %s, %s\n", out.c_str(), result.describe().c_str(), dst.to_string().c_str());
+}
+
 }  // namespace
 
 void register_layout_commands(CLI::App& app) {
@@ -236,9 +289,39 @@ void register_layout_commands(CLI::App& app) {
   static std::string render_out;
   auto* render = layout->add_subcommand("render", "Draw where each logical scale lands, as SVG");
   add_layout_args(render, render_args);
-  render->add_option("--format", render_format, "compact|cublaslt (default cublaslt)");
+  render->add_option("--format", render_format, "compact|cublaslt (default cublaslt)")
+      ->check(CLI::IsMember({"compact", "cublaslt"}));
   render->add_option("--out", render_out, "Output .svg path")->required();
   render->callback([] { run_render(render_args, render_format, render_out); });
+
+  static LayoutArgs check_args;
+  static std::string check_format, check_scales;
+  static bool check_json = false;
+  auto* check = layout->add_subcommand(
+      "check", "Check a .npy scale buffer against its layout contract: exit 0 valid, 1 with each diagnostic");
+  add_layout_args(check, check_args);
+  check->add_option("--format", check_format, "Format the buffer claims: compact|cublaslt")
+      ->required()
+      ->check(CLI::IsMember({"compact", "cublaslt"}));
+  check->add_option("--scales", check_scales, "Scale buffer (.npy: float32, or uint8 raw E8M0/UE4M3 bits)")
+      ->required();
+  check->add_flag("--json", check_json, "Print the verdict and diagnostics as JSON");
+  check->callback([] { run_check(check_args, check_format, check_scales, check_json); });
+
+  static LayoutArgs convert_args;
+  static std::string convert_from, convert_to, convert_in, convert_out;
+  auto* convert = layout->add_subcommand(
+      "convert", "Convert a .npy scale buffer between compact (2-D grid) and cublaslt (flat, padded) formats");
+  add_layout_args(convert, convert_args);
+  convert->add_option("--from", convert_from, "Format of the input: compact|cublaslt")
+      ->required()
+      ->check(CLI::IsMember({"compact", "cublaslt"}));
+  convert->add_option("--to", convert_to, "Format of the output: compact|cublaslt")
+      ->required()
+      ->check(CLI::IsMember({"compact", "cublaslt"}));
+  convert->add_option("--in", convert_in, "Input .npy")->required();
+  convert->add_option("--out", convert_out, "Output .npy (written only when the input is valid)")->required();
+  convert->callback([] { run_convert(convert_args, convert_from, convert_to, convert_in, convert_out); });
 
 }
 

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", SCALEMM_VERSION_STRING);
   scalemm::cli::register_info_command(app);
   scalemm::cli::register_layout_commands(app);
+  scalemm::cli::register_gemm_commands(app);
   scalemm::cli::register_demo_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,45 @@
+// Shared helpers of the CLI subcommands: .npy scale files as TensorRefs checked by the layout
+// contract, diagnostics printing, and size limits that keep bad arguments from exhausting memory.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scalemm/io/npy.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/status.hpp"
+#include "scalemm/types.hpp"
+
+namespace scalemm::cli {
+
+/// The scalemm DType a .npy type string stands for: "<f4" f32, "<f2" f16, "|u1" u8 (raw bytes of
+/// FP8/FP4/E8M0/UE4M3). nullopt for every other type.
+std::optional<DType> npy_dtype(const std::string& descr);
+
+/// A scale file checked against its layout. `buffer` holds layout.bytes() bytes (the file's bytes,
+/// then zeros for the trailing padding a shorter accepted view leaves out) when `diagnostics` is empty.
+struct LoadedScales {
+  Diagnostics diagnostics;
+  std::vector<uint8_t> buffer;
+};
+
+/// Puts the array's shape and dtype into a TensorRef and runs layouts::validate_scale (content rules
+/// included when `check_content`). Types that have no scalemm DType are reported under the same
+/// rule (scale-dtype) and skip the content check.
+LoadedScales load_scales(const io::NpyArray& array, const layouts::ScaleLayout& layout, std::string_view argument,
+                         bool check_content = true);
+
+/// Prints diagnostics, one block each: rule and message, then expected, actual and fix lines.
+void print_diagnostics(std::FILE* f, const Diagnostics& diags);
+nlohmann::json diagnostics_json(const Diagnostics& diags);
+
+/// Throws Error(kInvalidArgument) (a usage error) when a layout of these extents is too large for
+/// the CLI to describe, check or convert in memory.
+void check_layout_extent(const layouts::ScaleLayout& l);
+
+}  // namespace scalemm::cli

@@ -1,0 +1,542 @@
+// `scalemm gemm` and `scalemm replay`.
+//
+// gemm: D = alpha * A * B^T from .npy files. A (M, K) and B (N, K) are uint8 raw FP8 bits (NVFP4:
+// packed (M, K/2), (N, K/2), element 2i in the low nibble); scales as `layout check` takes them.
+// On a machine with a CUDA device the call goes through a Handle with device buffers (the backend
+// chosen by the planner, or forced with --backend); without one, through a Handle with host pointers,
+// which runs the host reference emulator.
+//
+// replay: re-runs a call that verify mode dumped (verify::dump_call's files), shows the recorded and
+// the local plan, and compares the dumped D and every feasible local backend with the reference.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../lib/dispatch/verify.hpp"
+#include "cli_io.hpp"
+#include "commands.hpp"
+#include "scalemm/emulation/compare.hpp"
+#include "scalemm/formats.hpp"
+#include "scalemm/gemm.hpp"
+#include "scalemm/io/npy.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/layouts/validate.hpp"
+
+namespace scalemm::cli {
+namespace {
+
+// ---- device buffers ---------------------------------------------------------------------------------
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                                            cudaGetErrorString(e) + ")");
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+  void* alloc(size_t bytes) {
+    cuda_ok(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc");
+    return p;
+  }
+  void* upload(const void* src, size_t bytes) {
+    alloc(bytes);
+    if (bytes) cuda_ok(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "copy to device");
+    return p;
+  }
+};
+
+size_t out_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+struct HostCall {
+  GemmArgs args;               ///< host pointers into the vectors below (space = host)
+  std::vector<uint8_t> a, b;   ///< data bytes
+  std::vector<uint8_t> sa, sb;  ///< scale buffers, layout.bytes() each
+  std::vector<uint8_t> bias;   ///< bf16 bits, or empty
+};
+
+struct RunResult {
+  Plan plan;
+  std::vector<uint8_t> d;
+};
+
+/// Plans and runs `call` with output type `d_dtype`: through device buffers when `gpu`, else through
+/// host pointers (the host reference). Throws scalemm::Error (kUnsupported when `force` cannot run).
+RunResult run_call(const HostCall& call, DType d_dtype, std::optional<Backend> force, bool gpu) {
+  HandleOptions options;
+  options.plan.force = force;
+  Handle handle(options);
+  GemmArgs args = call.args;
+  args.d_dtype = d_dtype;
+  RunResult r;
+  r.d.assign(size_t(args.m * args.n) * out_bytes(d_dtype), 0);
+  if (!gpu) {
+    args.space = MemorySpace::kHost;
+    args.d = r.d.data();
+    r.plan = handle.plan(args);
+    handle.gemm(args);
+    return r;
+  }
+  DeviceBuffer a, b, sa, sb, bias, d;
+  args.space = MemorySpace::kDevice;
+  args.a.data = a.upload(call.a.data(), call.a.size());
+  args.b.data = b.upload(call.b.data(), call.b.size());
+  args.a.scale = sa.upload(call.sa.data(), call.sa.size());
+  args.b.scale = sb.upload(call.sb.data(), call.sb.size());
+  args.bias = call.bias.empty() ? nullptr : bias.upload(call.bias.data(), call.bias.size());
+  args.d = d.alloc(r.d.size());
+  r.plan = handle.plan(args);
+  handle.gemm(args, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "GEMM");
+  cuda_ok(cudaMemcpy(r.d.data(), d.p, r.d.size(), cudaMemcpyDeviceToHost), "copy D to the host");
+  return r;
+}
+
+bool have_gpu() { return DeviceTarget::current().has_gpu(); }
+
+// ---- input checks -----------------------------------------------------------------------------------
+
+void data_diagnostics(Diagnostics& out, const io::NpyArray& arr, const std::string& name, DType dtype, int64_t k) {
+  if (arr.descr != "|u1" && arr.descr != "<u1")
+    out.push_back({name, "data-dtype", "operand data is stored as uint8 raw bits", "uint8",
+                   io::npy_type_name(arr.descr), "Save FP8/FP4 data as its raw bytes (numpy .view(np.uint8))."});
+  const bool fp4 = dtype == DType::kE2M1;
+  if (fp4 && k % 2 != 0) {
+    out.push_back({"k", "fp4-k-even", "packed FP4 rows hold two elements per byte, so K must be even", "even K",
+                   std::to_string(k), "Pad K to a multiple of 32."});
+    return;
+  }
+  const int64_t cols = fp4 ? k / 2 : k;
+  const std::string want = std::string("(") + (name == "a" ? "M" : "N") + ", " + std::to_string(cols) + ")" +
+                           (fp4 ? " (K/2 bytes of packed FP4 per row)" : "");
+  if (arr.shape.size() != 2 || arr.shape[1] != cols || arr.shape[0] < 1)
+    out.push_back({name, "data-shape", name == "a" ? "A is (M, K) row-major" : "B is (N, K) row-major (D = A B^T)",
+                   want, arr.describe(), "Check --k and the operand's orientation."});
+}
+
+nlohmann::json comparison_json(const emulation::Comparison& c) {
+  return {{"count", c.count},          {"bit_mismatches", c.bit_mismatches}, {"max_abs_err", c.max_abs_err},
+          {"max_abs_index", c.max_abs_index}, {"max_rel_err", c.max_rel_err}, {"sqnr_db", std::isfinite(c.sqnr_db) ? nlohmann::json(c.sqnr_db) : nlohmann::json("inf")},
+          {"violations", c.violations}, {"nonfinite_mismatches", c.nonfinite_mismatches},
+          {"within_tolerance", c.within_tolerance()}, {"summary", c.to_string()}};
+}
+
+std::vector<float> widen(const std::vector<uint8_t>& d, DType t) {
+  const size_t n = d.size() / out_bytes(t);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(&out[i], d.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, d.data() + 2 * i, 2);
+      out[i] = t == DType::kBF16 ? formats::decode_bf16(h) : formats::decode_f16(h);
+    }
+  }
+  return out;
+}
+
+// ---- gemm -------------------------------------------------------------------------------------------
+
+struct GemmCli {
+  std::string recipe_a, recipe_b, a, b, scale_a, scale_b, out;
+  int64_t k = 0;
+  std::string scale_format = "compact", out_dtype = "bf16", backend = "auto", a_dtype = "e4m3", b_dtype = "e4m3";
+  float alpha = 1.0f;
+  CLI::Option* a_dtype_opt = nullptr;
+  CLI::Option* b_dtype_opt = nullptr;
+};
+
+DType operand_dtype(Recipe r, const std::string& flag_value, const CLI::Option* opt, const char* flag) {
+  if (r == Recipe::kNvfp4) {
+    if (opt && opt->count() > 0)
+      throw Error(StatusCode::kInvalidArgument, std::string(flag) + ": nvfp4 data is always e2m1 (packed FP4)");
+    return DType::kE2M1;
+  }
+  return parse_dtype_or_throw(flag_value, flag);
+}
+
+void run_gemm(const GemmCli& g) {
+  const Recipe ra = parse_recipe_or_throw(g.recipe_a, "--recipe-a");
+  const Recipe rb = parse_recipe_or_throw(g.recipe_b, "--recipe-b");
+  const DType ta = operand_dtype(ra, g.a_dtype, g.a_dtype_opt, "--a-dtype");
+  const DType tb = operand_dtype(rb, g.b_dtype, g.b_dtype_opt, "--b-dtype");
+  const ScaleFormat fmt = parse_scale_format_or_throw(g.scale_format, "--scale-format");
+  const DType td = parse_dtype_or_throw(g.out_dtype, "--out-dtype");
+  std::optional<Backend> force;
+  if (g.backend != "auto") force = parse_backend(g.backend);
+
+  const io::NpyArray a = io::read_npy(g.a), b = io::read_npy(g.b);
+  Diagnostics diags;
+  data_diagnostics(diags, a, "a", ta, g.k);
+  data_diagnostics(diags, b, "b", tb, g.k);
+  if (!diags.empty()) {
+    std::fprintf(stderr, "scalemm gemm: invalid operands (%zu problem(s)); nothing written\n", diags.size());
+    print_diagnostics(stderr, diags);
+    throw Exit{kExitInvalidInput};
+  }
+  HostCall call;
+  const int64_t m = a.shape[0], n = b.shape[0];
+  const layouts::ScaleLayout la(ra, m, g.k, fmt), lb(rb, n, g.k, fmt);
+  check_layout_extent(la);
+  check_layout_extent(lb);
+  LoadedScales sa = load_scales(io::read_npy(g.scale_a), la, "scale_a");
+  LoadedScales sb = load_scales(io::read_npy(g.scale_b), lb, "scale_b");
+  diags.insert(diags.end(), sa.diagnostics.begin(), sa.diagnostics.end());
+  diags.insert(diags.end(), sb.diagnostics.begin(), sb.diagnostics.end());
+  call.a = a.data;
+  call.b = b.data;
+  call.sa = std::move(sa.buffer);
+  call.sb = std::move(sb.buffer);
+  GemmArgs& args = call.args;
+  args.m = m;
+  args.n = n;
+  args.k = g.k;
+  args.a = GemmOperand{call.a.data(), ta, ra, call.sa.data(), fmt, 1.0f};
+  args.b = GemmOperand{call.b.data(), tb, rb, call.sb.data(), fmt, 1.0f};
+  args.d_dtype = td;
+  args.alpha = g.alpha;
+  args.space = MemorySpace::kHost;
+  static uint8_t placeholder_d[16];
+  args.d = placeholder_d;  // replaced by run_call; validate() wants a pointer
+  if (diags.empty()) {
+    const Diagnostics v = validate(args);
+    diags.insert(diags.end(), v.begin(), v.end());
+  }
+  if (!diags.empty()) {
+    std::fprintf(stderr, "scalemm gemm: invalid inputs (%zu problem(s)); nothing written\n", diags.size());
+    print_diagnostics(stderr, diags);
+    throw Exit{kExitInvalidInput};
+  }
+  const bool gpu = have_gpu();
+  std::printf("%s\n", GemmProblem::from(args).to_string().c_str());
+  std::printf("machine: %s%s\n", DeviceTarget::current().to_string().c_str(),
+              gpu ? "" : " (host reference emulator)");
+  std::fflush(stdout);
+  RunResult r;
+  try {
+    r = run_call(call, td, force, gpu);
+  } catch (const Error& e) {
+    if (e.code() != StatusCode::kUnsupported) throw;
+    std::fprintf(stderr, "scalemm gemm: %s\nnothing written\n", e.what());
+    throw Exit{kExitInvalidInput};
+  }
+  std::printf("plan: %s\n", r.plan.explain().c_str());
+  io::NpyArray d;
+  d.descr = td == DType::kF32 ? "<f4" : td == DType::kF16 ? "<f2" : "<u2";
+  d.shape = {m, n};
+  d.data = std::move(r.d);
+  io::write_npy(g.out, d);
+  std::printf("wrote %s: %s%s\n", g.out.c_str(), d.describe().c_str(),
+              td == DType::kBF16 ? " (bf16 raw bits)" : "");
+}
+
+// ---- replay -----------------------------------------------------------------------------------------
+
+struct Worst {
+  int64_t index;
+  double test, ref, err;
+};
+
+std::vector<Worst> worst_elements(const std::vector<float>& ref, const std::vector<float>& test, size_t count) {
+  std::vector<Worst> all;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double r = ref[i], t = test[i];
+    double err;
+    if (std::isnan(r) && std::isnan(t)) err = 0;
+    else if (std::isfinite(r) && std::isfinite(t)) err = std::fabs(t - r);
+    else err = r == t ? 0 : INFINITY;
+    if (err > 0) all.push_back({int64_t(i), t, r, err});
+  }
+  const size_t k = std::min(count, all.size());
+  std::partial_sort(all.begin(), all.begin() + long(k), all.end(),
+                    [](const Worst& x, const Worst& y) { return x.err > y.err || (x.err == y.err && x.index < y.index); });
+  all.resize(k);
+  return all;
+}
+
+struct Outcome {
+  std::string name;
+  bool feasible = true;
+  std::string note;  // plan or why not feasible
+  std::optional<emulation::Comparison> cmp;
+  emulation::Tolerance tol;
+  std::vector<Worst> worst;
+  bool ok() const { return !feasible || (cmp && cmp->within_tolerance()); }
+};
+
+Outcome compare_with(const std::string& name, const std::string& note, const GemmArgs& args, Backend backend,
+                     const std::vector<float>& ref, double ref_scale, const std::vector<uint8_t>& d) {
+  Outcome o;
+  o.name = name;
+  o.note = note;
+  Plan p;
+  p.backend = backend;
+  o.tol = verify::tolerance_for(args, p, ref_scale);
+  const std::vector<float> test = widen(d, args.d_dtype);
+  o.cmp = emulation::compare(ref.data(), test.data(), int64_t(ref.size()), &o.tol);
+  o.worst = worst_elements(ref, test, 5);
+  return o;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error(StatusCode::kIoError, path + ": cannot open");
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void run_replay(const std::string& dir, bool json_out) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text(dir + "/call.json"));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(StatusCode::kIoError, dir + "/call.json: not valid JSON: " + e.what());
+  }
+  HostCall call;
+  GemmArgs& args = call.args;
+  std::string recorded_backend, recorded_plan;
+  bool has_bias = false;
+  try {
+    args.m = j.at("m").get<int64_t>();
+    args.n = j.at("n").get<int64_t>();
+    args.k = j.at("k").get<int64_t>();
+    args.alpha = j.at("alpha").get<float>();
+    for (auto [name, op] : {std::pair<const char*, GemmOperand*>{"a", &args.a}, {"b", &args.b}}) {
+      const auto& o = j.at(name);
+      op->recipe = parse_recipe_or_throw(o.at("recipe").get<std::string>(), std::string(name) + ".recipe");
+      op->dtype = parse_dtype_or_throw(o.at("dtype").get<std::string>(), std::string(name) + ".dtype");
+      op->scale_format =
+          parse_scale_format_or_throw(o.at("scale_format").get<std::string>(), std::string(name) + ".scale_format");
+      op->global_scale = o.value("global_scale", 1.0f);
+    }
+    args.d_dtype = parse_dtype_or_throw(j.at("d_dtype").get<std::string>(), "d_dtype");
+    has_bias = j.value("bias", false);
+    recorded_backend = j.value("backend", "");
+    recorded_plan = j.value("plan", "");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(StatusCode::kIoError, dir + "/call.json: " + e.what());
+  } catch (const Error& e) {
+    throw Error(StatusCode::kIoError, dir + "/call.json: " + e.what());
+  }
+  if (args.m < 1 || args.n < 1 || args.k < 1 || args.m > (int64_t(1) << 31) || args.n > (int64_t(1) << 31) ||
+      args.k > (int64_t(1) << 31))
+    throw Error(StatusCode::kIoError, dir + "/call.json: m, n, k must be in [1, 2^31]");
+
+  Diagnostics diags;
+  const io::NpyArray a = io::read_npy(dir + "/a.npy"), b = io::read_npy(dir + "/b.npy");
+  data_diagnostics(diags, a, "a", args.a.dtype, args.k);
+  data_diagnostics(diags, b, "b", args.b.dtype, args.k);
+  if (diags.empty()) {
+    if (a.shape[0] != args.m)
+      diags.push_back({"a", "data-shape", "a.npy has M rows", std::to_string(args.m), a.describe(), ""});
+    if (b.shape[0] != args.n)
+      diags.push_back({"b", "data-shape", "b.npy has N rows", std::to_string(args.n), b.describe(), ""});
+  }
+  const layouts::ScaleLayout la(args.a.recipe, args.m, args.k, args.a.scale_format),
+      lb(args.b.recipe, args.n, args.k, args.b.scale_format);
+  check_layout_extent(la);
+  check_layout_extent(lb);
+  // Content problems (NaN scales, ...) are what a dump may be about: report them, replay anyway.
+  LoadedScales sa = load_scales(io::read_npy(dir + "/scale_a.npy"), la, "scale_a", false);
+  LoadedScales sb = load_scales(io::read_npy(dir + "/scale_b.npy"), lb, "scale_b", false);
+  diags.insert(diags.end(), sa.diagnostics.begin(), sa.diagnostics.end());
+  diags.insert(diags.end(), sb.diagnostics.begin(), sb.diagnostics.end());
+  const io::NpyArray d = io::read_npy(dir + "/d.npy");
+  const std::string want_d = args.d_dtype == DType::kF32 ? "<f4" : args.d_dtype == DType::kF16 ? "<f2" : "<u2";
+  if (d.descr != want_d || d.shape != std::vector<int64_t>{args.m, args.n})
+    diags.push_back({"d", "data-shape", "d.npy is the (M, N) result in d_dtype",
+                     io::npy_type_name(want_d) + "[" + std::to_string(args.m) + ", " + std::to_string(args.n) + "]",
+                     d.describe(), ""});
+  if (has_bias) {
+    call.bias = io::read_npy(dir + "/bias.npy").data;
+    if (call.bias.size() != size_t(args.n) * 2)
+      diags.push_back({"bias", "data-shape", "bias.npy is N bf16 values (uint16 bits)", std::to_string(args.n * 2) + " bytes",
+                       std::to_string(call.bias.size()) + " bytes", ""});
+  }
+  if (!diags.empty()) {
+    std::fprintf(stderr, "scalemm replay: %s is not a complete dump (%zu problem(s))\n", dir.c_str(), diags.size());
+    print_diagnostics(stderr, diags);
+    throw Exit{kExitInvalidInput};
+  }
+  call.a = a.data;
+  call.b = b.data;
+  call.sa = std::move(sa.buffer);
+  call.sb = std::move(sb.buffer);
+  args.a.data = call.a.data();
+  args.b.data = call.b.data();
+  args.a.scale = call.sa.data();
+  args.b.scale = call.sb.data();
+  args.bias = call.bias.empty() ? nullptr : call.bias.data();
+  args.space = MemorySpace::kHost;
+  static uint8_t placeholder_d[16];
+  args.d = placeholder_d;
+  const Diagnostics content = [&] {
+    Diagnostics c = layouts::content_diagnostics(la, layouts::check_content(la, call.sa.data()), "scale_a");
+    Diagnostics cb = layouts::content_diagnostics(lb, layouts::check_content(lb, call.sb.data()), "scale_b");
+    c.insert(c.end(), cb.begin(), cb.end());
+    return c;
+  }();
+  const Diagnostics invalid = validate(args);
+  if (!invalid.empty()) {
+    std::fprintf(stderr, "scalemm replay: the dumped call is not valid\n");
+    print_diagnostics(stderr, invalid);
+    throw Exit{kExitInvalidInput};
+  }
+
+  const bool gpu = have_gpu();
+  // The reference: host emulator through host pointers, f32 output (as verify mode compares).
+  const RunResult ref_run = run_call(call, DType::kF32, Backend::kReference, false);
+  const std::vector<float> ref = widen(ref_run.d, DType::kF32);
+  double ref_scale = 0;
+  for (float v : ref)
+    if (std::isfinite(v)) ref_scale = std::max(ref_scale, double(std::fabs(v)));
+
+  std::string local_plan;
+  {
+    GemmArgs probe = args;
+    probe.space = gpu ? MemorySpace::kDevice : MemorySpace::kHost;
+    try {
+      local_plan = plan(GemmProblem::from(probe), DeviceTarget::current()).explain();
+    } catch (const Error& e) {
+      local_plan = std::string("no plan: ") + e.what();
+    }
+  }
+
+  std::vector<Outcome> outcomes;
+  const Backend rec = parse_backend(recorded_backend).value_or(Backend::kReference);
+  outcomes.push_back(compare_with("dumped d (" + recorded_backend + ")", recorded_plan, args, rec, ref, ref_scale,
+                                  d.data));
+  if (gpu) {
+    for (Backend be : {Backend::kNative, Backend::kConvertNative, Backend::kEmulated, Backend::kReference}) {
+      const std::string name = "this machine: " + std::string(to_string(be));
+      try {
+        const RunResult r = run_call(call, args.d_dtype, be, true);
+        outcomes.push_back(compare_with(name, r.plan.explain(), args, be, ref, ref_scale, r.d));
+      } catch (const Error& e) {
+        Outcome o;
+        o.name = name;
+        o.feasible = e.code() != StatusCode::kUnsupported;
+        o.note = e.what();
+        outcomes.push_back(o);
+      }
+    }
+  }
+  bool all_ok = true;
+  for (const auto& o : outcomes) all_ok = all_ok && o.ok();
+
+  if (json_out) {
+    nlohmann::json out;
+    out["problem"] = GemmProblem::from(args).to_string();
+    out["recorded_backend"] = recorded_backend;
+    out["recorded_plan"] = recorded_plan;
+    out["machine"] = DeviceTarget::current().to_string();
+    out["plan"] = local_plan;
+    out["scale_content"] = diagnostics_json(content);
+    out["agree"] = all_ok;
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& o : outcomes) {
+      nlohmann::json e{{"name", o.name}, {"feasible", o.feasible}, {"note", o.note}};
+      if (o.cmp) {
+        e["tolerance"] = o.tol.to_string();
+        e["comparison"] = comparison_json(*o.cmp);
+        nlohmann::json w = nlohmann::json::array();
+        for (const auto& x : o.worst)
+          w.push_back({{"row", x.index / args.n}, {"col", x.index % args.n}, {"test", x.test}, {"reference", x.ref},
+                       {"abs_err", std::isfinite(x.err) ? nlohmann::json(x.err) : nlohmann::json("inf")}});
+        e["worst"] = w;
+      } else if (o.feasible) {
+        e["error"] = o.note;
+      }
+      arr.push_back(e);
+    }
+    out["comparisons"] = arr;
+    std::cout << out.dump(2) << '\n';
+  } else {
+    std::printf("replay of %s\n  %s\n", dir.c_str(), GemmProblem::from(args).to_string().c_str());
+    std::printf("recorded plan (%s):\n  %s\n", recorded_backend.c_str(), recorded_plan.c_str());
+    std::printf("plan on this machine (%s):\n  %s\n", DeviceTarget::current().to_string().c_str(), local_plan.c_str());
+    if (!content.empty()) {
+      std::printf("scale content problems:\n");
+      std::fflush(stdout);
+      print_diagnostics(stdout, content);
+    }
+    std::printf("comparisons against the host reference (f32 accumulation, %s)%s:\n",
+                gpu ? "every backend forced in turn" : "no CUDA device: only the dumped result",
+                "");
+    for (const auto& o : outcomes) {
+      if (!o.cmp) {
+        std::printf("  %s: %s: %s\n", o.name.c_str(), o.feasible ? "FAILED" : "not feasible", o.note.c_str());
+        continue;
+      }
+      std::printf("  %s: %s\n    tolerance %s\n    %s\n", o.name.c_str(),
+                  o.cmp->within_tolerance() ? "agrees" : "DISAGREES", o.tol.to_string().c_str(),
+                  o.cmp->to_string().c_str());
+      if (!o.worst.empty()) std::printf("    worst elements:\n");
+      for (const auto& x : o.worst)
+        std::printf("      D[%lld, %lld] = %.9g  reference %.9g  |err| %.3g  (allowed %.3g)\n",
+                    static_cast<long long>(x.index / args.n), static_cast<long long>(x.index % args.n), x.test, x.ref,
+                    x.err, o.tol.atol + o.tol.rtol * std::fabs(x.ref));
+    }
+    std::printf("%s\n", all_ok ? "all results agree with the reference" : "MISMATCH: see above");
+  }
+  std::fflush(stdout);
+  if (!all_ok) throw Exit{kExitInvalidInput};
+}
+
+}  // namespace
+
+void register_gemm_commands(CLI::App& app) {
+  static GemmCli g;
+  auto* gemm = app.add_subcommand(
+      "gemm", "D = alpha * A * B^T from .npy files (A (M,K), B (N,K) uint8 raw bits; NVFP4 packed (M,K/2)); "
+              "prints the plan; without a GPU it runs the host reference");
+  gemm->add_option("--recipe-a", g.recipe_a, "Recipe of A: " + all_recipe_names())->required();
+  gemm->add_option("--recipe-b", g.recipe_b, "Recipe of B: " + all_recipe_names())->required();
+  gemm->add_option("--a", g.a, "A (.npy uint8, (M, K); nvfp4 (M, K/2))")->required();
+  gemm->add_option("--b", g.b, "B (.npy uint8, (N, K); nvfp4 (N, K/2))")->required();
+  gemm->add_option("--scale-a", g.scale_a, "Scales of A (.npy float32 or uint8)")->required();
+  gemm->add_option("--scale-b", g.scale_b, "Scales of B (.npy float32 or uint8)")->required();
+  gemm->add_option("--k", g.k, "Reduction length K in elements")->required()->check(CLI::PositiveNumber);
+  gemm->add_option("--out", g.out, "Output D (.npy (M, N): f32 <f4, f16 <f2, bf16 <u2 raw bits)")->required();
+  gemm->add_option("--scale-format", g.scale_format, "Format of both scale files (default compact)")
+      ->check(CLI::IsMember({"compact", "cublaslt"}));
+  gemm->add_option("--out-dtype", g.out_dtype, "Output type (default bf16)")->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  gemm->add_option("--backend", g.backend, "Backend (default auto)")
+      ->check(CLI::IsMember({"auto", "native", "emulated", "reference"}));
+  gemm->add_option("--alpha", g.alpha, "Scalar alpha (default 1; fold NVFP4 global scales in here)");
+  g.a_dtype_opt = gemm->add_option("--a-dtype", g.a_dtype, "FP8 type of A (default e4m3; nvfp4 is always e2m1)")
+                      ->check(CLI::IsMember({"e4m3", "e5m2"}));
+  g.b_dtype_opt = gemm->add_option("--b-dtype", g.b_dtype, "FP8 type of B (default e4m3; nvfp4 is always e2m1)")
+                      ->check(CLI::IsMember({"e4m3", "e5m2"}));
+  gemm->callback([] { run_gemm(g); });
+
+  static std::string replay_dir;
+  static bool replay_json = false;
+  auto* replay = app.add_subcommand(
+      "replay", "Re-run a call dumped by verify mode, show the plan, compare backends with the reference");
+  replay->add_option("DIR", replay_dir, "Dump directory (a.npy, scale_a.npy, b.npy, scale_b.npy, [bias.npy], d.npy, call.json)")
+      ->required();
+  replay->add_flag("--json", replay_json, "Print the comparison as JSON");
+  replay->callback([] { run_replay(replay_dir, replay_json); });
+}
+
+}  // namespace scalemm::cli

@@ -1,0 +1,143 @@
+// `scalemm info`'s support matrix: for every recipe pair, the backend plan() picks on this machine
+// (or on a simulated one: --sm N [--cublas X.Y]) and why, read from the planner and the native-pair
+// table; nothing here restates a capability.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "../../lib/dispatch/capabilities.hpp"
+#include "commands.hpp"
+#include "scalemm/device.hpp"
+#include "scalemm/gemm.hpp"
+#include "scalemm/version.hpp"
+
+namespace scalemm::cli {
+namespace {
+
+struct InfoCli {
+  int sm = -1;
+  std::string cublas;
+  bool json = false;
+  CLI::Option* cublas_opt = nullptr;
+};
+
+size_t parse_cublas_version(const std::string& s) {
+  int major = 0, minor = 0, patch = 0;
+  char tail = 0;
+  const int got = std::sscanf(s.c_str(), "%d.%d.%d%c", &major, &minor, &patch, &tail);
+  if (got < 2 || got > 3 || major < 1 || major > 99 || minor < 0 || minor > 99 || patch < 0 || patch > 99)
+    throw Error(StatusCode::kInvalidArgument, "--cublas: expected a version like 13.1 or 12.9.1, got '" + s + "'");
+  return dispatch::cublaslt_version(major, minor, patch);
+}
+
+// The shape every pair is planned for: a multiple of every alignment rule, so the answer is about the
+// recipes (and the machine), not the shape.
+constexpr int64_t kShape = 256;
+
+struct Row {
+  Recipe a, b;
+  std::string backend;
+  std::vector<std::string> reasons;  // passed-over backends, then the chosen one
+};
+
+std::vector<Row> support_matrix(const DeviceTarget& t) {
+  std::vector<Row> rows;
+  for (Recipe ra : kAllRecipes) {
+    for (Recipe rb : kAllRecipes) {
+      GemmProblem p;
+      p.m = p.n = p.k = kShape;
+      p.a_recipe = ra;
+      p.b_recipe = rb;
+      p.a_dtype = ra == Recipe::kNvfp4 ? DType::kE2M1 : DType::kE4M3;
+      p.b_dtype = rb == Recipe::kNvfp4 ? DType::kE2M1 : DType::kE4M3;
+      p.d_dtype = DType::kBF16;
+      p.space = t.has_gpu() ? MemorySpace::kDevice : MemorySpace::kHost;
+      Row r{ra, rb, "", {}};
+      try {
+        const Plan plan = scalemm::plan(p, t);
+        r.backend = std::string(to_string(plan.backend));
+        r.reasons.assign(plan.reasons.begin() + (plan.reasons.empty() ? 0 : 1), plan.reasons.end());
+      } catch (const Error& e) {
+        r.backend = "none";
+        r.reasons = {e.what()};
+      }
+      rows.push_back(std::move(r));
+    }
+  }
+  return rows;
+}
+
+DeviceTarget target_for(const InfoCli& c) {
+  if (c.sm < 0) {
+    if (c.cublas_opt && c.cublas_opt->count() > 0)
+      throw Error(StatusCode::kInvalidArgument, "--cublas goes with --sm");
+    return DeviceTarget::current();
+  }
+  size_t v = DeviceTarget::current().cublaslt_version;
+  if (c.cublas_opt && c.cublas_opt->count() > 0) v = parse_cublas_version(c.cublas);
+  if (v == 0) v = dispatch::cublaslt_version(13, 1);
+  return DeviceTarget::simulated(c.sm, v);
+}
+
+void run(const InfoCli& c, const std::function<void()>& device_part) {
+  const DeviceTarget t = target_for(c);
+  const auto rows = support_matrix(t);
+  if (c.json) {
+    const DeviceQuery q = query_devices();
+    nlohmann::json j;
+    j["version"] = SCALEMM_VERSION_STRING;
+    j["cuda_runtime"] = q.runtime_version;
+    j["cuda_driver"] = q.driver_version;
+    j["cublaslt"] = q.cublaslt_version;
+    nlohmann::json devs = nlohmann::json::array();
+    for (const auto& d : q.devices)
+      devs.push_back({{"ordinal", d.ordinal}, {"name", d.name}, {"sm", d.sm}, {"multiprocessors", d.multiprocessors},
+                      {"global_memory_bytes", d.global_memory_bytes}});
+    j["devices"] = devs;
+    if (q.devices.empty()) j["no_device_reason"] = q.reason;
+    j["target"] = {{"description", t.to_string()}, {"sm", t.sm}, {"cublaslt", t.cublaslt_version},
+                   {"simulated", c.sm >= 0}};
+    j["shape"] = {{"m", kShape}, {"n", kShape}, {"k", kShape}};
+    nlohmann::json m = nlohmann::json::array();
+    for (const auto& r : rows)
+      m.push_back({{"a", std::string(to_string(r.a))}, {"b", std::string(to_string(r.b))}, {"backend", r.backend},
+                   {"reasons", r.reasons}});
+    j["support"] = m;
+    size_t count = 0;
+    const dispatch::NativePair* pairs = dispatch::native_pairs(&count);
+    nlohmann::json np = nlohmann::json::array();
+    for (size_t i = 0; i < count; ++i)
+      np.push_back({{"a", std::string(to_string(pairs[i].a))}, {"b", std::string(to_string(pairs[i].b))},
+                    {"supported", pairs[i].supported}, {"min_sm", pairs[i].min_sm}, {"max_sm", pairs[i].max_sm},
+                    {"min_cublaslt", pairs[i].min_cublaslt}, {"source", pairs[i].source}});
+    j["native_pairs"] = np;
+    std::cout << j.dump(2) << '\n';
+    return;
+  }
+  device_part();
+  std::printf("\nsupport matrix for %s%s (A x B, e4m3/e2m1 data, bf16 output, M=N=K=%lld):\n",
+              t.to_string().c_str(), c.sm >= 0 ? " [simulated]" : "", static_cast<long long>(kShape));
+  if (!t.has_gpu())
+    std::printf("  (no GPU: every GEMM runs on the host reference emulator; --sm 90 or --sm 100 asks about a GPU)\n");
+  for (const auto& r : rows) {
+    const std::string pair = std::string(to_string(r.a)) + " x " + std::string(to_string(r.b));
+    std::printf("  %-27s %-15s %s\n", pair.c_str(), r.backend.c_str(), r.reasons.empty() ? "" : r.reasons.back().c_str());
+    // Why the native backend was passed over (the first passed-over reason is always native's).
+    if (r.backend != "native" && r.reasons.size() > 1 && t.has_gpu())
+      std::printf("  %-27s %-15s   not native: %s\n", "", "", r.reasons.front().substr(r.reasons.front().find(": ") + 2).c_str());
+  }
+}
+
+}  // namespace
+
+void extend_info_command(CLI::App* info, std::function<void()> device_part) {
+  static InfoCli c;
+  info->add_option("--sm", c.sm, "Ask about another machine: compute capability as major*10+minor (90, 100, 120)")
+      ->check(CLI::Range(0, 1000));
+  c.cublas_opt = info->add_option("--cublas", c.cublas, "With --sm: the cuBLASLt version, e.g. 13.4 (default: this one)");
+  info->add_flag("--json", c.json, "Print everything as JSON");
+  info->callback([device_part] { run(c, device_part); });
+}
+
+}  // namespace scalemm::cli
