@@ -1,0 +1,292 @@
+// ScaledLinear: quantization with rowwise + columnwise outputs, then the forward, dgrad and wgrad
+// GEMMs through Handle::gemm. See include/scalemm/linear.hpp for the operand table.
+#include "scalemm/linear.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+
+#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+
+namespace scalemm {
+
+std::string_view to_string(LinearRecipe r) {
+  switch (r) {
+    case LinearRecipe::kBlockwiseFp8: return "blockwise-fp8";
+    case LinearRecipe::kMxfp8: return "mxfp8";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(LinearGemm g) {
+  switch (g) {
+    case LinearGemm::kForward: return "forward";
+    case LinearGemm::kDgrad: return "dgrad";
+    case LinearGemm::kWgrad: return "wgrad";
+  }
+  return "unknown";
+}
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) {
+  throw Error(StatusCode::kInvalidArgument, "ScaledLinear: " + what);
+}
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // clear a sticky-free error so later calls are not blamed
+  throw Error(e == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kCudaError,
+              std::string("ScaledLinear: ") + what + ": " + cudaGetErrorString(e));
+}
+
+constexpr size_t kAlign = 256;
+size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+/// One cudaMalloc carved into 256-byte aligned pieces.
+class Arena {
+ public:
+  Arena() = default;
+  ~Arena() { release(); }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  void allocate(size_t bytes) {
+    release();
+    cuda_check(cudaMalloc(&base_, std::max<size_t>(bytes, 1)), "cudaMalloc");
+    bytes_ = bytes;
+    used_ = 0;
+  }
+  void release() {
+    if (base_) cudaFree(base_);
+    base_ = nullptr;
+    bytes_ = used_ = 0;
+  }
+  void* take(size_t bytes) {
+    void* p = static_cast<char*>(base_) + used_;
+    used_ += aligned(bytes);
+    if (used_ > bytes_) throw Error(StatusCode::kInternal, "ScaledLinear: arena overflow");
+    return p;
+  }
+  bool empty() const { return base_ == nullptr; }
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_ = 0, used_ = 0;
+};
+
+/// The buffers of one quantized (R, C) tensor with both outputs: (R, C) rowwise and (C, R) columnwise.
+struct QuantPair {
+  void* data = nullptr;
+  void* scales = nullptr;
+  void* data_t = nullptr;
+  void* scales_t = nullptr;
+};
+
+}  // namespace
+
+struct ScaledLinear::Impl {
+  Handle* handle = nullptr;
+  LinearRecipe recipe{};
+  int64_t n = 0, k = 0;
+  LinearOptions options;
+  Recipe act{}, wt{};
+
+  Arena weight_arena, act_arena;
+  QuantPair w;               // W (N,K) and W^T (K,N)
+  void* w_workspace = nullptr;
+  size_t w_workspace_bytes = 0;
+  bool has_weight = false;
+
+  int64_t capacity = 0;      // M the activation buffers were sized for
+  QuantPair x, dy;           // X (M,K) + X^T (K,M); dY (M,N) + dY^T (N,M)
+  void* act_workspace = nullptr;
+  size_t act_workspace_bytes = 0;
+
+  int64_t m = 0;             // M of the last forward
+  GemmArgs last[3];
+  bool ran[3] = {false, false, false};
+
+  emulation::QuantizeConfig config(Recipe r) const {
+    emulation::QuantizeConfig cfg;
+    cfg.recipe = r;
+    cfg.data_dtype = options.data_dtype;
+    cfg.format = options.scale_format;
+    cfg.mode = (r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32) ? emulation::ScaleMode::kDefault
+               : options.power_of_two_scales                       ? emulation::ScaleMode::kAmaxPow2
+                                                                   : emulation::ScaleMode::kAmax;
+    cfg.rowwise = true;
+    cfg.columnwise = true;
+    return cfg;
+  }
+
+  // Sizes of one quantized pair of an (R, C) source.
+  struct PairSizes {
+    size_t data, scales, data_t, scales_t, workspace;
+    size_t total() const { return aligned(data) + aligned(scales) + aligned(data_t) + aligned(scales_t); }
+  };
+  PairSizes sizes(Recipe r, int64_t rows, int64_t cols) const {
+    const auto cfg = config(r);
+    const emulation::SourceMatrix src{nullptr, DType::kF32, rows, cols};
+    return {size_t(emulation::data_bytes(cfg, rows, cols)), size_t(emulation::rowwise_layout(cfg, rows, cols).bytes()),
+            size_t(emulation::data_bytes(cfg, cols, rows)),
+            size_t(emulation::columnwise_layout(cfg, rows, cols).bytes()),
+            emulation::quantize_device_workspace_bytes(src, cfg)};
+  }
+  QuantPair carve(Arena& a, const PairSizes& s) {
+    QuantPair p;
+    p.data = a.take(s.data);
+    p.scales = a.take(s.scales);
+    p.data_t = a.take(s.data_t);
+    p.scales_t = a.take(s.scales_t);
+    return p;
+  }
+  size_t weight_bytes() const {
+    const PairSizes s = sizes(wt, n, k);
+    return s.total() + aligned(s.workspace);
+  }
+  size_t activation_bytes(int64_t rows) const {
+    const PairSizes sx = sizes(act, rows, k), sd = sizes(act, rows, n);
+    return sx.total() + sd.total() + aligned(std::max(sx.workspace, sd.workspace));
+  }
+
+  void quantize(const float* src, int64_t rows, int64_t cols, Recipe r, const QuantPair& out, void* ws,
+                size_t ws_bytes, Stream stream) const {
+    const emulation::SourceMatrix s{src, DType::kF32, rows, cols};
+    emulation::QuantizeOutputs o;
+    o.data = out.data;
+    o.scales = out.scales;
+    o.data_t = out.data_t;
+    o.scales_t = out.scales_t;
+    emulation::quantize_device(s, config(r), o, ws, ws_bytes, stream);
+  }
+
+  GemmOperand operand(const void* data, Recipe r, const void* scales) const {
+    GemmOperand op;
+    op.data = data;
+    op.dtype = options.data_dtype;
+    op.recipe = r;
+    op.scale = scales;
+    op.scale_format = options.scale_format;
+    return op;
+  }
+
+  void run(LinearGemm which, int64_t gm, int64_t gn, int64_t gk, const GemmOperand& a, const GemmOperand& b, void* d,
+           DType d_dtype, Stream stream) {
+    GemmArgs args;
+    args.m = gm;
+    args.n = gn;
+    args.k = gk;
+    args.a = a;
+    args.b = b;
+    args.d = d;
+    args.d_dtype = d_dtype;
+    args.space = MemorySpace::kDevice;
+    handle->gemm(args, stream);
+    last[int(which)] = args;
+    ran[int(which)] = true;
+  }
+};
+
+ScaledLinear::ScaledLinear(Handle& handle, LinearRecipe recipe, int64_t n, int64_t k, LinearOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (n < 1 || k < 1) invalid("N and K must be >= 1, got N=" + std::to_string(n) + " K=" + std::to_string(k));
+  if (recipe != LinearRecipe::kBlockwiseFp8 && recipe != LinearRecipe::kMxfp8)
+    invalid("unknown recipe " + std::to_string(int(recipe)));
+  if (options.data_dtype != DType::kE4M3 && options.data_dtype != DType::kE5M2)
+    invalid("data dtype must be e4m3 or e5m2, got " + std::string(scalemm::to_string(options.data_dtype)));
+  Impl& s = *impl_;
+  s.handle = &handle;
+  s.recipe = recipe;
+  s.n = n;
+  s.k = k;
+  s.options = options;
+  s.act = recipe == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock1x128 : Recipe::kMxfp8;
+  s.wt = recipe == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock128x128 : Recipe::kMxfp8_32x32;
+}
+
+ScaledLinear::~ScaledLinear() = default;
+
+LinearRecipe ScaledLinear::recipe() const { return impl_->recipe; }
+int64_t ScaledLinear::n() const { return impl_->n; }
+int64_t ScaledLinear::k() const { return impl_->k; }
+Recipe ScaledLinear::activation_recipe() const { return impl_->act; }
+Recipe ScaledLinear::weight_recipe() const { return impl_->wt; }
+int64_t ScaledLinear::tokens() const { return impl_->m; }
+
+size_t ScaledLinear::workspace_bytes(int64_t m) const {
+  if (m < 0) invalid("M must be >= 0");
+  return impl_->weight_bytes() + impl_->activation_bytes(m);
+}
+
+void ScaledLinear::set_weight(const float* w, Stream stream) {
+  Impl& s = *impl_;
+  if (!w) invalid("set_weight: weight pointer is null");
+  if (s.weight_arena.empty()) {
+    const Impl::PairSizes ps = s.sizes(s.wt, s.n, s.k);
+    s.weight_arena.allocate(s.weight_bytes());
+    s.w = s.carve(s.weight_arena, ps);
+    s.w_workspace_bytes = ps.workspace;
+    s.w_workspace = s.weight_arena.take(ps.workspace);
+  }
+  // One read of W: rowwise W (N,K) for forward, columnwise W^T (K,N) for dgrad. With square blocks the
+  // columnwise output is the exact transpose (same amax per 128x128 / 32x32 block, same multiplier).
+  s.quantize(w, s.n, s.k, s.wt, s.w, s.w_workspace, s.w_workspace_bytes, stream);
+  s.has_weight = true;
+}
+
+void ScaledLinear::reserve(int64_t m) {
+  Impl& s = *impl_;
+  if (m < 1) invalid("M must be >= 1, got " + std::to_string(m));
+  if (m <= s.capacity) return;
+  // Growing: buffers of an earlier M may still be in use by enqueued work.
+  if (!s.act_arena.empty()) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before growing");
+  s.act_arena.allocate(s.activation_bytes(m));
+  const Impl::PairSizes sx = s.sizes(s.act, m, s.k), sd = s.sizes(s.act, m, s.n);
+  s.x = s.carve(s.act_arena, sx);
+  s.dy = s.carve(s.act_arena, sd);
+  s.act_workspace_bytes = std::max(sx.workspace, sd.workspace);
+  s.act_workspace = s.act_arena.take(s.act_workspace_bytes);
+  s.capacity = m;
+  s.ran[int(LinearGemm::kWgrad)] = s.ran[int(LinearGemm::kDgrad)] = s.ran[int(LinearGemm::kForward)] = false;
+  s.m = 0;
+}
+
+void ScaledLinear::forward(const float* x, int64_t m, uint16_t* y_bf16, Stream stream) {
+  Impl& s = *impl_;
+  if (!s.has_weight) invalid("forward before set_weight");
+  if (!x || !y_bf16) invalid("forward: null input or output pointer");
+  reserve(m);
+  // One read of X: X (M,K) blocks along K for this GEMM, X^T (K,M) blocks along M kept for wgrad.
+  s.quantize(x, m, s.k, s.act, s.x, s.act_workspace, s.act_workspace_bytes, stream);
+  s.m = m;
+  // Y (M,N) = X (M,K) . W (N,K)^T
+  s.run(LinearGemm::kForward, m, s.n, s.k, s.operand(s.x.data, s.act, s.x.scales),
+        s.operand(s.w.data, s.wt, s.w.scales), y_bf16, DType::kBF16, stream);
+}
+
+void ScaledLinear::backward(const float* dy, uint16_t* dx_bf16, float* dw, Stream stream) {
+  Impl& s = *impl_;
+  if (s.m == 0) invalid("backward before forward (X^T of the forward pass is needed for wgrad)");
+  if (!dy) invalid("backward: dY pointer is null");
+  const int64_t m = s.m;
+  // One read of dY: dY (M,N) blocks along N for dgrad, dY^T (N,M) blocks along M for wgrad.
+  s.quantize(dy, m, s.n, s.act, s.dy, s.act_workspace, s.act_workspace_bytes, stream);
+  if (dx_bf16)  // dX (M,K) = dY (M,N) . (W^T (K,N))^T
+    s.run(LinearGemm::kDgrad, m, s.k, s.n, s.operand(s.dy.data, s.act, s.dy.scales),
+          s.operand(s.w.data_t, s.wt, s.w.scales_t), dx_bf16, DType::kBF16, stream);
+  if (dw)  // dW (N,K) = dY^T (N,M) . (X^T (K,M))^T, both with blocks along the tokens
+    s.run(LinearGemm::kWgrad, s.n, s.k, m, s.operand(s.dy.data_t, s.act, s.dy.scales_t),
+          s.operand(s.x.data_t, s.act, s.x.scales_t), dw, DType::kF32, stream);
+}
+
+GemmArgs ScaledLinear::gemm_args(LinearGemm which) const {
+  const int i = int(which);
+  if (i < 0 || i > 2) invalid("unknown GEMM " + std::to_string(i));
+  if (!impl_->ran[i]) invalid(std::string(to_string(which)) + " has not run yet");
+  return impl_->last[i];
+}
+
+}  // namespace scalemm
