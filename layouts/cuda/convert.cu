@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -125,11 +126,34 @@ __device__ __forceinline__ Td transform(Ts v, bool* exact) {
   }
 }
 
-template <Kind K, class Op, typename Ts, typename Td>
-__device__ void run_tile(const Op& op, const Ts* __restrict__ src, Td* __restrict__ dst, int64_t p0, int64_t c0,
+// Views of an op over the destination's padded grid. Elem: one scale per position. Quad: four
+// consecutive K-blocks per position, moved as one 32-bit word; used for one-byte scales when every
+// aligned quad of K-blocks is contiguous and 4-aligned on both sides (the host checks the first quad
+// through offset(); offset() is strictly increasing along K, a property the host tests check).
+template <class Op>
+struct Elem {
+  Op op;
+  SCALEMM_HD int64_t rows() const { return op.to.padded_rows(); }
+  SCALEMM_HD int64_t cols() const { return op.to.padded_kblocks(); }
+  SCALEMM_HD int64_t dst(int64_t p, int64_t c) const { return op.to.padded_offset(p, c); }
+  SCALEMM_HD int64_t src(int64_t p, int64_t c) const { return op.src(p, c); }
+};
+template <class Op>
+struct Quad {
+  Op op;
+  SCALEMM_HD int64_t rows() const { return op.to.padded_rows(); }
+  SCALEMM_HD int64_t cols() const { return op.to.padded_kblocks() >> 2; }
+  SCALEMM_HD int64_t dst(int64_t p, int64_t q) const { return op.to.padded_offset(p, 4 * q) >> 2; }
+  SCALEMM_HD int64_t src(int64_t p, int64_t q) const {
+    const int64_t s = op.src(p, 4 * q);
+    return s < 0 ? -1 : s >> 2;
+  }
+};
+
+template <Kind K, class W, typename Ts, typename Td>
+__device__ void run_tile(const W& op, const Ts* __restrict__ src, Td* __restrict__ dst, int64_t p0, int64_t c0,
                          const Plan& pl, Shared& sh, unsigned long long* inexact_count) {
-  const ScaleLayout& to = op.to;
-  const int64_t P = to.padded_rows(), C = to.padded_kblocks();
+  const int64_t P = op.rows(), C = op.cols();
   const int tid = threadIdx.x;
   const int tr = 1 << pl.log_tr, tk = 1 << pl.log_tk;
   const int64_t n_in = imin(tr, P - p0) * imin(tk, C - c0);
@@ -137,7 +161,8 @@ __device__ void run_tile(const Op& op, const Ts* __restrict__ src, Td* __restric
 
   auto count_inexact = [&](bool exact, int64_t p, int64_t c) {
     if constexpr (K == Kind::kBroadcast) {
-      const bool first = (p * to.row_step()) % op.from.block_rows() == 0 && (c * to.block_k()) % op.from.block_k() == 0;
+      const ScaleLayout& to = op.op.to;
+      const bool first = (p * to.row_step()) % op.op.from.block_rows() == 0 && (c * to.block_k()) % op.op.from.block_k() == 0;
       if (!exact && first) ++inexact;
     }
   };
@@ -163,7 +188,7 @@ __device__ void run_tile(const Op& op, const Ts* __restrict__ src, Td* __restric
     for (int i = 0; i < kItems; ++i) {
       int64_t p, c;
       tile_coords(i * kThreads + tid, pl.dst_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
-      if (p < P && c < C) dst[to.padded_offset(p, c)] = tile[int(p - p0) * ld + int(c - c0)];
+      if (p < P && c < C) dst[op.dst(p, c)] = tile[int(p - p0) * ld + int(c - c0)];
     }
     __syncthreads();
   } else {
@@ -175,7 +200,7 @@ __device__ void run_tile(const Op& op, const Ts* __restrict__ src, Td* __restric
       tile_coords(i * kThreads + tid, pl.map_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
       const bool in = p < P && c < C;
       soff[i] = in ? op.src(p, c) : -1;
-      doff[i] = in ? to.padded_offset(p, c) : -1;
+      doff[i] = in ? op.dst(p, c) : -1;
       if (soff[i] >= 0) {
         lo = min(lo, (unsigned long long)soff[i]);
         hi = max(hi, (unsigned long long)soff[i]);
@@ -210,7 +235,7 @@ __device__ void run_tile(const Op& op, const Ts* __restrict__ src, Td* __restric
     }
     // ---- destination staging: are the tile's destination indices exactly [base, base + n)?
     bool dst_staged = false;
-    const int64_t dbase = to.padded_offset(p0, c0);
+    const int64_t dbase = op.dst(p0, c0);
     if (pl.stage_dst) {
       int mine = 0;
 #pragma unroll
@@ -276,7 +301,7 @@ struct OpFor<Kind::kBroadcast, RF, RT> {
 
 // One kernel for single operands (row_offsets == nullptr: `from`/`to` as given) and for grouped
 // operands (blockIdx.y walks the groups; each group's layouts and buffer bases come from row_offsets).
-template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td>
+template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td>
 __global__ void __launch_bounds__(kThreads) convert_kernel(ScaleLayout from, const Ts* src, ScaleLayout to, Td* dst,
                                                            Plan pl, const int64_t* row_offsets, int groups,
                                                            unsigned long long* inexact_count) {
@@ -313,13 +338,16 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(ScaleLayout from, con
       const int64_t rows = row_offsets[g + 1] - row_offsets[g];
       f.rows = rows;
       t.rows = rows;
-      s = src + sh.base_sum_src;
-      d = dst + sh.base_sum_dst;
+      // Group buffers start at multiples of 4 elements whenever quads are in use (launch() checks).
+      s = src + sh.base_sum_src / (kQuad ? 4 : 1);
+      d = dst + sh.base_sum_dst / (kQuad ? 4 : 1);
       __syncthreads();
     }
-    typename OpFor<K, RF, RT>::type op{f, t};
-    const int64_t tiles_p = ceil_div(t.padded_rows(), int64_t(1) << pl.log_tr);
-    const int64_t tiles_c = ceil_div(t.padded_kblocks(), int64_t(1) << pl.log_tk);
+    using Op = typename OpFor<K, RF, RT>::type;
+    using View = std::conditional_t<kQuad, Quad<Op>, Elem<Op>>;
+    const View op{Op{f, t}};
+    const int64_t tiles_p = ceil_div(op.rows(), int64_t(1) << pl.log_tr);
+    const int64_t tiles_c = ceil_div(op.cols(), int64_t(1) << pl.log_tk);
     const int64_t tiles = tiles_p * tiles_c;
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t tp = tile / tiles_c, tc = tile - tp * tiles_c;
@@ -335,28 +363,32 @@ int log2_ceil(int64_t v) {
   return l;
 }
 
-template <class Op>
-Plan make_plan(const Op& op) {
-  const ScaleLayout& to = op.to;
-  const int64_t P = to.padded_rows(), C = to.padded_kblocks();
+template <class W>
+Plan make_plan(const W& w) {
+  const ScaleLayout& from = w.op.from;
+  const ScaleLayout& to = w.op.to;
+  const int64_t P = w.rows(), C = w.cols();
   Plan pl;
-  pl.dst_pfast = P > 1 && to.padded_offset(1, 0) - to.padded_offset(0, 0) == 1 &&
-                 !(C > 1 && to.padded_offset(0, 1) - to.padded_offset(0, 0) == 1);
-  if (to.real_rows() > 1 && op.src(0, 0) >= 0 && op.src(1, 0) >= 0) {
-    const bool row_unit = op.src(1, 0) - op.src(0, 0) == 1;
-    const bool kb_unit = to.kblocks() > 1 && op.src(0, 1) >= 0 && op.src(0, 1) - op.src(0, 0) == 1;
+  pl.dst_pfast = P > 1 && w.dst(1, 0) - w.dst(0, 0) == 1 && !(C > 1 && w.dst(0, 1) - w.dst(0, 0) == 1);
+  if (w.src(0, 0) >= 0 && w.src(1, 0) >= 0) {
+    const bool row_unit = w.src(1, 0) - w.src(0, 0) == 1;
+    const bool kb_unit = C > 1 && w.src(0, 1) >= 0 && w.src(0, 1) - w.src(0, 0) == 1;
     pl.src_pfast = row_unit && !kb_unit;
   }
-  const bool tiled = (recipe_is_tiled(op.from.recipe) && op.from.format == ScaleFormat::kCublasLt) ||
+  const bool tiled = (recipe_is_tiled(from.recipe) && from.format == ScaleFormat::kCublasLt) ||
                      (recipe_is_tiled(to.recipe) && to.format == ScaleFormat::kCublasLt);
   int log_tr, log_tk;
   if (tiled) {
+    // A 128-row band of 128x4 tiles; quads make each K-column four K-blocks wide.
     log_tr = log2_ceil(std::max<int64_t>(1, 128 / to.row_step()));
     log_tk = 12 - log_tr;
-    if (log_tk > 5 && log_tr >= 7) log_tk = 5;
-  } else if (pl.src_pfast != pl.dst_pfast || pl.dst_pfast) {
+    if (log_tr >= 7) log_tk = 5;  // 128 rows x 32 columns: 8 (or 32 with quads) whole 128x4 tiles
+  } else if (pl.src_pfast != pl.dst_pfast) {
     log_tr = 7;
     log_tk = 5;
+  } else if (pl.dst_pfast) {
+    log_tr = std::min(12, log2_ceil(P));
+    log_tk = 12 - log_tr;
   } else {
     log_tk = std::min(12, log2_ceil(C));
     log_tr = 12 - log_tk;
@@ -370,23 +402,34 @@ Plan make_plan(const Op& op) {
   int64_t lo = INT64_MAX, hi = -1, dlo = INT64_MAX, dhi = -1;
   for (int64_t p = 0; p < tr; ++p)
     for (int64_t c = 0; c < tk; ++c) {
-      const int64_t s = op.src(p, c);
+      const int64_t s = w.src(p, c);
       if (s >= 0) {
         lo = std::min(lo, s);
         hi = std::max(hi, s);
       }
-      const int64_t d = to.padded_offset(p, c);
+      const int64_t d = w.dst(p, c);
       dlo = std::min(dlo, d);
       dhi = std::max(dhi, d);
     }
   pl.stage_src = hi >= lo && hi - lo + 1 <= kTile;
-  pl.stage_dst = dhi - dlo + 1 == tr * tk && dlo == to.padded_offset(0, 0);
-  if (pl.stage_dst)
-    pl.map_pfast = pl.src_pfast;
-  else
-    pl.map_pfast = pl.dst_pfast;
+  pl.stage_dst = dhi - dlo + 1 == tr * tk && dlo == w.dst(0, 0);
+  pl.map_pfast = pl.stage_dst ? pl.src_pfast : pl.dst_pfast;
   pl.transpose_tile = !pl.stage_src && !pl.stage_dst && pl.src_pfast != pl.dst_pfast && log_tr <= 7;
   return pl;
+}
+
+/// Quads apply to one-byte scales when the K-blocks of both buffers come in whole, contiguous,
+/// 4-aligned groups of four (padded_kblocks % 4 == 0 on both sides, first quad checked through
+/// offset()) and both pointers are 4-byte aligned.
+template <class Op>
+bool quads_apply(const Op& op, const void* src, const void* dst) {
+  const ScaleLayout& to = op.to;
+  if (to.scale_bytes() != 1 || op.from.scale_bytes() != 1) return false;
+  if (to.kblocks() % 4 != 0 || to.padded_kblocks() % 4 != 0 || to.kblocks() < 4) return false;
+  if ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 3) return false;
+  if (to.padded_offset(0, 0) % 4 != 0 || to.padded_offset(0, 3) - to.padded_offset(0, 0) != 3) return false;
+  const int64_t s0 = op.src(0, 0), s3 = op.src(0, 3);
+  return s0 >= 0 && s0 % 4 == 0 && s3 - s0 == 3;
 }
 
 int sm_count() {
@@ -395,28 +438,42 @@ int sm_count() {
   return std::max(1, sms);
 }
 
-template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td, class Op>
-void launch(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
-            unsigned long long* inexact_count, cudaStream_t stream) {
-  const Plan pl = make_plan(op);
+template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td, class Op>
+void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
+                 unsigned long long* inexact_count, cudaStream_t stream) {
+  using View = std::conditional_t<kQuad, Quad<Op>, Elem<Op>>;
+  const View view{op};
+  const Plan pl = make_plan(view);
   int64_t tiles;
   int gy = 1;
   if (row_offsets) {
-    if (groups <= 0) return;
     gy = std::min(groups, 65535);
     const int64_t rows_per_group = std::max<int64_t>(128, rows_hint / std::max(1, groups) + 128);
     const ScaleLayout t(op.to.recipe, rows_per_group, op.to.k, op.to.format);
-    tiles = ceil_div(t.padded_rows(), int64_t(1) << pl.log_tr) * ceil_div(t.padded_kblocks(), int64_t(1) << pl.log_tk);
+    const View tv{Op{op.from, t}};
+    tiles = ceil_div(tv.rows(), int64_t(1) << pl.log_tr) * ceil_div(tv.cols(), int64_t(1) << pl.log_tk);
   } else {
-    if (op.to.size() == 0) return;
-    tiles = ceil_div(op.to.padded_rows(), int64_t(1) << pl.log_tr) *
-            ceil_div(op.to.padded_kblocks(), int64_t(1) << pl.log_tk);
+    tiles = ceil_div(view.rows(), int64_t(1) << pl.log_tr) * ceil_div(view.cols(), int64_t(1) << pl.log_tk);
   }
   const int64_t cap = int64_t(sm_count()) * 8;
   const int gx = int(std::max<int64_t>(1, std::min<int64_t>(tiles, row_offsets ? std::max<int64_t>(1, cap / gy) : cap)));
-  convert_kernel<K, RF, RT, Ts, Td><<<dim3(gx, gy), kThreads, 0, stream>>>(
+  convert_kernel<K, RF, RT, kQuad, Ts, Td><<<dim3(gx, gy), kThreads, 0, stream>>>(
       op.from, static_cast<const Ts*>(src), op.to, static_cast<Td*>(dst), pl, row_offsets, groups, inexact_count);
   check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
+}
+
+template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td, class Op>
+void launch(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
+            unsigned long long* inexact_count, cudaStream_t stream) {
+  if (row_offsets ? groups <= 0 : op.to.size() == 0) return;
+  if constexpr (sizeof(Ts) == 1 && sizeof(Td) == 1 && K == Kind::kRelayout) {
+    // Grouped: every group's buffer must start 4-aligned too; compact and tiled sizes are multiples
+    // of kblocks (% 4 == 0) or of 512, which quads_apply's kblocks check guarantees.
+    if (quads_apply(op, src, dst))
+      return launch_view<K, RF, RT, true, uint32_t, uint32_t>(op, src, dst, row_offsets, groups, rows_hint,
+                                                               inexact_count, stream);
+  }
+  launch_view<K, RF, RT, false, Ts, Td>(op, src, dst, row_offsets, groups, rows_hint, inexact_count, stream);
 }
 
 template <Kind K, class Op>
