@@ -554,9 +554,14 @@ def markdown(env, cpp, tor, rows, tg, cpp_status):
         L.append("|---|---|---|---|---|")
         raw_host = None
         for x in h.get("calls", []):
-            raw_host = raw_host if raw_host is not None else x["host_us"]
-            L.append(f"| {x['call']} | {fmt(x['host_us'], 2)} | {x['over_raw_us']:+.2f} | {fmt(x['backtoback_us'], 2)} "
-                     f"| {fmt(x['gpu_event_us'], 2)} |")
+            if x.get("error"):
+                L.append(f"| {x['call']} | failed: {x['error'][:200]} | | | |")
+                continue
+            if raw_host is None and x["call"].startswith("raw"):
+                raw_host = x.get("host_us")
+            over = f"{x['over_raw_us']:+.2f}" if x.get("over_raw_us") is not None else "-"
+            L.append(f"| {x['call']} | {fmt(x.get('host_us'), 2)} | {over} | {fmt(x.get('backtoback_us'), 2)} "
+                     f"| {fmt(x.get('gpu_event_us'), 2)} |")
         for x in (tor or {}).get("host", []):
             over = f"{x['host_us'] - raw_host:+.2f}" if raw_host is not None else "-"
             L.append(f"| {x['call']} | {fmt(x['host_us'], 2)} | {over} | {fmt(x['backtoback_us'], 2)} | "
