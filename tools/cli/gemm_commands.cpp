@@ -279,11 +279,13 @@ struct Outcome {
   std::optional<emulation::Comparison> cmp;
   emulation::Tolerance tol;
   std::vector<Worst> worst;
+  int64_t bit_diffs = -1;  ///< elements whose bits differ from the reference rounded to d_dtype
   bool ok() const { return !feasible || (cmp && cmp->within_tolerance()); }
 };
 
 Outcome compare_with(const std::string& name, const std::string& note, const GemmArgs& args, Backend backend,
-                     const std::vector<float>& ref, double ref_scale, const std::vector<uint8_t>& d) {
+                     const std::vector<float>& ref, double ref_scale, const std::vector<uint8_t>& ref_out,
+                     const std::vector<uint8_t>& d) {
   Outcome o;
   o.name = name;
   o.note = note;
@@ -293,6 +295,7 @@ Outcome compare_with(const std::string& name, const std::string& note, const Gem
   const std::vector<float> test = widen(d, args.d_dtype);
   o.cmp = emulation::compare(ref.data(), test.data(), int64_t(ref.size()), &o.tol);
   o.worst = worst_elements(ref, test, 5);
+  o.bit_diffs = emulation::compare(ref_out.data(), d.data(), args.d_dtype, int64_t(ref.size())).bit_mismatches;
   return o;
 }
 
@@ -406,6 +409,7 @@ void run_replay(const std::string& dir, bool json_out) {
   // The reference: host emulator through host pointers, f32 output (as verify mode compares).
   const RunResult ref_run = run_call(call, DType::kF32, Backend::kReference, false);
   const std::vector<float> ref = widen(ref_run.d, DType::kF32);
+  const std::vector<uint8_t> ref_out = run_call(call, args.d_dtype, Backend::kReference, false).d;
   double ref_scale = 0;
   for (float v : ref)
     if (std::isfinite(v)) ref_scale = std::max(ref_scale, double(std::fabs(v)));
@@ -424,13 +428,13 @@ void run_replay(const std::string& dir, bool json_out) {
   std::vector<Outcome> outcomes;
   const Backend rec = parse_backend(recorded_backend).value_or(Backend::kReference);
   outcomes.push_back(compare_with("dumped d (" + recorded_backend + ")", recorded_plan, args, rec, ref, ref_scale,
-                                  d.data));
+                                  ref_out, d.data));
   if (gpu) {
     for (Backend be : {Backend::kNative, Backend::kConvertNative, Backend::kEmulated, Backend::kReference}) {
       const std::string name = "this machine: " + std::string(to_string(be));
       try {
         const RunResult r = run_call(call, args.d_dtype, be, true);
-        outcomes.push_back(compare_with(name, r.plan.explain(), args, be, ref, ref_scale, r.d));
+        outcomes.push_back(compare_with(name, r.plan.explain(), args, be, ref, ref_scale, ref_out, r.d));
       } catch (const Error& e) {
         Outcome o;
         o.name = name;
@@ -458,6 +462,7 @@ void run_replay(const std::string& dir, bool json_out) {
       if (o.cmp) {
         e["tolerance"] = o.tol.to_string();
         e["comparison"] = comparison_json(*o.cmp);
+        e["bit_mismatches_vs_reference_in_d_dtype"] = o.bit_diffs;
         nlohmann::json w = nlohmann::json::array();
         for (const auto& x : o.worst)
           w.push_back({{"row", x.index / args.n}, {"col", x.index % args.n}, {"test", x.test}, {"reference", x.ref},
@@ -487,9 +492,12 @@ void run_replay(const std::string& dir, bool json_out) {
         std::printf("  %s: %s: %s\n", o.name.c_str(), o.feasible ? "FAILED" : "not feasible", o.note.c_str());
         continue;
       }
-      std::printf("  %s: %s\n    tolerance %s\n    %s\n", o.name.c_str(),
-                  o.cmp->within_tolerance() ? "agrees" : "DISAGREES", o.tol.to_string().c_str(),
-                  o.cmp->to_string().c_str());
+      std::printf("  %s: %s\n    tolerance %s\n    vs f32 reference: %s\n    vs reference rounded to %s: %s\n",
+                  o.name.c_str(), o.cmp->within_tolerance() ? "agrees" : "DISAGREES", o.tol.to_string().c_str(),
+                  o.cmp->to_string().c_str(), std::string(to_string(args.d_dtype)).c_str(),
+                  o.bit_diffs == 0 ? "bitwise identical"
+                                   : (std::to_string(o.bit_diffs) + " of " + std::to_string(ref.size()) +
+                                      " elements differ in bits").c_str());
       if (!o.worst.empty()) std::printf("    worst elements:\n");
       for (const auto& x : o.worst)
         std::printf("      D[%lld, %lld] = %.9g  reference %.9g  |err| %.3g  (allowed %.3g)\n",

@@ -174,14 +174,15 @@ std::string cell_colour(const ScaleLayout& l, const Cell& c) {
 
 void run_render(const LayoutArgs& a, const std::string& format, const std::string& out) {
   const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
-  const int64_t width = buffer_line_width(l);
+  // Lines wider than 64 cells wrap, so that every position up to max_cells is drawn.
+  const int64_t width = std::min<int64_t>(std::max<int64_t>(buffer_line_width(l), 1), 64);
   const int64_t max_cells = 8192;
   const int64_t shown = std::min(l.size(), max_cells);
   const int64_t lines = (shown + width - 1) / std::max<int64_t>(width, 1);
   const auto cells = buffer_cells(l, shown);
   const int cw = 44, ch = 18, margin = 20, top = 60;
   std::ostringstream svg;
-  const int64_t w = margin * 2 + 60 + std::min<int64_t>(width, 64) * cw;
+  const int64_t w = margin * 2 + 60 + width * cw;
   const int64_t h = top + lines * ch + margin;
   svg << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
@@ -194,7 +195,7 @@ void run_render(const LayoutArgs& a, const std::string& format, const std::strin
   for (int64_t line = 0; line < lines; ++line) {
     const int64_t y = top + line * ch;
     svg << "<text x=\"" << margin << "\" y=\"" << y + 13 << "\">" << line * width << "</text>\n";
-    for (int64_t i = 0; i < std::min<int64_t>(width, 64); ++i) {
+    for (int64_t i = 0; i < width; ++i) {
       const int64_t pos = line * width + i;
       if (pos >= shown) break;
       const Cell& c = cells[static_cast<size_t>(pos)];

@@ -1,0 +1,638 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the `scalemm` CLI: run the built binary, check exit codes, outputs and files.
+
+Usage: test_cli.py SCALEMM_BINARY CASE      run one case (CTest registers each case under a sentence)
+       test_cli.py SCALEMM_BINARY --list    list the cases
+       test_cli.py SCALEMM_BINARY --regen   rewrite the `layout explain` goldens (review them by hand!)
+
+The layout formulas below are written from the cuBLAS documentation ("block scaling factors layout",
+1D/2D block scaling) on purpose: they are an independent check of the library, not a copy of it.
+"""
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+import ml_dtypes
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN = os.path.join(HERE, "golden")
+BIN = None
+
+RECIPES = ["tensorwise", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8-32x32", "nvfp4"]
+# (rows, cols) per recipe for the explain goldens: a tiny operand, a ragged one, an aligned one.
+GOLDEN_SHAPES = [(4, 256), (130, 520), (256, 1024)]
+
+
+# ---- running the binary ----------------------------------------------------------------------------
+
+def run(*args, expect=None):
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert p.returncode >= 0, f"scalemm {' '.join(map(str, args))} died with signal {-p.returncode}\n{p.stderr}"
+    if expect is not None:
+        assert p.returncode == expect, (f"scalemm {' '.join(map(str, args))}: exit {p.returncode}, wanted {expect}\n"
+                                        f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+class Tmp:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="scalemm-cli-")
+        atexit.register(shutil.rmtree, self.dir, True)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def save(self, name, arr):
+        path = self.path(name)
+        np.save(path, arr)
+        return path
+
+    def files(self):
+        return sorted(os.listdir(self.dir))
+
+
+# ---- independent layout model ------------------------------------------------------------------------
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def rup(a, b):
+    return cdiv(a, b) * b
+
+
+def block(recipe, rows, k):
+    """(block rows, block k) of a recipe."""
+    return {"tensorwise": (max(rows, 1), max(k, 1)), "rowwise": (1, max(k, 1)), "block1x128": (1, 128),
+            "block128x128": (128, 128), "mxfp8": (1, 32), "mxfp8-32x32": (32, 32), "nvfp4": (1, 16)}[recipe]
+
+
+def grid_shape(recipe, rows, k):
+    br, bk = block(recipe, rows, k)
+    return cdiv(rows, br), cdiv(k, bk)
+
+
+def scale_np_dtype(recipe):
+    return np.uint8 if recipe in ("mxfp8", "mxfp8-32x32", "nvfp4") else np.float32
+
+
+def tiled(grid_per_row):
+    """128x4-tiled buffer (cuBLAS docs) of a per-row grid (R, S)."""
+    r, s = grid_per_row.shape
+    rp, s4 = rup(r, 128), rup(s, 4)
+    buf = np.zeros(rp * s4, grid_per_row.dtype)
+    for i in range(r):
+        for j in range(s):
+            off = ((i // 128) * (s4 // 4) + j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
+            buf[off] = grid_per_row[i, j]
+    return buf
+
+
+def cublaslt_from_compact(recipe, rows, k, g):
+    """The buffer cuBLASLt reads, from the compact grid g (grid_rows, kblocks), per the cuBLAS docs."""
+    gr, L = g.shape
+    if recipe in ("tensorwise", "rowwise"):
+        return g.reshape(-1).copy()
+    if recipe == "block1x128":  # VEC128_32F: outer-major, outer dim padded to 4
+        r4 = rup(rows, 4)
+        buf = np.zeros(L * r4, g.dtype)
+        for kb in range(L):
+            buf[kb * r4:kb * r4 + rows] = g[:, kb]
+        return buf
+    if recipe == "block128x128":  # BLK128x128_32F: K-major, K-block stride padded to 4
+        l4 = rup(L, 4)
+        buf = np.zeros(gr * l4, g.dtype)
+        for i in range(gr):
+            buf[i * l4:i * l4 + L] = g[i]
+        return buf
+    if recipe == "mxfp8-32x32":
+        return tiled(np.repeat(g, 32, axis=0)[:rows])
+    return tiled(g)
+
+
+def random_scales(rng, recipe, shape):
+    if recipe in ("mxfp8", "mxfp8-32x32"):
+        return rng.integers(118, 136, size=shape, dtype=np.uint8)  # 2^-9 .. 2^8
+    if recipe == "nvfp4":
+        return rng.integers(0x20, 0x58, size=shape, dtype=np.uint8)  # positive normal UE4M3
+    return (rng.random(shape, dtype=np.float32) * 3 + 0.25).astype(np.float32)
+
+
+def decode_scales(recipe, g):
+    if recipe in ("mxfp8", "mxfp8-32x32"):
+        return np.exp2(g.astype(np.float64) - 127)
+    if recipe == "nvfp4":
+        return (g & 0x7F).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    return g.astype(np.float64)
+
+
+def expand(recipe, rows, k, g):
+    """Per-element scale (rows, k) from the compact grid."""
+    br, bk = block(recipe, rows, k)
+    s = decode_scales(recipe, g)
+    return np.repeat(np.repeat(s, br, axis=0), bk, axis=1)[:rows, :k]
+
+
+def random_operand(rng, recipe, rows, k, fp8="e4m3"):
+    """(stored uint8 data, float64 decoded values)."""
+    if recipe == "nvfp4":
+        codes = rng.integers(0, 16, size=(rows, k), dtype=np.uint8)
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+        vals = _e2m1_table()[codes]
+        return packed, vals
+    t = ml_dtypes.float8_e4m3fn if fp8 == "e4m3" else ml_dtypes.float8_e5m2
+    x = (rng.standard_normal((rows, k)) * 4).astype(t)
+    return x.view(np.uint8), x.astype(np.float64)
+
+
+def _e2m1_table():
+    mags = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    return np.array(mags + [-m for m in mags])
+
+
+# ---- cases -----------------------------------------------------------------------------------------
+
+CASES = {}
+
+
+def case(name):
+    def deco(fn):
+        CASES[fn.__name__] = (name, fn)
+        return fn
+    return deco
+
+
+def golden_path(recipe, rows, cols):
+    return os.path.join(GOLDEN, f"explain_{recipe}_{rows}x{cols}.txt")
+
+
+def explain_golden(recipe):
+    for rows, cols in GOLDEN_SHAPES:
+        out = run("layout", "explain", "--recipe", recipe, "--rows", rows, "--cols", cols, expect=0).stdout
+        with open(golden_path(recipe, rows, cols)) as f:
+            want = f.read()
+        assert out == want, f"explain {recipe} {rows}x{cols} differs from {golden_path(recipe, rows, cols)}:\n{out}"
+
+
+for _r in RECIPES:
+    def _mk(r):
+        def fn():
+            explain_golden(r)
+        fn.__name__ = "explain_golden_" + r.replace("-", "_")
+        case(f"layout explain for {r} matches the reviewed golden output")(fn)
+    _mk(_r)
+
+
+@case("layout explain --json gives shapes and sizes that agree with the cuBLAS layouts")
+def explain_json():
+    for recipe in RECIPES:
+        for rows, cols in [(130, 520), (7, 40), (256, 1024)]:
+            j = json.loads(run("layout", "explain", "--recipe", recipe, "--rows", rows, "--cols", cols,
+                               "--json", expect=0).stdout)
+            g = grid_shape(recipe, rows, cols)
+            assert j["recipe"] == recipe and j["grid"] == list(g), j
+            assert j["compact"]["elements"] == g[0] * g[1] and j["compact"]["padding_elements"] == 0
+            ref = cublaslt_from_compact(recipe, rows, cols, np.ones(g, scale_np_dtype(recipe)))
+            assert j["cublaslt"]["elements"] == ref.size, (recipe, rows, cols, j["cublaslt"], ref.size)
+            assert j["cublaslt"]["bytes"] == ref.nbytes
+            assert j["cublaslt"]["padding_elements"] == ref.size - np.count_nonzero(ref), (recipe, rows, cols)
+
+
+@case("layout convert produces the cuBLAS-documented buffer and round-trips back to the compact grid")
+def convert_round_trip():
+    rng = np.random.default_rng(1)
+    t = Tmp()
+    for recipe in RECIPES:
+        for rows, cols in [(130, 520), (4, 256), (256, 1024), (33, 96)]:
+            g = random_scales(rng, recipe, grid_shape(recipe, rows, cols))
+            src = t.save("compact.npy", g)
+            lt, back = t.path("lt.npy"), t.path("back.npy")
+            common = ["--recipe", recipe, "--rows", rows, "--cols", cols]
+            run("layout", "convert", *common, "--from", "compact", "--to", "cublaslt", "--in", src, "--out", lt,
+                expect=0)
+            buf = np.load(lt)
+            want = cublaslt_from_compact(recipe, rows, cols, g)
+            assert buf.ndim == 1 and buf.dtype == want.dtype, (recipe, buf.shape, buf.dtype)
+            assert np.array_equal(buf.view(np.uint8), want.view(np.uint8)), (recipe, rows, cols)
+            run("layout", "check", *common, "--format", "cublaslt", "--scales", lt, expect=0)
+            run("layout", "convert", *common, "--from", "cublaslt", "--to", "compact", "--in", lt, "--out", back,
+                expect=0)
+            b = np.load(back)
+            assert b.shape == g.shape and b.dtype == g.dtype and np.array_equal(b.view(np.uint8), g.view(np.uint8))
+    assert t.files() == ["back.npy", "compact.npy", "lt.npy"], t.files()  # no temporaries left
+
+
+@case("layout convert refuses an invalid input and writes nothing")
+def convert_refuses_invalid():
+    t = Tmp()
+    bad = t.save("bad.npy", np.full((4, 8), 0xFF, np.uint8))
+    out = t.path("out.npy")
+    p = run("layout", "convert", "--recipe", "mxfp8", "--rows", 4, "--cols", 256, "--from", "compact", "--to",
+            "cublaslt", "--in", bad, "--out", out, expect=1)
+    assert "e8m0-nan" in p.stderr
+    wrong = t.save("wrong.npy", np.ones((3, 8), np.uint8))
+    p = run("layout", "convert", "--recipe", "mxfp8", "--rows", 4, "--cols", 256, "--from", "compact", "--to",
+            "cublaslt", "--in", wrong, "--out", out, expect=1)
+    assert "scale-shape" in p.stderr, p.stderr
+    with open(t.path("junk.npy"), "wb") as f:
+        f.write(b"not a numpy file")
+    run("layout", "convert", "--recipe", "mxfp8", "--rows", 4, "--cols", 256, "--from", "compact", "--to",
+        "cublaslt", "--in", t.path("junk.npy"), "--out", out, expect=1)
+    assert t.files() == ["bad.npy", "junk.npy", "wrong.npy"], t.files()
+
+
+def check(recipe, rows, cols, fmt, arr, expect, rule=None):
+    t = Tmp()
+    path = t.save("s.npy", arr)
+    p = run("layout", "check", "--recipe", recipe, "--rows", rows, "--cols", cols, "--format", fmt, "--scales",
+            path, expect=expect)
+    j = json.loads(run("layout", "check", "--recipe", recipe, "--rows", rows, "--cols", cols, "--format", fmt,
+                       "--scales", path, "--json", expect=expect).stdout)
+    assert j["valid"] == (expect == 0)
+    if rule:
+        assert f"[{rule}]" in p.stdout, f"wanted diagnostic {rule}:\n{p.stdout}"
+        assert rule in [d["rule"] for d in j["diagnostics"]], j
+        for d in j["diagnostics"]:
+            assert d["message"] and d["expected"] and d["actual"], d
+        assert "expected:" in p.stdout and "actual:" in p.stdout and "fix:" in p.stdout
+    return p
+
+
+@case("layout check rejects an unpadded block128x128 K-block stride")
+def check_blk128_stride():
+    # K=640 -> 5 K-blocks, cuBLASLt wants a stride of 8.
+    check("block128x128", 256, 640, "cublaslt", np.ones(10, np.float32), 1, "blk128-kblock-stride")
+    check("block128x128", 256, 640, "cublaslt", np.ones((2, 5), np.float32), 1, "blk128-kblock-stride")
+    check("block128x128", 256, 640, "cublaslt",
+          cublaslt_from_compact("block128x128", 256, 640, np.ones((2, 5), np.float32)), 0)
+
+
+@case("layout check rejects a K-major block1x128 buffer")
+def check_vec128_k_major():
+    g = np.ones((64, 3), np.float32)  # what a per-token-group quantizer writes: row-major (R, L)
+    check("block1x128", 64, 384, "cublaslt", g, 1, "vec128-k-major")
+    check("block1x128", 64, 384, "compact", g, 0)
+    check("block1x128", 64, 384, "cublaslt", cublaslt_from_compact("block1x128", 64, 384, g), 0)
+    check("block1x128", 64, 384, "cublaslt", np.ascontiguousarray(g.T), 0)  # the (L, R) view is the buffer
+
+
+@case("layout check rejects NaN (0xFF) E8M0 scales")
+def check_e8m0_nan():
+    g = np.full((4, 8), 127, np.uint8)
+    check("mxfp8", 4, 256, "compact", g, 0)
+    g[2, 5] = 0xFF
+    p = check("mxfp8", 4, 256, "compact", g, 1, "e8m0-nan")
+    assert "data row 2, K-block 5" in p.stdout, p.stdout
+    lt = cublaslt_from_compact("mxfp8", 4, 256, g)
+    check("mxfp8", 4, 256, "cublaslt", lt, 1, "e8m0-nan")
+
+
+@case("layout check rejects wrong sizes, shapes and dtypes")
+def check_sizes_dtypes():
+    g = np.full((4, 8), 127, np.uint8)
+    check("mxfp8", 4, 256, "cublaslt", g.reshape(-1), 1, "scale-element-count")  # the compact grid, unpadded
+    check("mxfp8", 4, 256, "cublaslt", g, 1, "scale-shape")
+    check("mxfp8", 4, 256, "compact", np.ones((4, 8), np.float32), 1, "scale-dtype")
+    check("block1x128", 64, 384, "compact", np.ones((64, 3), np.float64), 1, "scale-dtype")
+    check("block1x128", 64, 384, "compact", np.ones((64, 3), np.float16), 1, "scale-dtype")
+    check("rowwise", 64, 384, "compact", np.ones(63, np.float32), 1, "scale-element-count")
+    check("block1x128", 64, 384, "compact", np.ones((64, 3, 1), np.float32), 1, "scale-shape")
+
+
+@case("layout check rejects bad content: nonzero padding and non-positive fp32 scales")
+def check_content_rules():
+    lt = cublaslt_from_compact("mxfp8", 4, 256, np.full((4, 8), 127, np.uint8))
+    pad = np.flatnonzero(lt == 0)[0]
+    lt[pad] = 3
+    check("mxfp8", 4, 256, "cublaslt", lt, 1, "scale-padding-nonzero")
+    g = np.ones((64, 3), np.float32)
+    g[5, 1] = -1.0
+    check("block1x128", 64, 384, "compact", g, 1, "f32-scale-non-positive")
+    g[5, 1] = np.nan
+    check("block1x128", 64, 384, "compact", g, 1, "f32-scale-non-finite")
+
+
+GEMM_CASES = [
+    # recipe_a, recipe_b, m, n, k, a_dtype, b_dtype
+    ("tensorwise", "tensorwise", 16, 24, 64, "e4m3", "e4m3"),
+    ("rowwise", "rowwise", 20, 12, 96, "e4m3", "e5m2"),
+    ("block1x128", "block128x128", 36, 136, 384, "e4m3", "e4m3"),
+    ("block1x128", "block1x128", 8, 16, 256, "e5m2", "e4m3"),
+    ("mxfp8", "mxfp8", 40, 24, 128, "e4m3", "e4m3"),
+    ("mxfp8-32x32", "mxfp8", 64, 40, 96, "e4m3", "e4m3"),
+    ("nvfp4", "nvfp4", 24, 16, 64, None, None),
+    ("tensorwise", "mxfp8", 8, 8, 64, "e4m3", "e4m3"),
+]
+
+
+def gemm_inputs(t, rng, ra, rb, m, n, k, ta, tb):
+    a, av = random_operand(rng, ra, m, k, ta or "e4m3")
+    b, bv = random_operand(rng, rb, n, k, tb or "e4m3")
+    sa = random_scales(rng, ra, grid_shape(ra, m, k))
+    sb = random_scales(rng, rb, grid_shape(rb, n, k))
+    ref_a = av * expand(ra, m, k, sa)
+    ref_b = bv * expand(rb, n, k, sb)
+    files = {"--a": t.save("a.npy", a), "--b": t.save("b.npy", b), "--scale-a": t.save("sa.npy", sa),
+             "--scale-b": t.save("sb.npy", sb)}
+    return files, ref_a, ref_b, (sa, sb)
+
+
+def gemm_args(ra, rb, k, files, out, ta, tb, *extra):
+    args = ["gemm", "--recipe-a", ra, "--recipe-b", rb, "--k", k, "--out", out]
+    for flag, path in files.items():
+        args += [flag, path]
+    if ta:
+        args += ["--a-dtype", ta]
+    if tb:
+        args += ["--b-dtype", tb]
+    return args + list(extra)
+
+
+@case("gemm --backend reference agrees with a NumPy float64 computation for every recipe")
+def gemm_matches_numpy():
+    rng = np.random.default_rng(7)
+    for ra, rb, m, n, k, ta, tb in GEMM_CASES:
+        t = Tmp()
+        files, A, B, _ = gemm_inputs(t, rng, ra, rb, m, n, k, ta, tb)
+        alpha = 0.75
+        want = alpha * (A @ B.T)
+        bound = 4 * k * 2.0 ** -24 * alpha * (np.abs(A) @ np.abs(B).T) + 1e-30
+        out = t.path("d.npy")
+        p = run(*gemm_args(ra, rb, k, files, out, ta, tb, "--backend", "reference", "--out-dtype", "f32",
+                           "--alpha", alpha), expect=0)
+        assert "reference" in p.stdout and "plan:" in p.stdout, p.stdout
+        d = np.load(out)
+        assert d.dtype == np.float32 and d.shape == (m, n), (d.dtype, d.shape)
+        err = np.abs(d.astype(np.float64) - want)
+        assert np.all(err <= bound), f"{ra}x{rb}: max err {err.max()} (bound {bound[np.argmax(err - bound)]})"
+        # bf16 and f16 outputs: the f32 result rounded (within one unit of the output type).
+        for od, check_dtype in (("bf16", np.uint16), ("f16", np.float16)):
+            run(*gemm_args(ra, rb, k, files, out, ta, tb, "--out-dtype", od, "--alpha", alpha), expect=0)
+            e = np.load(out)
+            assert e.dtype == check_dtype and e.shape == (m, n), (od, e.dtype)
+            if od == "bf16":
+                vals = (e.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+                u = 2.0 ** -8
+            else:
+                vals = e.astype(np.float64)
+                u = 2.0 ** -11
+            fin = np.isfinite(vals)
+            assert np.all(np.abs(vals - want)[fin] <= (u * np.abs(want) + bound + 2.0 ** -24)[fin]), (ra, rb, od)
+        assert sorted(os.listdir(t.dir)) == ["a.npy", "b.npy", "d.npy", "sa.npy", "sb.npy"], os.listdir(t.dir)
+
+
+@case("gemm reads cublaslt-format scales to the same result as compact ones")
+def gemm_cublaslt_scales():
+    rng = np.random.default_rng(11)
+    for ra, rb, m, n, k, ta, tb in GEMM_CASES:
+        t = Tmp()
+        files, _, _, (sa, sb) = gemm_inputs(t, rng, ra, rb, m, n, k, ta, tb)
+        run(*gemm_args(ra, rb, k, files, t.path("d1.npy"), ta, tb, "--out-dtype", "f32"), expect=0)
+        files["--scale-a"] = t.save("la.npy", cublaslt_from_compact(ra, m, k, sa))
+        files["--scale-b"] = t.save("lb.npy", cublaslt_from_compact(rb, n, k, sb))
+        run(*gemm_args(ra, rb, k, files, t.path("d2.npy"), ta, tb, "--out-dtype", "f32", "--scale-format",
+                       "cublaslt"), expect=0)
+        assert np.array_equal(np.load(t.path("d1.npy")).view(np.uint32), np.load(t.path("d2.npy")).view(np.uint32))
+
+
+@case("gemm rejects invalid operands and scales with diagnostics and writes nothing")
+def gemm_rejects_invalid():
+    rng = np.random.default_rng(3)
+    t = Tmp()
+    files, _, _, (sa, sb) = gemm_inputs(t, rng, "mxfp8", "mxfp8", 32, 32, 128, "e4m3", "e4m3")
+    out = t.path("d.npy")
+    base = dict(files)
+    # wrong data dtype
+    files["--a"] = t.save("af.npy", np.ones((32, 128), np.float32))
+    p = run(*gemm_args("mxfp8", "mxfp8", 128, files, out, None, None), expect=1)
+    assert "data-dtype" in p.stderr, p.stderr
+    # K disagrees with the data
+    p = run(*gemm_args("mxfp8", "mxfp8", 256, base, out, None, None), expect=1)
+    assert "data-shape" in p.stderr, p.stderr
+    # NaN scale
+    files = dict(base)
+    bad = sa.copy()
+    bad[1, 1] = 0xFF
+    files["--scale-a"] = t.save("nan.npy", bad)
+    p = run(*gemm_args("mxfp8", "mxfp8", 128, files, out, None, None), expect=1)
+    assert "e8m0-nan" in p.stderr and "scale_a" in p.stderr, p.stderr
+    # compact scales declared as cublaslt
+    p = run(*gemm_args("mxfp8", "mxfp8", 128, base, out, None, None, "--scale-format", "cublaslt"), expect=1)
+    assert "scale-" in p.stderr, p.stderr
+    # missing file
+    files = dict(base)
+    files["--b"] = t.path("missing.npy")
+    run(*gemm_args("mxfp8", "mxfp8", 128, files, out, None, None), expect=1)
+    assert not os.path.exists(out) and not any(f.startswith("d.npy") for f in t.files()), t.files()
+
+
+@case("gemm without a GPU refuses a forced GPU backend and writes nothing")
+def gemm_forced_backend_without_gpu():
+    info = json.loads(run("info", "--json", expect=0).stdout)
+    if info["devices"]:
+        return  # only meaningful on a machine without a CUDA device
+    rng = np.random.default_rng(5)
+    t = Tmp()
+    files, _, _, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", 32, 32, 128, "e4m3", "e4m3")
+    for backend in ("native", "emulated"):
+        p = run(*gemm_args("mxfp8", "mxfp8", 128, files, t.path("d.npy"), None, None, "--backend", backend),
+                expect=1)
+        assert "no backend can run" in p.stderr, p.stderr
+    assert not os.path.exists(t.path("d.npy"))
+
+
+def make_dump(t, rng, ra="mxfp8", rb="mxfp8", m=32, n=24, k=128):
+    """A dump directory as verify::dump_call writes it, with d computed by `scalemm gemm`."""
+    files, _, _, (sa, sb) = gemm_inputs(t, rng, ra, rb, m, n, k, "e4m3", "e4m3")
+    run(*gemm_args(ra, rb, k, files, t.path("d.npy"), None, None, "--out-dtype", "bf16"), expect=0)
+    d = t.path("dump")
+    os.mkdir(d)
+    np.save(os.path.join(d, "a.npy"), np.load(files["--a"]))
+    np.save(os.path.join(d, "b.npy"), np.load(files["--b"]))
+    np.save(os.path.join(d, "scale_a.npy"), sa.reshape(-1))
+    np.save(os.path.join(d, "scale_b.npy"), sb.reshape(-1))
+    np.save(os.path.join(d, "d.npy"), np.load(t.path("d.npy")))
+    call = {"m": m, "n": n, "k": k, "alpha": 1.0,
+            "a": {"recipe": ra, "dtype": "e4m3", "scale_format": "compact", "global_scale": 1.0},
+            "b": {"recipe": rb, "dtype": "e4m3", "scale_format": "compact", "global_scale": 1.0},
+            "d_dtype": "bf16", "bias": False, "backend": "native", "plan": "test dump", "note": "made by test_cli.py"}
+    with open(os.path.join(d, "call.json"), "w") as f:
+        json.dump(call, f)
+    return d
+
+
+@case("replay re-runs a dumped call, shows the plan and compares it with the reference")
+def replay_agrees():
+    t = Tmp()
+    d = make_dump(t, np.random.default_rng(9))
+    p = run("replay", d, expect=0)
+    assert "recorded plan (native)" in p.stdout and "plan on this machine" in p.stdout, p.stdout
+    assert "agrees" in p.stdout, p.stdout
+    j = json.loads(run("replay", d, "--json", expect=0).stdout)
+    assert j["agree"] and j["comparisons"][0]["comparison"]["within_tolerance"], j
+
+
+@case("replay reports a wrong dumped result with its worst elements")
+def replay_disagrees():
+    t = Tmp()
+    d = make_dump(t, np.random.default_rng(10))
+    res = np.load(os.path.join(d, "d.npy"))
+    vals = (res.astype(np.uint32) << 16).view(np.float32)
+    wrong = np.float32(-4 * np.abs(vals).max())  # far outside any accumulation-order tolerance
+    bad = res.copy()
+    bad[3, 7] = np.uint16(wrong.view(np.uint32) >> 16)
+    np.save(os.path.join(d, "d.npy"), bad)
+    p = run("replay", d, expect=1)
+    assert "DISAGREES" in p.stdout and "D[3, 7]" in p.stdout, p.stdout
+    j = json.loads(run("replay", d, "--json", expect=1).stdout)
+    w = j["comparisons"][0]["worst"][0]
+    assert (w["row"], w["col"]) == (3, 7), w
+
+
+@case("replay rejects an incomplete or malformed dump")
+def replay_bad_dump():
+    t = Tmp()
+    d = make_dump(t, np.random.default_rng(12))
+    os.remove(os.path.join(d, "scale_b.npy"))
+    run("replay", d, expect=1)
+    d2 = make_dump(Tmp(), np.random.default_rng(12))
+    with open(os.path.join(d2, "call.json"), "w") as f:
+        f.write("{ not json")
+    run("replay", d2, expect=1)
+    d3 = make_dump(Tmp(), np.random.default_rng(12))
+    np.save(os.path.join(d3, "scale_a.npy"), np.ones(5, np.uint8))
+    p = run("replay", d3, expect=1)
+    assert "scale-element-count" in p.stderr, p.stderr
+    run("replay", t.path("does-not-exist"), expect=1)
+
+
+@case("layout render writes an SVG that parses and covers the buffer")
+def render_svg():
+    t = Tmp()
+    for recipe in RECIPES:
+        for fmt in ("compact", "cublaslt"):
+            out = t.path(f"{recipe}-{fmt}.svg")
+            run("layout", "render", "--recipe", recipe, "--rows", 130, "--cols", 520, "--format", fmt, "--out", out,
+                expect=0)
+            root = ET.parse(out).getroot()
+            assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+            rects = root.findall("{http://www.w3.org/2000/svg}rect")
+            j = json.loads(run("layout", "explain", "--recipe", recipe, "--rows", 130, "--cols", 520, "--json",
+                               expect=0).stdout)
+            assert len(rects) == min(j[fmt]["elements"], 8192), (recipe, fmt, len(rects))
+    assert all(f.endswith(".svg") for f in t.files()), t.files()
+
+
+@case("info prints versions and the support matrix, and --sm/--cublas ask about another machine")
+def info_matrix():
+    p = run("info", expect=0)
+    assert "scalemm" in p.stdout and "support matrix" in p.stdout, p.stdout
+    j = json.loads(run("info", "--json", expect=0).stdout)
+    assert len(j["support"]) == 49 and j["native_pairs"], j.keys()
+
+    def backend(js, a, b):
+        return next(r["backend"] for r in js["support"] if r["a"] == a and r["b"] == b)
+
+    h = json.loads(run("info", "--sm", 90, "--json", expect=0).stdout)
+    assert h["target"]["simulated"] and h["target"]["sm"] == 90
+    assert backend(h, "block1x128", "block128x128") == "native"
+    assert backend(h, "tensorwise", "rowwise") == "convert-native"
+    assert backend(h, "mxfp8", "mxfp8") == "emulated"
+    assert backend(h, "block128x128", "block128x128") == "reference"
+    b = json.loads(run("info", "--sm", 100, "--cublas", "13.4", "--json", expect=0).stdout)
+    assert b["target"]["cublaslt"] == 130400
+    assert backend(b, "mxfp8", "mxfp8") == "native" and backend(b, "nvfp4", "nvfp4") == "native"
+    assert backend(b, "block1x128", "block1x128") != "native"
+    old = json.loads(run("info", "--sm", 90, "--cublas", "12.8", "--json", expect=0).stdout)
+    assert backend(old, "block1x128", "block1x128") != "native"
+    txt = run("info", "--sm", 90, expect=0).stdout
+    assert "block1x128 x block128x128" in txt and "not native" in txt, txt
+
+
+SUBCOMMANDS = [[], ["info"], ["layout"], ["layout", "explain"], ["layout", "check"], ["layout", "convert"],
+               ["layout", "render"], ["gemm"], ["replay"], ["demo"]]
+
+
+@case("every subcommand answers --help with its usage")
+def help_everywhere():
+    for sub in SUBCOMMANDS:
+        p = run(*sub, "--help", expect=0)
+        assert "Usage" in p.stdout or "usage" in p.stdout.lower(), (sub, p.stdout)
+        assert "--help" in p.stdout, (sub, p.stdout)
+    g = run("gemm", "--help", expect=0).stdout
+    for flag in ["--recipe-a", "--recipe-b", "--a", "--b", "--scale-a", "--scale-b", "--k", "--out", "--scale-format",
+                 "--out-dtype", "--backend", "--alpha", "--a-dtype", "--b-dtype"]:
+        assert flag in g, flag
+
+
+@case("bad arguments give exit 2 with a usage message, never a crash")
+def usage_errors():
+    t = Tmp()
+    s = t.save("s.npy", np.ones((4, 8), np.uint8))
+    bad = [
+        [],
+        ["frobnicate"],
+        ["layout"],
+        ["layout", "explain"],
+        ["layout", "explain", "--recipe", "mxfp9", "--rows", 4, "--cols", 32],
+        ["layout", "explain", "--recipe", "mxfp8", "--rows", -4, "--cols", 32],
+        ["layout", "explain", "--recipe", "mxfp8", "--rows", "four", "--cols", 32],
+        ["layout", "explain", "--recipe", "mxfp8", "--rows", 10 ** 12, "--cols", 10 ** 12],
+        ["layout", "explain", "--recipe", "mxfp8", "--rows", 4, "--cols", 32, "--bogus"],
+        ["layout", "check", "--recipe", "mxfp8", "--rows", 4, "--cols", 256, "--format", "tiled", "--scales", s],
+        ["layout", "check", "--recipe", "mxfp8", "--rows", 4, "--cols", 256, "--scales", s],
+        ["layout", "convert", "--recipe", "mxfp8", "--rows", 4, "--cols", 256, "--from", "compact", "--in", s,
+         "--out", t.path("o.npy")],
+        ["layout", "render", "--recipe", "mxfp8", "--rows", 4, "--cols", 256],
+        ["gemm", "--recipe-a", "mxfp8"],
+        ["gemm", "--recipe-a", "mxfp8", "--recipe-b", "mxfp8", "--a", s, "--b", s, "--scale-a", s, "--scale-b", s,
+         "--k", 0, "--out", t.path("o.npy")],
+        ["gemm", "--recipe-a", "mxfp8", "--recipe-b", "mxfp8", "--a", s, "--b", s, "--scale-a", s, "--scale-b", s,
+         "--k", 32, "--out", t.path("o.npy"), "--backend", "fastest"],
+        ["gemm", "--recipe-a", "mxfp8", "--recipe-b", "mxfp8", "--a", s, "--b", s, "--scale-a", s, "--scale-b", s,
+         "--k", 32, "--out", t.path("o.npy"), "--out-dtype", "f64"],
+        ["gemm", "--recipe-a", "nvfp4", "--recipe-b", "nvfp4", "--a", s, "--b", s, "--scale-a", s, "--scale-b", s,
+         "--k", 32, "--out", t.path("o.npy"), "--a-dtype", "e4m3"],
+        ["gemm", "--recipe-a", "wat", "--recipe-b", "mxfp8", "--a", s, "--b", s, "--scale-a", s, "--scale-b", s,
+         "--k", 32, "--out", t.path("o.npy")],
+        ["replay"],
+        ["info", "--sm", "ninety"],
+        ["info", "--cublas", "13.1"],
+        ["info", "--sm", 90, "--cublas", "thirteen"],
+    ]
+    for args in bad:
+        p = run(*args, expect=2)
+        assert p.stderr.strip(), f"{args}: no message on stderr"
+        assert "--help" in p.stderr or "sage" in p.stderr or "scalemm:" in p.stderr, (args, p.stderr)
+    assert t.files() == ["s.npy"], t.files()
+
+
+def main():
+    global BIN
+    BIN = sys.argv[1]
+    what = sys.argv[2]
+    if what == "--list":
+        for key, (name, _) in CASES.items():
+            print(f"{key}\t{name}")
+        return 0
+    if what == "--regen":
+        os.makedirs(GOLDEN, exist_ok=True)
+        for recipe in RECIPES:
+            for rows, cols in GOLDEN_SHAPES:
+                out = run("layout", "explain", "--recipe", recipe, "--rows", rows, "--cols", cols, expect=0).stdout
+                with open(golden_path(recipe, rows, cols), "w") as f:
+                    f.write(out)
+        return 0
+    CASES[what][1]()
+    print(f"ok: {CASES[what][0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
