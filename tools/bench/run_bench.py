@@ -23,8 +23,10 @@ import datetime
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 T0 = time.monotonic()
@@ -91,22 +93,31 @@ def run_cpp(exe, outdir, quick, iters, timeout):
     t = time.monotonic()
     try:
         with open(md_path, "w") as md:
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                 start_new_session=True)
+            fired = threading.Event()
+
+            def watchdog():  # ends the benchmark's own process group (it and any child it started)
+                fired.set()
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    p.kill()
+
+            timer = threading.Timer(timeout, watchdog)  # also ends a run that hangs without printing
+            timer.start()
             try:
-                deadline = time.monotonic() + timeout
                 for line in p.stdout:
                     md.write(line)
                     sys.stdout.write(line)
                     sys.stdout.flush()
-                    if time.monotonic() > deadline:
-                        raise subprocess.TimeoutExpired(cmd, timeout)
-                rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-                if rc != 0:
-                    status = f"exit {rc}"
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-                status = f"killed after {timeout} s (partial results kept)"
+                rc = p.wait()
+            finally:
+                timer.cancel()
+            if fired.is_set():
+                status = f"killed after {timeout:.0f} s (partial results kept)"
+            elif rc != 0:
+                status = f"exit {rc}"
     except OSError as e:
         status = f"could not run: {e}"
     log(f"bench_gemm: {status} in {time.monotonic() - t:.0f} s")
