@@ -13,7 +13,7 @@
 //              cuBLASLt format: same descriptors, same heuristic query, so the same algorithm (the
 //              outputs are compared bit for bit to confirm it). Blockwise is timed twice through
 //              scalemm: with compact scales (the library converts them per call) and with scales
-//              already in cuBLASLt format.
+//              already in cuBLASLt format. The variants of one case are timed interleaved, call by call.
 //   emulated   MXFP8 and NVFP4 through the planner (on sm_90: exact dequantization to BF16 + cuBLASLt
 //              BF16) vs a BF16 cuBLASLt GEMM of the same shape; the output is compared bit for bit
 //              with the BF16 GEMM of the dequantized operands.
@@ -380,6 +380,49 @@ Stat time_calls(cudaStream_t st, int nsets, int warm, int iters, const std::func
   return s;
 }
 
+/// As time_calls for several variants of one problem, interleaved call by call (variant 0, 1, ..., 0,
+/// 1, ...), so clock or thermal drift during the case cannot favour one of them. Call c uses operand set
+/// c % nsets: consecutive calls never share a set, whichever variant makes them.
+std::vector<Stat> time_interleaved(cudaStream_t st, int nsets, int warm, int iters,
+                                   const std::vector<std::function<void(int)>>& fns) {
+  const size_t V = fns.size();
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<std::vector<double>> t(V);
+  try {
+    int c = 0;
+    for (int i = 0; i < warm; ++i)
+      for (size_t v = 0; v < V; ++v) fns[v](c++ % nsets);
+    CK(cudaStreamSynchronize(st));
+    for (int i = 0; i < iters; ++i)
+      for (size_t v = 0; v < V; ++v) {
+        CK(cudaEventRecord(a, st));
+        fns[v](c++ % nsets);
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t[v].push_back(double(ms) * 1e3);
+      }
+  } catch (...) {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    throw;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::vector<Stat> out(V);
+  for (size_t v = 0; v < V; ++v) {
+    std::sort(t[v].begin(), t[v].end());
+    out[v].n = int(t[v].size());
+    out[v].med_us = t[v][t[v].size() / 2];
+    out[v].min_us = t[v].front();
+    out[v].max_us = t[v].back();
+  }
+  return out;
+}
+
 double tflops(double flops, double us) { return flops / (us * 1e-6) / 1e12; }
 
 struct Floor {
@@ -630,22 +673,31 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
   const std::string backend(to_string(plan.backend));
   if (plan.backend != Backend::kNative) g_plan_notes.push_back(what + ": " + plan.explain());
 
-  const Stat t_s = time_calls(cx.st, nsets, g_warm, g_iters, [&](int s) { cx.handle->gemm(args(s, false), cx.st); });
+  auto lib = [&](int s) { cx.handle->gemm(args(s, false), cx.st); };
+  auto lib_lt = [&](int s) { cx.handle->gemm(args(s, true), cx.st); };
+  auto raw = [&](int s) {
+    cx.lt->matmul(scaled_call(M, N, K, a[size_t(s)], b[size_t(s)], d[size_t(s)].p), cx.lt_ws.p, kLtWorkspace, cx.st);
+  };
   const bool block_scales = a[0].scales_lt.p || b[0].scales_lt.p;
-  Stat t_slt, t_raw;
+  Stat t_s, t_slt, t_raw;
   std::string check = "-", lt_scales_error;
   if (plan.backend == Backend::kNative) {
-    if (block_scales) {
+    bool with_lt = block_scales;
+    if (with_lt) {
       try {
-        t_slt = time_calls(cx.st, nsets, g_warm, g_iters, [&](int s) { cx.handle->gemm(args(s, true), cx.st); });
+        lib_lt(0);
+        CK(cudaStreamSynchronize(cx.st));
       } catch (const Error& e) {  // a scalemm refusal of cuBLASLt-format scales: report it, keep the case
         lt_scales_error = e.what();
         g_plan_notes.push_back(what + " with cuBLASLt-format scales: " + lt_scales_error);
+        with_lt = false;
       }
     }
-    t_raw = time_calls(cx.st, nsets, g_warm, g_iters, [&](int s) {
-      cx.lt->matmul(scaled_call(M, N, K, a[size_t(s)], b[size_t(s)], d[size_t(s)].p), cx.lt_ws.p, kLtWorkspace, cx.st);
-    });
+    std::vector<std::function<void(int)>> fns = {lib, raw};
+    if (with_lt) fns.push_back(lib_lt);
+    const std::vector<Stat> t = time_interleaved(cx.st, nsets, g_warm, g_iters, fns);
+    t_s = t[0], t_raw = t[1];
+    if (with_lt) t_slt = t[2];
     // Same algorithm check: both outputs of set 0, poisoned first (0xFFFF is a bf16 NaN).
     Dev d2(size_t(M * N) * 2);
     CK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
@@ -655,6 +707,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     check = compare(d[0].p, d2.p, M * N, cx.st).text();
   } else {
     // Not native: no raw cuBLASLt call exists for this problem; still check the output is written.
+    t_s = time_calls(cx.st, nsets, g_warm, g_iters, lib);
     CK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
     cx.handle->gemm(args(0, false), cx.st);
     Check c = compare(d[0].p, d[0].p, M * N, cx.st);

@@ -286,7 +286,7 @@ def torch_anchors(cpp, quick, iters, deadline, outdir):
                         q = sqnr(ref, out[:r0])
                         if q > 30:
                             chosen = name
-                            row["blockwise_sqnr_db"] = round(q, 1)
+                            row["blockwise_sqnr_db"] = round(min(q, 999.0), 1)
                             break
                         errs[name] = f"SQNR {q:.1f} dB"
                     except Exception as e:
