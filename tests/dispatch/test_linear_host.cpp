@@ -2,7 +2,8 @@
 // output of a square-block weight is the exact transpose of its rowwise output; a 1x128/1x32
 // activation's is not (it is requantized along the other axis, hence X^T is kept from forward); the
 // unpadded 128x128 scale grid (torchao's K-block stride L instead of roundup(L, 4)) is named by
-// validation and visibly wrong when read anyway; the plans of the three GEMMs on sm_90.
+// validation and visibly wrong when read anyway; the operand table of linear.hpp, emulated on the
+// host, is exact on exact inputs and >= 25 dB on random ones; the plans of the three GEMMs on sm_90.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "linear_inputs.hpp"
 #include "operands.hpp"
 #include "scalemm/emulation/compare.hpp"
 #include "scalemm/emulation/emulation.hpp"
@@ -181,6 +183,66 @@ TEST_CASE("an unpadded 128x128 weight scale grid (K-block stride L, not roundup(
   const auto wrong = emulation::compare(ref.data(), bad.data(), m * n);
   std::printf("GEMM with the unpadded buffer read as BLK128x128: %s\n", wrong.to_string().c_str());
   CHECK(wrong.sqnr_db < 10.0);
+}
+
+TEST_CASE("the operand table of linear.hpp, emulated on the host: exact on exact inputs, >= 25 dB on random",
+          "[dispatch][linear]") {
+  // The same quantizations and operand pairs as ScaledLinear (cuBLASLt-format scales, one quantize
+  // call with both outputs per tensor), through the host reference: what the GPU cases compare with.
+  auto rng = scalemm::testing::rng(0x11B0);
+  struct Q {
+    emulation::QuantizeConfig cfg;
+    std::vector<uint8_t> d, s, dt, st;
+    emulation::QuantizedTensor row, col;
+  };
+  auto quant = [](const std::vector<float>& x, int64_t rows, int64_t cols, Recipe r, bool pow2) {
+    Q q;
+    q.cfg.recipe = r;
+    q.cfg.format = ScaleFormat::kCublasLt;
+    q.cfg.rowwise = q.cfg.columnwise = true;
+    if (r == Recipe::kBlock1x128 || r == Recipe::kBlock128x128)
+      q.cfg.mode = pow2 ? emulation::ScaleMode::kAmaxPow2 : emulation::ScaleMode::kAmax;
+    q.d.resize(size_t(rows * cols));
+    q.dt.resize(size_t(rows * cols));
+    q.s.resize(size_t(emulation::rowwise_layout(q.cfg, rows, cols).bytes()));
+    q.st.resize(size_t(emulation::columnwise_layout(q.cfg, rows, cols).bytes()));
+    const emulation::SourceMatrix src{x.data(), DType::kF32, rows, cols};
+    emulation::QuantizeOutputs o;
+    o.data = q.d.data();
+    o.scales = q.s.data();
+    o.data_t = q.dt.data();
+    o.scales_t = q.st.data();
+    emulation::quantize_host(src, q.cfg, o);
+    q.row = emulation::rowwise_operand(src, q.cfg, o);
+    q.col = emulation::columnwise_operand(src, q.cfg, o);
+    return q;
+  };
+  const int64_t n = 256, k = 640;
+  for (LinearRecipe lr : {LinearRecipe::kBlockwiseFp8, LinearRecipe::kMxfp8})
+    for (bool exact : {false, true})
+      for (int64_t m : {128, 264}) {
+        const Recipe act = lr == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock1x128 : Recipe::kMxfp8;
+        const Recipe wt = lr == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock128x128 : Recipe::kMxfp8_32x32;
+        const auto x = scalemm::testing::make_input(m, k, exact, rng);
+        const auto w = scalemm::testing::make_input(n, k, exact, rng);
+        const auto dy = scalemm::testing::make_input(m, n, exact, rng);
+        const Q qx = quant(x, m, k, act, exact), qw = quant(w, n, k, wt, exact), qdy = quant(dy, m, n, act, exact);
+        std::vector<float> y(size_t(m * n)), dx(size_t(m * k)), dw(size_t(n * k));
+        emulation::gemm_host(qx.row, qw.row, y.data());    // Y = X W^T
+        emulation::gemm_host(qdy.row, qw.col, dx.data());  // dX = dY (W^T)^T
+        emulation::gemm_host(qdy.col, qx.col, dw.data());  // dW = dY^T (X^T)^T
+        const auto ey = scalemm::testing::product(x, k, 1, w, k, 1, m, n, k);
+        const auto edx = scalemm::testing::product(dy, n, 1, w, 1, k, m, k, n);
+        const auto edw = scalemm::testing::product(dy, 1, n, x, 1, k, n, k, m);
+        const double sq[3] = {emulation::sqnr_db(ey.data(), y.data(), m * n),
+                              emulation::sqnr_db(edx.data(), dx.data(), m * k),
+                              emulation::sqnr_db(edw.data(), dw.data(), n * k)};
+        std::printf("host-emulated %-13s %-6s M=%3lld N=%lld K=%lld: forward %.1f dB, dgrad %.1f dB, wgrad %.1f dB\n",
+                    std::string(to_string(lr)).c_str(), exact ? "exact" : "random", (long long)m, (long long)n,
+                    (long long)k, sq[0], sq[1], sq[2]);
+        CAPTURE(to_string(lr), exact, m, sq[0], sq[1], sq[2]);
+        for (double v : sq) CHECK((exact ? std::isinf(v) : v >= 25.0));  // exact: +inf dB, i.e. identical
+      }
 }
 
 TEST_CASE("plans of the three linear-layer GEMMs on a simulated H200", "[dispatch][linear]") {
