@@ -119,6 +119,8 @@ void data_diagnostics(Diagnostics& out, const io::NpyArray& arr, const std::stri
                    io::npy_type_name(arr.descr), "Save FP8/FP4 data as its raw bytes (numpy .view(np.uint8))."});
   const bool fp4 = dtype == DType::kE2M1;
   if (fp4 && k % 2 != 0) {
+    for (const auto& d : out)
+      if (d.rule == "fp4-k-even") return;  // said once for both operands
     out.push_back({"k", "fp4-k-even", "packed FP4 rows hold two elements per byte, so K must be even", "even K",
                    std::to_string(k), "Pad K to a multiple of 32."});
     return;
@@ -129,6 +131,10 @@ void data_diagnostics(Diagnostics& out, const io::NpyArray& arr, const std::stri
   if (arr.shape.size() != 2 || arr.shape[1] != cols || arr.shape[0] < 1)
     out.push_back({name, "data-shape", name == "a" ? "A is (M, K) row-major" : "B is (N, K) row-major (D = A B^T)",
                    want, arr.describe(), "Check --k and the operand's orientation."});
+  else if (arr.shape[0] > (int64_t(1) << 31) || arr.data.size() != size_t(arr.shape[0]) * size_t(cols))
+    out.push_back({name, "data-shape", "the file holds rows x K bytes of data, at most 2^31 rows",
+                   std::to_string(arr.shape[0]) + " x " + std::to_string(cols) + " bytes",
+                   std::to_string(arr.data.size()) + " bytes", ""});
 }
 
 nlohmann::json comparison_json(const emulation::Comparison& c) {

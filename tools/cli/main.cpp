@@ -1,6 +1,7 @@
 // scalemm command-line tool.
 #include <cstdio>
 #include <iostream>
+#include <new>
 
 #include "commands.hpp"
 #include "scalemm/status.hpp"
@@ -32,6 +33,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "scalemm: %s\n", e.what());
     return e.code() == scalemm::StatusCode::kInvalidArgument ? scalemm::cli::kExitUsage
                                                              : scalemm::cli::kExitInvalidInput;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "scalemm: out of memory (an input declares more data than fits in memory)\n");
+    return scalemm::cli::kExitInvalidInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "scalemm: internal error: %s\n", e.what());
     return scalemm::cli::kExitInvalidInput;
