@@ -143,6 +143,11 @@ class Handle {
   /// reference synchronously. Throws scalemm::Error; outputs are untouched when validation fails.
   void gemm(const GemmArgs& args, Stream stream = nullptr);
 
+  /// SCALEMM_VERIFY=sample checks run asynchronously and are reported at the next call on the same
+  /// stream; this waits for every check in flight and throws Error(kVerificationFailed) for the first
+  /// that failed. (SCALEMM_VERIFY=full reports inside gemm().)
+  void check_verification();
+
   struct Impl;
 
  private:

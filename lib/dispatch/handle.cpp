@@ -52,8 +52,10 @@ struct StreamArena {
   size_t lt_bytes = 0;
   char* scratch = nullptr;
   size_t scratch_bytes = 0;
+  std::unique_ptr<verify::AsyncSampler> sampler;  // SCALEMM_VERIFY=sample only
 
   ~StreamArena() {
+    sampler.reset();  // reports an unreported failure before the buffers go
     if (lt_workspace) cudaFree(lt_workspace);
     if (scratch) cudaFree(scratch);
   }
@@ -244,9 +246,26 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
       need += align256(emulation::gemm_device_workspace_bytes(quantized(args.a, args.m, args.k),
                                                               quantized(args.b, args.n, args.k)));
     arena.reserve(need, stream);
+    if (impl_->verify_mode == verify::Mode::kSample) {
+      if (!arena.sampler) arena.sampler = std::make_unique<verify::AsyncSampler>();
+      arena.sampler->poll();  // an earlier call on this stream that failed its check is reported now
+    }
     impl_->run_device(args, plan, arena, stream);
+    if (impl_->verify_mode == verify::Mode::kSample) arena.sampler->enqueue(args, plan, stream);
   }
-  if (impl_->verify_mode != verify::Mode::kOff) verify::check(args, plan, impl_->verify_mode, stream);
+  if (impl_->verify_mode == verify::Mode::kFull) verify::check(args, plan, impl_->verify_mode, stream);
+}
+
+void Handle::check_verification() {
+  std::vector<StreamArena*> all;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& kv : impl_->arenas) all.push_back(kv.second.get());
+  }
+  for (StreamArena* a : all) {
+    std::lock_guard<std::mutex> lock(a->mu);
+    if (a->sampler) a->sampler->drain();
+  }
 }
 
 }  // namespace scalemm

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
@@ -83,6 +84,112 @@ __global__ void sampled_dot(OperandView a, OperandView b, const void* d, DType d
     if (bias) v += formats::decode_bf16(bias[j]);
     ref_out[s] = v;
     test_out[s] = load_out(d, d_dtype, i * n + j);
+  }
+}
+
+__device__ inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// One warp per sampled output element at a hashed (i, j); same arithmetic as sampled_dot.
+__global__ void sampled_dot_hashed(OperandView a, OperandView b, const void* d, DType d_dtype, int64_t m, int64_t n,
+                                   int64_t k, uint64_t seed, int count, float alpha, const uint16_t* bias,
+                                   float* ref_out, float* test_out) {
+  const int s = int((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32);
+  const int lane = threadIdx.x % 32;
+  if (s >= count) return;
+  const uint64_t h = mix64(seed + uint64_t(s) * 0x9E3779B97F4A7C15ull);
+  const int64_t i = int64_t((h >> 32) % uint64_t(m)), j = int64_t((h & 0xFFFFFFFFu) % uint64_t(n));
+  float acc = 0.0f;
+  for (int64_t kk = lane; kk < k; kk += 32) acc = fmaf(a(i, kk), b(j, kk), acc);
+  for (int off = 16; off; off /= 2) acc += __shfl_down_sync(0xFFFFFFFFu, acc, off);
+  if (lane == 0) {
+    float v = alpha * acc;
+    if (bias) v += formats::decode_bf16(bias[j]);
+    ref_out[s] = v;
+    test_out[s] = load_out(d, d_dtype, i * n + j);
+  }
+}
+
+struct Verdict {
+  unsigned violations;
+  unsigned nonfinite;
+  int worst;          // sample index of the largest |err| - tol, -1 if none
+  float worst_ref, worst_test, worst_tol, ref_scale;
+  unsigned long long worst_i, worst_j;
+};
+
+// One block: tolerance from the samples' magnitude, then violations and the worst one.
+__global__ void judge_samples(const float* ref, const float* test, int count, double atol_per_scale, double rtol,
+                              int64_t m, int64_t n, uint64_t seed, Verdict* out) {
+  __shared__ float scale_s[256];
+  __shared__ float excess_s[256];
+  __shared__ int idx_s[256];
+  __shared__ unsigned viol_s[256], nonfin_s[256];
+  float sc = 0.0f;
+  for (int s = threadIdx.x; s < count; s += blockDim.x)
+    if (isfinite(ref[s])) sc = fmaxf(sc, fabsf(ref[s]));
+  scale_s[threadIdx.x] = sc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w; w /= 2) {
+    if (threadIdx.x < w) scale_s[threadIdx.x] = fmaxf(scale_s[threadIdx.x], scale_s[threadIdx.x + w]);
+    __syncthreads();
+  }
+  const float ref_scale = scale_s[0];
+  const double atol = atol_per_scale * ref_scale;
+  unsigned viol = 0, nonfin = 0;
+  float worst = -1.0f;
+  int worst_idx = -1;
+  for (int s = threadIdx.x; s < count; s += blockDim.x) {
+    const float r = ref[s], t = test[s];
+    if (isfinite(r) != isfinite(t) || (isnan(r) != isnan(t))) {
+      ++nonfin;
+      ++viol;
+      if (worst < 3.4e38f) worst = 3.4e38f, worst_idx = s;
+      continue;
+    }
+    if (!isfinite(r)) continue;
+    const double err = fabs(double(t) - double(r)), tol = atol + rtol * fabs(double(r));
+    if (err > tol) {
+      ++viol;
+      if (float(err - tol) > worst) worst = float(err - tol), worst_idx = s;
+    }
+  }
+  excess_s[threadIdx.x] = worst;
+  idx_s[threadIdx.x] = worst_idx;
+  viol_s[threadIdx.x] = viol;
+  nonfin_s[threadIdx.x] = nonfin;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w; w /= 2) {
+    if (threadIdx.x < w) {
+      viol_s[threadIdx.x] += viol_s[threadIdx.x + w];
+      nonfin_s[threadIdx.x] += nonfin_s[threadIdx.x + w];
+      if (excess_s[threadIdx.x + w] > excess_s[threadIdx.x]) {
+        excess_s[threadIdx.x] = excess_s[threadIdx.x + w];
+        idx_s[threadIdx.x] = idx_s[threadIdx.x + w];
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    Verdict v{};
+    v.violations = viol_s[0];
+    v.nonfinite = nonfin_s[0];
+    v.worst = idx_s[0];
+    v.ref_scale = ref_scale;
+    if (v.worst >= 0) {
+      const uint64_t h = mix64(seed + uint64_t(v.worst) * 0x9E3779B97F4A7C15ull);
+      v.worst_i = (h >> 32) % uint64_t(m);
+      v.worst_j = (h & 0xFFFFFFFFu) % uint64_t(n);
+      v.worst_ref = ref[v.worst];
+      v.worst_test = test[v.worst];
+      v.worst_tol = float(atol + rtol * fabs(double(v.worst_ref)));
+    }
+    *out = v;
   }
 }
 
@@ -278,6 +385,105 @@ std::string dump_call(const GemmArgs& args, const Plan& plan, const std::string&
   std::ofstream f(dir + "/call.json");
   f << j.dump(2) << '\n';
   return dir;
+}
+
+// ---- asynchronous sample checks ----------------------------------------------------------------
+
+struct AsyncSampler::Impl {
+  struct Slot {
+    float* ref = nullptr;   // device, kSamples
+    float* test = nullptr;  // device, kSamples
+    Verdict* verdict_d = nullptr;
+    Verdict* verdict_h = nullptr;  // pinned
+    cudaEvent_t done = nullptr;
+    bool pending = false;
+    std::string what;  // the call, for the report
+  };
+  Slot slots[kSlots];
+  int next = 0;
+  uint64_t calls = 0;
+
+  void collect(Slot& s) {  // s.done has completed
+    s.pending = false;
+    const Verdict& v = *s.verdict_h;
+    if (v.violations == 0) return;
+    std::ostringstream os;
+    os << "verification failed (sample mode, reported after the call returned) for " << s.what << ": "
+       << v.violations << " of " << kSamples << " sampled elements outside tolerance";
+    if (v.nonfinite) os << " (" << v.nonfinite << " NaN/Inf mismatches)";
+    if (v.worst >= 0)
+      os << "; worst D[" << v.worst_i << ',' << v.worst_j << "] = " << v.worst_test << " vs reference "
+         << v.worst_ref << " (|err| " << std::fabs(double(v.worst_test) - v.worst_ref) << ", tolerance "
+         << v.worst_tol << ")";
+    os << ". Rerun with SCALEMM_VERIFY=full to stop at the call and dump it (SCALEMM_VERIFY_DUMP).";
+    throw Error(StatusCode::kVerificationFailed, os.str());
+  }
+};
+
+AsyncSampler::AsyncSampler() : impl_(new Impl) {
+  for (auto& s : impl_->slots) {
+    cuda_check(cudaMalloc(&s.ref, kSamples * sizeof(float)), "sample buffers");
+    cuda_check(cudaMalloc(&s.test, kSamples * sizeof(float)), "sample buffers");
+    cuda_check(cudaMalloc(&s.verdict_d, sizeof(Verdict)), "sample verdict");
+    cuda_check(cudaMallocHost(&s.verdict_h, sizeof(Verdict)), "pinned verdict");
+    cuda_check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "sample event");
+  }
+}
+
+AsyncSampler::~AsyncSampler() {
+  for (auto& s : impl_->slots) {
+    if (s.pending && cudaEventSynchronize(s.done) == cudaSuccess && s.verdict_h->violations)
+      std::fprintf(stderr, "scalemm: an unreported sample verification failed for %s (%u elements)\n",
+                   s.what.c_str(), s.verdict_h->violations);
+    cudaFree(s.ref);
+    cudaFree(s.test);
+    cudaFree(s.verdict_d);
+    cudaFreeHost(s.verdict_h);
+    cudaEventDestroy(s.done);
+  }
+  delete impl_;
+}
+
+void AsyncSampler::poll() {
+  for (auto& s : impl_->slots)
+    if (s.pending && cudaEventQuery(s.done) == cudaSuccess) impl_->collect(s);
+}
+
+void AsyncSampler::drain() {
+  for (auto& s : impl_->slots)
+    if (s.pending) {
+      cuda_check(cudaEventSynchronize(s.done), "waiting for a sample check");
+      impl_->collect(s);
+    }
+}
+
+void AsyncSampler::enqueue(const GemmArgs& args, const Plan& plan, Stream stream) {
+  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(cs, &capture);
+  if (capture != cudaStreamCaptureStatusNone) return;  // a graph replays what was verified eagerly
+  Impl::Slot& s = impl_->slots[impl_->next];
+  impl_->next = (impl_->next + 1) % kSlots;
+  if (s.pending) {  // the oldest check is still in flight: wait for it before reusing its buffers
+    cuda_check(cudaEventSynchronize(s.done), "waiting for a sample check");
+    impl_->collect(s);
+  }
+  const float alpha = args.alpha * args.a.global_scale * args.b.global_scale;
+  const OperandView a_view{static_cast<const uint8_t*>(args.a.data), args.a.dtype, args.a.scale,
+                           layouts::ScaleLayout(args.a.recipe, args.m, args.k, args.a.scale_format)};
+  const OperandView b_view{static_cast<const uint8_t*>(args.b.data), args.b.dtype, args.b.scale,
+                           layouts::ScaleLayout(args.b.recipe, args.n, args.k, args.b.scale_format)};
+  const uint64_t seed = 0x5CA1E000ull + impl_->calls++;
+  sampled_dot_hashed<<<(kSamples * 32 + 255) / 256, 256, 0, cs>>>(
+      a_view, b_view, args.d, args.d_dtype, args.m, args.n, args.k, seed, kSamples, alpha,
+      static_cast<const uint16_t*>(args.bias), s.ref, s.test);
+  const emulation::Tolerance unit = tolerance_for(args, plan, 1.0);  // linear in the reference's scale
+  judge_samples<<<1, 256, 0, cs>>>(s.ref, s.test, kSamples, unit.atol, unit.rtol, args.m, args.n, seed, s.verdict_d);
+  cuda_check(cudaGetLastError(), "sample check launch");
+  cuda_check(cudaMemcpyAsync(s.verdict_h, s.verdict_d, sizeof(Verdict), cudaMemcpyDeviceToHost, cs), "verdict copy");
+  cuda_check(cudaEventRecord(s.done, cs), "sample event");
+  s.pending = true;
+  s.what = GemmProblem::from(args).to_string() + " on backend " + std::string(to_string(plan.backend));
 }
 
 }  // namespace scalemm::verify

@@ -346,3 +346,36 @@ TEST_CASE("the emulated backend stays exact when scale codes leave the BF16-exac
   for (float v : r.ref) nonzero += v != 0.0f;
   CHECK(nonzero > int64_t(r.ref.size()) / 2);  // the test is not vacuous: the products are not all zero
 }
+
+TEST_CASE("sample verification runs asynchronously and reports a wrong result at the next check",
+          "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0xA5);
+  auto ha = scalemm::testing::random_operand(Recipe::kBlock1x128, 256, 1024, ScaleFormat::kCompact, rng);
+  auto hb = scalemm::testing::random_operand(Recipe::kBlock128x128, 512, 1024, ScaleFormat::kCompact, rng);
+  DeviceOperand a(ha), b(hb);
+  Dev d(256 * 512 * 2);
+  GemmArgs args;
+  args.m = 256, args.n = 512, args.k = 1024;
+  args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = DType::kBF16;
+  setenv("SCALEMM_VERIFY", "sample", 1);
+  Handle h;
+  unsetenv("SCALEMM_VERIFY");
+  for (int i = 0; i < 20; ++i) h.gemm(args, nullptr);  // correct calls: nothing to report
+  CHECK_NOTHROW(h.check_verification());
+
+  // A wrong result (every element doubled) must be caught by the sampler.
+  verify::AsyncSampler sampler;
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint16_t> host(256 * 512);
+  CUDA_OK(cudaMemcpy(host.data(), d.p, host.size() * 2, cudaMemcpyDeviceToHost));
+  for (auto& v : host) v = formats::encode_bf16(2.0f * formats::decode_bf16(v) + 1.0f);
+  CUDA_OK(cudaMemcpy(d.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  sampler.enqueue(args, h.plan(args), nullptr);
+  try {
+    sampler.drain();
+    FAIL("a doubled output passed the sample check");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kVerificationFailed);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("sampled elements outside tolerance"));
+  }
+}
