@@ -24,6 +24,14 @@
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/detail/convert_ops.hpp"
 
+// Kernel launches go through one macro so that tests/layouts/emu can compile this file as plain C++
+// against a cooperative-thread CPU emulation of the CUDA subset used here.
+#if defined(__CUDACC__)
+#define SCALEMM_LAUNCH(kernel, grid, block, stream) kernel<<<grid, block, 0, stream>>>
+#else
+#define SCALEMM_LAUNCH(kernel, grid, block, stream) ::emu::launch(kernel, grid, block, 0, stream)
+#endif
+
 namespace scalemm::layouts::gpu {
 namespace {
 
@@ -457,7 +465,8 @@ void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_of
   }
   const int64_t cap = int64_t(sm_count()) * 8;
   const int gx = int(std::max<int64_t>(1, std::min<int64_t>(tiles, row_offsets ? std::max<int64_t>(1, cap / gy) : cap)));
-  convert_kernel<K, RF, RT, kQuad, Ts, Td><<<dim3(gx, gy), kThreads, 0, stream>>>(
+  auto* kernel = &convert_kernel<K, RF, RT, kQuad, Ts, Td>;
+  SCALEMM_LAUNCH(kernel, dim3(gx, gy), dim3(kThreads), stream)(
       op.from, static_cast<const Ts*>(src), op.to, static_cast<Td*>(dst), pl, row_offsets, groups, inexact_count);
   check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
 }
@@ -542,7 +551,8 @@ void launch_content(const ScaleLayout& l, const void* scales, int64_t limit, Con
   require(scales != nullptr, "layouts::gpu::check_content_async: scales is null");
   const int64_t gx = std::min<int64_t>(ceil_div(l.padded_kblocks(), 32), 64);
   const int64_t gy = std::min<int64_t>(ceil_div(l.padded_rows(), 8), std::max<int64_t>(1, int64_t(sm_count()) * 16 / gx));
-  content_kernel<<<dim3(unsigned(gx), unsigned(std::min<int64_t>(gy, 65535))), dim3(32, 8), 0, stream>>>(
+  auto* kernel = &content_kernel;
+  SCALEMM_LAUNCH(kernel, dim3(unsigned(gx), unsigned(std::min<int64_t>(gy, 65535))), dim3(32, 8), stream)(
       l, static_cast<const unsigned char*>(scales), limit, rep);
   check_cuda(cudaGetLastError(), "scalemm layouts content-check kernel launch");
 }
