@@ -87,8 +87,9 @@ struct LayerRun {
   GemmCheck g[3];
 };
 
-LayerRun run_layer(Handle& h, LinearRecipe recipe, int64_t m, int64_t n, int64_t k, bool exact, std::mt19937_64& rng,
-                   LinearOptions opt = {}) {
+// One set_weight + forward + backward on stream `s`; then every GEMM's operands are downloaded.
+LayerRun run_layer(Handle& h, cudaStream_t s, LinearRecipe recipe, int64_t m, int64_t n, int64_t k, bool exact,
+                   std::mt19937_64& rng, LinearOptions opt = {}) {
   LayerRun r;
   r.m = m, r.n = n, r.k = k;
   r.x = make_input(m, k, exact, rng);
@@ -99,14 +100,11 @@ LayerRun run_layer(Handle& h, LinearRecipe recipe, int64_t m, int64_t n, int64_t
   CUDA_OK(cudaMemset(y.p, 0xFF, y.bytes));
   CUDA_OK(cudaMemset(dx.p, 0xFF, dx.bytes));
   CUDA_OK(cudaMemset(dw.p, 0xFF, dw.bytes));
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreate(&s));
   ScaledLinear layer(h, recipe, n, k, opt);
   layer.set_weight(w.as<float>(), s);
   layer.forward(x.as<float>(), m, y.as<uint16_t>(), s);
   layer.backward(dy.as<float>(), dx.as<uint16_t>(), dw.as<float>(), s);
   CUDA_OK(cudaStreamSynchronize(s));
-  CUDA_OK(cudaStreamDestroy(s));
 
   for (LinearGemm which : {LinearGemm::kForward, LinearGemm::kDgrad, LinearGemm::kWgrad}) {
     GemmCheck& c = r.g[int(which)];
@@ -148,6 +146,12 @@ LayerRun run_layer(Handle& h, LinearRecipe recipe, int64_t m, int64_t n, int64_t
   return r;
 }
 
+struct TestStream {
+  cudaStream_t s = nullptr;
+  TestStream() { CUDA_OK(cudaStreamCreate(&s)); }
+  ~TestStream() { cudaStreamDestroy(s); }
+};
+
 struct Case {
   int64_t m, n, k;
 };
@@ -160,9 +164,10 @@ TEST_CASE("linear layer: forward, dgrad and wgrad equal the reference emulator o
           "[gpu][dispatch][linear]") {
   auto rng = scalemm::testing::rng(0x11A1);
   Handle h;
+  TestStream s;
   for (LinearRecipe recipe : {LinearRecipe::kBlockwiseFp8, LinearRecipe::kMxfp8})
     for (const Case& cs : kCases) {
-      const LayerRun r = run_layer(h, recipe, cs.m, cs.n, cs.k, false, rng);
+      const LayerRun r = run_layer(h, s.s, recipe, cs.m, cs.n, cs.k, false, rng);
       for (const GemmCheck& c : r.g) {
         double ref_scale = 0.0;
         for (float v : c.ref) ref_scale = std::max(ref_scale, double(std::fabs(v)));
@@ -191,9 +196,10 @@ TEST_CASE("linear layer: exact inputs give bit-identical GEMMs, equal to the unq
   Handle h;
   LinearOptions pow2;
   pow2.power_of_two_scales = true;  // fp32 amax scales 1/(448/amax) are not exact; powers of two are
+  TestStream s;
   for (LinearRecipe recipe : {LinearRecipe::kBlockwiseFp8, LinearRecipe::kMxfp8})
     for (const Case& cs : kCases) {
-      const LayerRun r = run_layer(h, recipe, cs.m, cs.n, cs.k, true, rng, pow2);
+      const LayerRun r = run_layer(h, s.s, recipe, cs.m, cs.n, cs.k, true, rng, pow2);
       for (const GemmCheck& c : r.g) {
         CAPTURE(to_string(recipe), cs.m, cs.n, cs.k, to_string(c.which), to_string(c.backend));
         const auto impl = emulation::compare(c.ref.data(), c.gpu.data(), int64_t(c.ref.size()));
