@@ -74,49 +74,65 @@ __global__ void finish_shifts_kernel(EmulatedShifts* s, DType ta, DType tb, bool
   alpha_beta[1] = 0.0f;
 }
 
-// Each thread turns 8 consecutive K elements (one scale) into 8 bf16 values.
-template <DType kData>
-__global__ void dequant_bf16_kernel(const uint8_t* data, const void* scales, layouts::ScaleLayout l,
-                                    const EmulatedShifts* shifts, int which, uint16_t* out) {
+// Each thread turns kPer consecutive K elements (all under one scale: block_k is 16 or 32) into bf16.
+// Rows come from blockIdx.y (grid-stride), K-chunks from x, so no 64-bit division sits in the loop.
+template <DType kData, int kPer>
+__global__ void __launch_bounds__(128) dequant_bf16_kernel(const uint8_t* __restrict__ data,
+                                                           const void* __restrict__ scales, layouts::ScaleLayout l,
+                                                           const EmulatedShifts* shifts, int which,
+                                                           uint16_t* __restrict__ out) {
   __shared__ float lut[256];
   for (int i = threadIdx.x; i < 256; i += blockDim.x)
     lut[i] = kData == DType::kE4M3 ? formats::decode_e4m3(uint8_t(i))
              : kData == DType::kE5M2 ? formats::decode_e5m2(uint8_t(i))
                                      : formats::decode_e2m1(uint8_t(i & 0xF));
   __syncthreads();
-  const int shift = l.scale_dtype() == DType::kE8M0 ? shifts->min_code[which] : 0;
-  const int64_t chunks_per_row = l.k / 8;
-  const int64_t n = l.rows * chunks_per_row;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / chunks_per_row, k0 = (i % chunks_per_row) * 8;
-    const int64_t so = l.offset_of_element(r, k0);
-    float scale;
-    if (l.scale_dtype() == DType::kE8M0) {
-      const uint8_t c = static_cast<const uint8_t*>(scales)[so];
-      scale = c == 255 ? __int_as_float(0x7FC00000) : scalbnf(1.0f, int(c) - 127 + shift);
-      // scalbnf(1, e) for e < -126 gives the exact subnormal power of two; e >= -149 always here.
-    } else {
-      scale = formats::decode_ue4m3(static_cast<const uint8_t*>(scales)[so]);
-    }
-    float v[8];
-    if (kData == DType::kE2M1) {
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(data + (r * l.k + k0) / 2);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = lut[(w >> (4 * j)) & 0xF];
-    } else {
-      const uint2 w = *reinterpret_cast<const uint2*>(data + r * l.k + k0);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[j] = lut[(w.x >> (8 * j)) & 0xFF];
-        v[j + 4] = lut[(w.y >> (8 * j)) & 0xFF];
+  const bool e8m0 = l.scale_dtype() == DType::kE8M0;
+  const int shift = e8m0 ? shifts->min_code[which] : 0;
+  const int bk_log2 = __ffs(int(l.block_k())) - 1;  // 16 or 32: a power of two
+  const int chunks = int(l.k / kPer);
+  constexpr int kBytes = kData == DType::kE2M1 ? kPer / 2 : kPer;  // input bytes per chunk
+  for (int64_t r = blockIdx.y; r < l.rows; r += gridDim.y) {
+    const uint8_t* row_in = data + r * l.k * kBytes / kPer;
+    uint16_t* row_out = out + r * l.k;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < chunks; c += gridDim.x * blockDim.x) {
+      const int k0 = c * kPer;
+      const int64_t so = l.offset(r, k0 >> bk_log2);
+      float scale;
+      if (e8m0) {
+        const uint8_t code = static_cast<const uint8_t*>(scales)[so];
+        // scalbnf(1, e) is the exact power of two, subnormal ones included (e >= -130 here).
+        scale = code == 255 ? __int_as_float(0x7FC00000) : scalbnf(1.0f, int(code) - 127 + shift);
+      } else {
+        scale = formats::decode_ue4m3(static_cast<const uint8_t*>(scales)[so]);
       }
-    }
-    uint4 o;
-    uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+      uint32_t w[kBytes / 4];
+      if constexpr (kBytes == 16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(row_in + c * kBytes);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+      } else if constexpr (kBytes == 8) {
+        const uint2 v = *reinterpret_cast<const uint2*>(row_in + c * kBytes);
+        w[0] = v.x, w[1] = v.y;
+      } else {
+        w[0] = *reinterpret_cast<const uint32_t*>(row_in + c * kBytes);
+      }
+      uint32_t o[kPer / 2];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      ow[j] = uint32_t(formats::encode_bf16(v[2 * j] * scale)) | (uint32_t(formats::encode_bf16(v[2 * j + 1] * scale)) << 16);
-    *reinterpret_cast<uint4*>(out + r * l.k + k0) = o;
+      for (int j = 0; j < kPer; j += 2) {
+        float v0, v1;
+        if constexpr (kData == DType::kE2M1) {
+          v0 = lut[(w[j / 8] >> (4 * (j % 8))) & 0xF];
+          v1 = lut[(w[(j + 1) / 8] >> (4 * ((j + 1) % 8))) & 0xF];
+        } else {
+          v0 = lut[(w[j / 4] >> (8 * (j % 4))) & 0xFF];
+          v1 = lut[(w[(j + 1) / 4] >> (8 * ((j + 1) % 4))) & 0xFF];
+        }
+        o[j / 2] = uint32_t(formats::encode_bf16(v0 * scale)) | (uint32_t(formats::encode_bf16(v1 * scale)) << 16);
+      }
+      uint4* dst = reinterpret_cast<uint4*>(row_out + k0);
+#pragma unroll
+      for (int q = 0; q < kPer / 8; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+    }
   }
 }
 
@@ -163,18 +179,23 @@ void emulated_dequantize_bf16(const EmulatedOperand& op, const EmulatedShifts* s
     throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: K=" + std::to_string(op.layout.k) +
                                            " is not a multiple of 8 (the planner should not have chosen this path)");
   const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
-  const int64_t n = op.layout.rows * (op.layout.k / 8);
-  int blocks = 0;
-  cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, 0);
-  blocks = int(std::min<int64_t>(int64_t(blocks) * 8, (n + 255) / 256));
-  if (blocks < 1) blocks = 1;
+  const bool wide = op.layout.k % 16 == 0;
+  const int per = wide ? 16 : 8;
+  const int64_t chunks = op.layout.k / per;
+  const unsigned gx = unsigned(std::min<int64_t>((chunks + 127) / 128, 65535));
+  const unsigned gy = unsigned(std::max<int64_t>(1, std::min<int64_t>(op.layout.rows, 65535)));
+  const dim3 grid(gx ? gx : 1, gy);
   const auto* d = static_cast<const uint8_t*>(op.data);
+#define SCALEMM_DEQUANT(T)                                                                                   \
+  (wide ? dequant_bf16_kernel<T, 16><<<grid, 128, 0, cs>>>(d, op.scales, op.layout, shifts, which, out)    \
+        : dequant_bf16_kernel<T, 8><<<grid, 128, 0, cs>>>(d, op.scales, op.layout, shifts, which, out))
   switch (op.dtype) {
-    case DType::kE4M3: dequant_bf16_kernel<DType::kE4M3><<<blocks, 256, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
-    case DType::kE5M2: dequant_bf16_kernel<DType::kE5M2><<<blocks, 256, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
-    case DType::kE2M1: dequant_bf16_kernel<DType::kE2M1><<<blocks, 256, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
+    case DType::kE4M3: SCALEMM_DEQUANT(DType::kE4M3); break;
+    case DType::kE5M2: SCALEMM_DEQUANT(DType::kE5M2); break;
+    case DType::kE2M1: SCALEMM_DEQUANT(DType::kE2M1); break;
     default: throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: unsupported data type");
   }
+#undef SCALEMM_DEQUANT
   check_launch("emulated_dequantize_bf16");
 }
 
