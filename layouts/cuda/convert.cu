@@ -19,6 +19,9 @@
 #include <algorithm>
 #include <type_traits>
 #include <string>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "scalemm/layouts/convert_cuda.hpp"
@@ -441,9 +444,52 @@ bool quads_apply(const Op& op, const void* src, const void* dst) {
 }
 
 int sm_count() {
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  return std::max(1, sms);
+  // Cached per device: the attribute query is not free and launches may be frequent.
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  int sms = 132;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 132;
+  sms = std::max(1, sms);
+  cache[dev] = sms;
+  return sms;
+}
+
+// Plans depend only on the kind of operation, the two layouts and the quad choice. Planning walks one
+// tile on the host (up to 4096 offset() pairs), too slow to repeat for every launch: keep them.
+// Bounded, thread-safe.
+struct PlanKey {
+  int kind;
+  bool quad;
+  ScaleLayout from, to;
+  bool operator<(const PlanKey& o) const {
+    auto t = [](const PlanKey& k) {
+      return std::make_tuple(k.kind, k.quad, int(k.from.recipe), k.from.rows, k.from.k, int(k.from.format),
+                             int(k.to.recipe), k.to.rows, k.to.k, int(k.to.format));
+    };
+    return t(*this) < t(o);
+  }
+};
+
+template <class W>
+Plan cached_plan(int kind, bool quad, const W& view) {
+  static std::mutex mu;
+  static std::map<PlanKey, Plan> cache;
+  const PlanKey key{kind, quad, view.op.from, view.op.to};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const Plan pl = make_plan(view);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= 512) cache.clear();
+  cache[key] = pl;
+  return pl;
 }
 
 template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td, class Op>
@@ -451,7 +497,7 @@ void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_of
                  unsigned long long* inexact_count, cudaStream_t stream) {
   using View = std::conditional_t<kQuad, Quad<Op>, Elem<Op>>;
   const View view{op};
-  const Plan pl = make_plan(view);
+  const Plan pl = cached_plan(int(K), kQuad, view);
   int64_t tiles;
   int gy = 1;
   if (row_offsets) {
