@@ -42,8 +42,15 @@ SCALEMM_HD inline float load_hp(const void* p, DType t, int64_t i) {
   }
 }
 
-/// Stores fp32 x as out_dtype (f32, bf16 or f16, RNE, overflow to Inf).
+/// The canonical NaN every output NaN is written as (f32 0x7FC00000; bf16 0x7FC0, f16 0x7E00).
+inline constexpr uint32_t kCanonicalNanBits = 0x7FC00000u;
+
+/// Stores fp32 x as out_dtype (f32, bf16 or f16, RNE, overflow to Inf). A NaN is stored as the
+/// canonical positive quiet NaN: arithmetic on a NaN keeps the operand's payload and sign on x86
+/// (0x7FC00000 stays 0x7FC00000) but gives 0x7FFFFFFF on NVIDIA GPUs, so without this step host and
+/// device outputs would differ in the NaN bits.
 SCALEMM_HD inline void store_hp(void* p, DType t, int64_t i, float x) {
+  if (is_nan_f(x)) x = fmt::bits_float(kCanonicalNanBits);
   switch (t) {
     case DType::kBF16: static_cast<uint16_t*>(p)[i] = fmt::encode_bf16(x); break;
     case DType::kF16: static_cast<uint16_t*>(p)[i] = fmt::encode_f16(x); break;

@@ -2,7 +2,10 @@
 #include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <memory>
 
 #include "emu_test_util.hpp"
@@ -45,6 +48,30 @@ std::vector<float> wide(std::mt19937_64& g, int64_t n) {
   v[7] = std::numeric_limits<float>::quiet_NaN();  // one NaN block, one Inf block
   v[size_t(n / 2)] = std::numeric_limits<float>::infinity();
   return v;
+}
+
+/// CHECKs got == want byte for byte; on a mismatch the failure names the case and shows the first
+/// differing element (index, both values as hex) and the number of differing elements.
+void expect_same_bytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, int elem_bytes,
+                       const std::string& what, const std::string& dtype) {
+  REQUIRE(got.size() == want.size());
+  int64_t first = -1, ndiff = 0;
+  std::string got_hex, want_hex;
+  for (size_t i = 0; i < got.size(); i += size_t(elem_bytes)) {
+    if (std::memcmp(&got[i], &want[i], size_t(elem_bytes)) == 0) continue;
+    ++ndiff;
+    if (first >= 0) continue;
+    first = int64_t(i) / elem_bytes;
+    char buf[64];
+    for (int b = elem_bytes - 1; b >= 0; --b) {  // little endian: print most significant byte first
+      std::snprintf(buf, sizeof buf, "%02x", got[i + size_t(b)]);
+      got_hex += buf;
+      std::snprintf(buf, sizeof buf, "%02x", want[i + size_t(b)]);
+      want_hex += buf;
+    }
+  }
+  CAPTURE(what, dtype, first, ndiff, got_hex, want_hex);
+  CHECK(ndiff == 0);
 }
 
 /// Device tensor from host ExactOperand-like bytes.
@@ -118,7 +145,7 @@ TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emu
       DevBuf dd(bytes);
       dequantize_device(dop.t, dd.p, out, nullptr);
       CUDA_OK(cudaDeviceSynchronize());
-      CHECK(dd.get() == hd);
+      expect_same_bytes(dd.get(), hd, int(dtype_bits(out) / 8), recipe_name(r), std::string(to_string(out)));
     }
   }
 }
