@@ -313,7 +313,7 @@ struct OpFor<Kind::kBroadcast, RF, RT> {
 // One kernel for single operands (row_offsets == nullptr: `from`/`to` as given) and for grouped
 // operands (blockIdx.y walks the groups; each group's layouts and buffer bases come from row_offsets).
 template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td>
-__global__ void __launch_bounds__(kThreads) convert_kernel(ScaleLayout from, const Ts* src, ScaleLayout to, Td* dst,
+__global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, const Ts* src, ScaleLayout to, Td* dst,
                                                            Plan pl, const int64_t* row_offsets, int groups,
                                                            unsigned long long* inexact_count) {
   __shared__ Shared sh;
