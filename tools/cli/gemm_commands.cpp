@@ -105,6 +105,7 @@ RunResult run_call(const HostCall& call, DType d_dtype, std::optional<Backend> f
   r.plan = handle.plan(args);
   handle.gemm(args, nullptr);
   cuda_ok(cudaDeviceSynchronize(), "GEMM");
+  handle.check_verification();  // SCALEMM_VERIFY=sample judges asynchronously: collect its verdict
   cuda_ok(cudaMemcpy(r.d.data(), d.p, r.d.size(), cudaMemcpyDeviceToHost), "copy D to the host");
   return r;
 }
