@@ -7,6 +7,8 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/system/cuda/execution_policy.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "detail/driver.hpp"
@@ -65,6 +67,519 @@ class Workspace {
   bool owned_ = false;
   cudaStream_t stream_;
 };
+
+// ---- fast GPU quantizers ------------------------------------------------------------------------
+// Dedicated kernels for quantize_device. They call the per-element and per-block arithmetic of
+// detail/functors.hpp (load_hp's codecs, amax_update, compute_scale, encode_elem, finish_global,
+// store_scale -> ScaleLayout::offset), so their bytes equal the host's; only the schedule differs:
+//   * one 256-thread CTA per 128 x 128 tile of the source: the tile is read once (vector loads, one
+//     row of 128 elements per warp) into shared memory as fp32 (row stride 129, odd, so that both
+//     row and column accesses are conflict-free with the lane rotation below);
+//   * rowwise output: a warp per tile row, 4 elements per lane, block amax by warp shuffles over the
+//     bk/4 lanes of a block, 4 (FP8) or 2 (FP4) bytes per store, a warp writes 128 (64) contiguous B;
+//   * columnwise output: a warp per tile column reads it down the shared tile (the transpose), same
+//     per-lane work, stores contiguous along the transposed rows;
+//   * 2D recipes: per-row partial amaxes in shared memory, then one warp per 2D block;
+//   * tensorwise / NVFP4: a grid-stride amax pass first (the unavoidable second read); rowwise
+//     recipe: a warp per row and a column-chunk amax pass, then the tile kernel encodes with the
+//     precomputed multipliers.
+namespace fastq {
+
+using detail::BlockScale;
+using layouts::ScaleLayout;
+namespace fmt = scalemm::formats;
+
+constexpr int kTile = 128;             // tile rows and columns
+constexpr int kStride = kTile + 1;     // shared row stride in floats
+constexpr int kQThreads = 256;         // 8 warps
+constexpr int kRowPart = 128 * 4;      // 2D row partials: 128 rows x up to 4 K-blocks
+constexpr size_t kTileSmem = size_t(kTile * kStride + kRowPart + 16) * sizeof(float);
+constexpr int kAmaxBlocks = 1024;      // partials of the global amax pass
+constexpr int64_t kColChunk = 256;     // rows per column-amax partial (rowwise recipe)
+
+enum Kind : int { kBlocks1D = 0, kBlocks2D = 1, kPrecomputed = 4 };
+
+struct TileArgs {
+  const void* src;
+  int64_t rows, cols, tiles_c;
+  bool rowwise, columnwise;
+  ScaleLayout lr, lc;
+  void* scales_r;
+  void* scales_c;
+  int kind, bk;
+  int mode;
+  DType elem;
+  float eps;
+  const float* g;     ///< global scalars (tensorwise, NVFP4) or nullptr
+  const float* pm_r;  ///< kPrecomputed: multiplier per rowwise grid row (kblocks = 1)
+  const float* pm_c;  ///< kPrecomputed: multiplier per columnwise grid row
+  uint8_t* out_r;
+  uint8_t* out_c;
+  bool vec_in, vec_out_r, vec_out_c;
+
+  __device__ BlockScale scale_of(float amax) const {
+    return detail::compute_scale(amax, mode, elem, eps, g ? g[1] : 1.0f, g ? g[2] : 1.0f);
+  }
+};
+
+// Source element codecs: S = 0 f32, 1 bf16, 2 f16 (the same codecs as detail::load_hp).
+template <int S>
+struct Raw4 {
+  using T = uint2;  // four 16-bit elements
+};
+template <>
+struct Raw4<0> {
+  using T = uint4;  // four f32
+};
+
+template <int S>
+__device__ __forceinline__ float raw_elem(const typename Raw4<S>::T& x, int j) {
+  if constexpr (S == 0) {
+    const uint32_t b = j == 0 ? x.x : j == 1 ? x.y : j == 2 ? x.z : x.w;
+    return fmt::bits_float(b);
+  } else {
+    const uint32_t w = j < 2 ? x.x : x.y;
+    const uint16_t h = uint16_t((j & 1) ? (w >> 16) : (w & 0xFFFFu));
+    return S == 1 ? fmt::decode_bf16(h) : fmt::decode_f16(h);
+  }
+}
+
+template <int S>
+__device__ __forceinline__ uint32_t raw_bits(const void* src, int64_t i) {
+  if constexpr (S == 0) return static_cast<const uint32_t*>(src)[i];
+  else return static_cast<const uint16_t*>(src)[i];
+}
+
+/// Elements (r, c..c+3) of the source as raw bits; zero (which decodes to +0, neutral for amax)
+/// outside the matrix.
+template <int S>
+__device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_t rows, int64_t cols, bool vec,
+                                                        int64_t r, int64_t c) {
+  using T = typename Raw4<S>::T;
+  T x{};
+  if (r >= rows || c >= cols) return x;
+  const int64_t i = r * cols + c;
+  if (vec && c + 3 < cols) return *reinterpret_cast<const T*>(static_cast<const char*>(src) + i * (S == 0 ? 4 : 2));
+  uint32_t e[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    if (c + j < cols) e[j] = raw_bits<S>(src, i + j);
+  if constexpr (S == 0) {
+    x.x = e[0]; x.y = e[1]; x.z = e[2]; x.w = e[3];
+  } else {
+    x.x = e[0] | (e[1] << 16);
+    x.y = e[2] | (e[3] << 16);
+  }
+  return x;
+}
+
+/// NaN-propagating amax over groups of n consecutive lanes (n a power of two <= 32).
+__device__ __forceinline__ float group_amax(float m, int n) {
+  for (int off = 1; off < n; off <<= 1) m = detail::amax_update(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  return m;
+}
+
+/// Stores the packed codes of 4 consecutive output elements starting at element idx (n_valid of them
+/// inside the row): FP8 one byte each, FP4 one nibble each (element 2i in the low nibble).
+__device__ __forceinline__ void store4(uint8_t* out, int64_t idx, int64_t n_valid, uint32_t word, bool fp4, bool vec) {
+  if (n_valid <= 0) return;
+  if (fp4) {  // idx is even: rows have an even length and idx % 4 == 0 within the row
+    uint8_t* p = out + idx / 2;
+    if (vec && n_valid >= 4) {
+      *reinterpret_cast<uint16_t*>(p) = uint16_t(word);
+    } else {
+      p[0] = uint8_t(word);
+      if (n_valid >= 3) p[1] = uint8_t(word >> 8);
+    }
+  } else {
+    if (vec && n_valid >= 4) {
+      *reinterpret_cast<uint32_t*>(out + idx) = word;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j < n_valid) out[idx + j] = uint8_t(word >> (8 * j));
+    }
+  }
+}
+
+/// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them.
+__device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m, DType elem) {
+  const bool fp4 = elem == DType::kE2M1;
+  uint32_t word = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int jj = (j + rot) & 3;
+    const uint32_t q = detail::encode_elem(v[j] * m, elem);
+    word |= fp4 ? (q & 0xFu) << (4 * jj) : q << (8 * jj);
+  }
+  return word;
+}
+
+// Lane rotation: lane l touches element (j + l/8) & 3 of its 4-element group at step j, so that the
+// 32 lanes of a warp hit 32 distinct banks both along a tile row (4l + jj + r) and down a tile column
+// ((4l + jj) * 129 + c).
+template <int S>
+__global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
+  extern __shared__ float smem[];
+  float* tile = smem;
+  float* rowpart = tile + kTile * kStride;  // 2D: [128][4]
+  float* bmult = rowpart + kRowPart;        // 2D: up to 16 block multipliers
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
+  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) % a.tiles_c;
+  const int64_t r0 = tr * kTile, c0 = tc * kTile;
+
+  // 1. The tile, read once: warp w loads rows w, w + 8, ...; lane l columns 4l..4l+3.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    typename Raw4<S>::T raw[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      raw[i] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r0 + warp + 8 * (8 * h + i), c0 + 4 * lane);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float* trow = tile + (warp + 8 * (8 * h + i)) * kStride + 4 * lane;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int jj = (j + rot) & 3;
+        trow[jj] = raw_elem<S>(raw[i], jj);
+      }
+    }
+  }
+  __syncthreads();
+
+  const int bk = a.bk, lanes_per_block = a.bk / 4, nbk = kTile / a.bk;
+
+  // 2. 2D blocks: row partials, then one warp per bk x bk block computes and writes its scale.
+  if (a.kind == kBlocks2D) {
+    for (int i = 0; i < kTile / 8; ++i) {
+      const int lrow = warp + 8 * i;
+      const float* trow = tile + lrow * kStride + 4 * lane;
+      float m = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) m = detail::amax_update(m, trow[(j + rot) & 3]);
+      m = group_amax(m, lanes_per_block);
+      if (lane % lanes_per_block == 0) rowpart[lrow * 4 + (4 * lane) / bk] = m;
+    }
+    __syncthreads();
+    for (int b = warp; b < nbk * nbk; b += 8) {
+      const int br = b / nbk, bc = b % nbk;
+      float m = 0.0f;
+      for (int rr = lane; rr < bk; rr += 32) m = detail::amax_update(m, rowpart[(br * bk + rr) * 4 + bc]);
+      m = group_amax(m, 32);
+      const BlockScale s = a.scale_of(m);
+      if (lane == 0) bmult[b] = s.multiplier;
+      const int64_t gr = tr * nbk + br, gk = tc * nbk + bc;  // (grid row, K-block) of the rowwise grid
+      const int64_t rb = gr * bk, cb = gk * bk;
+      if (rb < a.rows && cb < a.cols) {
+        if (a.rowwise) {
+          const int64_t re = rb + bk < a.rows ? rb + bk : a.rows;
+          for (int64_t r = rb + lane; r < re; r += 32) detail::store_scale(a.lr, a.scales_r, r, gk, s);
+        }
+        if (a.columnwise) {
+          const int64_t ce = cb + bk < a.cols ? cb + bk : a.cols;
+          for (int64_t c = cb + lane; c < ce; c += 32) detail::store_scale(a.lc, a.scales_c, c, gr, s);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  const bool fp4 = a.elem == DType::kE2M1;
+
+  // 3. Rowwise output: warp per tile row.
+  if (a.rowwise) {
+    for (int i = 0; i < kTile / 8; ++i) {
+      const int lrow = warp + 8 * i;
+      const int64_t r = r0 + lrow;
+      if (r >= a.rows) break;  // warp-uniform
+      const int64_t c = c0 + 4 * lane;
+      const float* trow = tile + lrow * kStride + 4 * lane;
+      float v[4], m = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[j] = trow[(j + rot) & 3];
+        m = detail::amax_update(m, v[j]);
+      }
+      float mult;
+      if (a.kind == kBlocks1D) {
+        m = group_amax(m, lanes_per_block);
+        const BlockScale s = a.scale_of(m);
+        mult = s.multiplier;
+        if (lane % lanes_per_block == 0 && c < a.cols) detail::store_scale(a.lr, a.scales_r, r, c / bk, s);
+      } else if (a.kind == kBlocks2D) {
+        mult = bmult[(lrow / bk) * nbk + (4 * lane) / bk];
+      } else {
+        mult = a.pm_r[r / a.lr.block_rows()];
+      }
+      store4(a.out_r, r * a.cols + c, a.cols - c, encode4(v, rot, mult, a.elem), fp4, a.vec_out_r);
+    }
+  }
+
+  // 4. Columnwise (transposed) output: warp per tile column, lane l rows 4l..4l+3.
+  if (a.columnwise) {
+    for (int i = 0; i < kTile / 8; ++i) {
+      const int lcol = warp + 8 * i;
+      const int64_t c = c0 + lcol;
+      if (c >= a.cols) break;  // warp-uniform
+      const int64_t r = r0 + 4 * lane;
+      const float* tcol = tile + (4 * lane) * kStride + lcol;
+      float v[4], m = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[j] = tcol[((j + rot) & 3) * kStride];
+        m = detail::amax_update(m, v[j]);
+      }
+      float mult;
+      if (a.kind == kBlocks1D) {
+        m = group_amax(m, lanes_per_block);
+        const BlockScale s = a.scale_of(m);
+        mult = s.multiplier;
+        if (lane % lanes_per_block == 0 && r < a.rows) detail::store_scale(a.lc, a.scales_c, c, r / bk, s);
+      } else if (a.kind == kBlocks2D) {
+        mult = bmult[((4 * lane) / bk) * nbk + lcol / bk];
+      } else {
+        mult = a.pm_c[c / a.lc.block_rows()];
+      }
+      store4(a.out_c, c * a.rows + r, a.rows - r, encode4(v, rot, mult, a.elem), fp4, a.vec_out_c);
+    }
+  }
+}
+
+/// Block-wide NaN-propagating amax; the result is valid in thread 0.
+__device__ __forceinline__ float block_amax(float m, float* red) {
+  m = group_amax(m, 32);
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, nw = int(blockDim.x) >> 5;
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < nw ? red[lane] : 0.0f;
+    m = group_amax(m, 32);
+  }
+  return m;
+}
+
+/// Grid-stride amax of the whole source; one partial per CTA.
+template <int S>
+__global__ void __launch_bounds__(256) global_amax_kernel(const void* src, int64_t n, bool vec, float* partials) {
+  __shared__ float red[32];
+  float m = 0.0f;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, nth = int64_t(gridDim.x) * blockDim.x;
+  int64_t tail = 0;
+  if (vec) {
+    using T = typename Raw4<S>::T;
+    const T* p = static_cast<const T*>(src);
+    const int64_t n4 = n / 4;
+    int64_t i = tid;
+    for (; i + 3 * nth < n4; i += 4 * nth) {
+      T x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) x[u] = p[i + u * nth];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(x[u], j));
+    }
+    for (; i < n4; i += nth)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(p[i], j));
+    tail = n4 * 4;
+  }
+  for (int64_t i = tail + tid; i < n; i += nth) {
+    const uint32_t b = raw_bits<S>(src, i);
+    m = detail::amax_update(m, S == 0 ? fmt::bits_float(b) : S == 1 ? fmt::decode_bf16(uint16_t(b))
+                                                                    : fmt::decode_f16(uint16_t(b)));
+  }
+  m = block_amax(m, red);
+  if (threadIdx.x == 0) partials[blockIdx.x] = m;
+}
+
+/// Reduces the partials and derives the global scalars (detail::finish_global).
+__global__ void __launch_bounds__(1024) finish_global_kernel(const float* partials, int n, float* g, float* global_out) {
+  __shared__ float red[32];
+  float m = 0.0f;
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) m = detail::amax_update(m, partials[i]);
+  m = block_amax(m, red);
+  if (threadIdx.x == 0) detail::finish_global(m, g, global_out);
+}
+
+/// Tensorwise: the one scale from g[0], written at offset(r, 0) for every data row of both
+/// directions (as write_block does), and its multiplier to pm[0].
+__global__ void tensor_scale_kernel(TileArgs a, float* pm) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const BlockScale s = a.scale_of(a.g[0]);
+  if (i == 0) pm[0] = s.multiplier;
+  const int64_t nr = a.rowwise ? a.rows : 0, nc = a.columnwise ? a.cols : 0;
+  if (i < nr) detail::store_scale(a.lr, a.scales_r, i, 0, s);
+  else if (i < nr + nc) detail::store_scale(a.lc, a.scales_c, i - nr, 0, s);
+}
+
+/// Rowwise recipe, rowwise direction: a warp per row computes the row amax, its scale and multiplier.
+template <int S>
+__global__ void __launch_bounds__(256) row_amax_kernel(TileArgs a, float* pm_r) {
+  const int64_t r = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = int(threadIdx.x) & 31;
+  if (r >= a.rows) return;  // warp-uniform
+  float m = 0.0f;
+#pragma unroll 4
+  for (int64_t c = 4 * lane; c < a.cols; c += 128) {
+    const auto x = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(x, j));
+  }
+  m = group_amax(m, 32);
+  const BlockScale s = a.scale_of(m);
+  if (lane == 0) {
+    detail::store_scale(a.lr, a.scales_r, r, 0, s);
+    pm_r[r] = s.multiplier;
+  }
+}
+
+/// Rowwise recipe, columnwise direction: partial amax of each column over a chunk of kColChunk rows.
+template <int S>
+__global__ void __launch_bounds__(256) col_amax_partial_kernel(TileArgs a, float* part) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t rb = int64_t(blockIdx.y) * kColChunk;
+  if (c >= a.cols) return;
+  const int64_t re = rb + kColChunk < a.rows ? rb + kColChunk : a.rows;
+  float m = 0.0f;
+  int64_t r = rb;
+  for (; r + 3 < re; r += 4) {
+    uint32_t b[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) b[u] = raw_bits<S>(a.src, (r + u) * a.cols + c);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      m = detail::amax_update(m, S == 0 ? fmt::bits_float(b[u]) : S == 1 ? fmt::decode_bf16(uint16_t(b[u]))
+                                                                          : fmt::decode_f16(uint16_t(b[u])));
+  }
+  for (; r < re; ++r) {
+    const uint32_t b = raw_bits<S>(a.src, r * a.cols + c);
+    m = detail::amax_update(m, S == 0 ? fmt::bits_float(b) : S == 1 ? fmt::decode_bf16(uint16_t(b))
+                                                                    : fmt::decode_f16(uint16_t(b)));
+  }
+  part[blockIdx.y * a.cols + c] = m;
+}
+
+/// Rowwise recipe, columnwise direction: column amax from the chunks, scale and multiplier.
+__global__ void col_amax_finish_kernel(TileArgs a, const float* part, int64_t chunks, float* pm_c) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= a.cols) return;
+  float m = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) m = detail::amax_update(m, part[k * a.cols + c]);
+  const BlockScale s = a.scale_of(m);
+  detail::store_scale(a.lc, a.scales_c, c, 0, s);
+  pm_c[c] = s.multiplier;
+}
+
+/// Scratch floats of the fast path: amax partials, 4 global scalars, per-row and per-column
+/// multipliers (rowwise recipe; 1 each for tensorwise), column chunk partials (rowwise recipe).
+struct FastPlan {
+  int64_t n_part = 0, n_pm_r = 0, n_pm_c = 0, n_colpart = 0, chunks = 0;
+  int64_t floats() const { return n_part + 4 + n_pm_r + n_pm_c + n_colpart; }
+};
+
+inline FastPlan plan_fast(const SourceMatrix& src, const QuantizeConfig& cfg) {
+  FastPlan p;
+  const int64_t R = src.rows, C = src.cols;
+  if (cfg.recipe == Recipe::kTensorwise || cfg.recipe == Recipe::kNvfp4) p.n_part = kAmaxBlocks;
+  if (cfg.recipe == Recipe::kTensorwise) p.n_pm_r = p.n_pm_c = 1;
+  if (cfg.recipe == Recipe::kRowwise) {
+    p.n_pm_r = cfg.rowwise ? R : 0;
+    if (cfg.columnwise) {
+      p.n_pm_c = C;
+      p.chunks = layouts::ceil_div(R, kColChunk);
+      p.n_colpart = p.chunks * C;
+    }
+  }
+  return p;
+}
+
+template <int S>
+void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out, int64_t tiles, cudaStream_t st) {
+  float* part = scratch;
+  float* g = part + p.n_part;
+  float* pm_r = g + 4;
+  float* pm_c = pm_r + p.n_pm_r;
+  float* colpart = pm_c + p.n_pm_c;
+  const int64_t n = a.rows * a.cols;
+  const Recipe recipe = a.lr.recipe;
+  if (recipe == Recipe::kTensorwise || recipe == Recipe::kNvfp4) {
+    const int blocks = int(std::min<int64_t>(kAmaxBlocks, std::max<int64_t>(1, layouts::ceil_div(n, 256 * 16))));
+    global_amax_kernel<S><<<blocks, 256, 0, st>>>(a.src, n, a.vec_in, part);
+    finish_global_kernel<<<1, 1024, 0, st>>>(part, blocks, g, recipe == Recipe::kNvfp4 ? global_out : nullptr);
+    a.g = g;
+  }
+  if (recipe == Recipe::kTensorwise) {
+    const int64_t items = (a.rowwise ? a.rows : 0) + (a.columnwise ? a.cols : 0);
+    tensor_scale_kernel<<<unsigned(layouts::ceil_div(items, 256)), 256, 0, st>>>(a, pm_r);
+    a.pm_r = pm_r;
+    a.pm_c = pm_r;  // one multiplier for both directions
+  }
+  if (recipe == Recipe::kRowwise) {
+    if (a.rowwise) row_amax_kernel<S><<<unsigned(layouts::ceil_div(a.rows, 8)), 256, 0, st>>>(a, pm_r);
+    if (a.columnwise) {
+      const dim3 grid(unsigned(layouts::ceil_div(a.cols, 256)), unsigned(p.chunks));
+      col_amax_partial_kernel<S><<<grid, 256, 0, st>>>(a, colpart);
+      col_amax_finish_kernel<<<unsigned(layouts::ceil_div(a.cols, 256)), 256, 0, st>>>(a, colpart, p.chunks, pm_c);
+    }
+    a.pm_r = pm_r;
+    a.pm_c = pm_c;
+  }
+  static bool attr_set = false;  // per instantiation
+  if (!attr_set) {
+    check_cuda(cudaFuncSetAttribute(quant_tile_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kTileSmem)),
+               "cudaFuncSetAttribute(quant_tile_kernel)");
+    attr_set = true;
+  }
+  quant_tile_kernel<S><<<unsigned(tiles), kQThreads, kTileSmem, st>>>(a);
+  check_cuda(cudaGetLastError(), "quantizer kernel launch");
+}
+
+/// The fast path; false when it does not apply (empty shapes), then the generic functors run.
+bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, float* scratch,
+              cudaStream_t st) {
+  const int64_t R = src.rows, C = src.cols;
+  if (R <= 0 || C <= 0) return false;
+  const int64_t tiles_r = layouts::ceil_div(R, kTile), tiles_c = layouts::ceil_div(C, kTile);
+  const int64_t tiles = tiles_r * tiles_c;
+  if (tiles > int64_t(0x7FFFFFFF)) return false;
+  TileArgs a{};
+  a.src = src.data;
+  a.rows = R;
+  a.cols = C;
+  a.tiles_c = tiles_c;
+  a.rowwise = cfg.rowwise;
+  a.columnwise = cfg.columnwise;
+  a.lr = rowwise_layout(cfg, R, C);
+  a.lc = columnwise_layout(cfg, R, C);
+  a.scales_r = out.scales;
+  a.scales_c = out.scales_t;
+  a.mode = int(resolve_scale_mode(cfg.recipe, cfg.mode));
+  a.elem = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
+  a.eps = cfg.eps;
+  a.out_r = static_cast<uint8_t*>(out.data);
+  a.out_c = static_cast<uint8_t*>(out.data_t);
+  switch (cfg.recipe) {
+    case Recipe::kTensorwise:
+    case Recipe::kRowwise: a.kind = kPrecomputed; a.bk = kTile; break;
+    case Recipe::kBlock128x128:
+    case Recipe::kMxfp8_32x32: a.kind = kBlocks2D; a.bk = int(a.lr.block_k()); break;
+    default: a.kind = kBlocks1D; a.bk = int(a.lr.block_k()); break;
+  }
+  const int esize = src.dtype == DType::kF32 ? 4 : 2;
+  a.vec_in = C % 4 == 0 && reinterpret_cast<uintptr_t>(src.data) % size_t(4 * esize) == 0;
+  a.vec_out_r = C % 4 == 0 && reinterpret_cast<uintptr_t>(out.data) % 4 == 0;
+  a.vec_out_c = R % 4 == 0 && reinterpret_cast<uintptr_t>(out.data_t) % 4 == 0;
+  const FastPlan p = plan_fast(src, cfg);
+  switch (src.dtype) {
+    case DType::kBF16: launch_all<1>(a, p, scratch, out.global_scale, tiles, st); break;
+    case DType::kF16: launch_all<2>(a, p, scratch, out.global_scale, tiles, st); break;
+    default: launch_all<0>(a, p, scratch, out.global_scale, tiles, st); break;
+  }
+  return true;
+}
+
+}  // namespace fastq
 
 // ---- tiled fp32 SGEMM: D = alpha * A * B^T (+ bias), A (M, K), B (N, K) row-major ----------------
 // 128x128 output tile per block, K step 8, 256 threads, 8x8 outputs per thread in registers.
@@ -141,7 +656,9 @@ void sgemm_nt_device(const float* a, const float* b, void* d, int64_t m, int64_t
 }
 
 size_t quantize_device_workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg) {
-  return round256(size_t(detail::plan_quantize(src, cfg).scratch_floats()) * sizeof(float));
+  const int64_t generic = detail::plan_quantize(src, cfg).scratch_floats();
+  const int64_t fast = fastq::plan_fast(src, cfg).floats();
+  return round256(size_t(std::max(generic, fast)) * sizeof(float));
 }
 
 void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out,
@@ -149,6 +666,13 @@ void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const Q
   validate(src, cfg, out);
   Workspace ws(workspace, workspace_bytes, quantize_device_workspace_bytes(src, cfg), stream);
   DeviceExec ex{stream};
+  if (src.rows > 0 && src.cols > 0) {
+    // Scale buffers: padding must read as zero, so the whole cublaslt buffer is cleared first.
+    const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, src.rows, src.cols);
+    if (cfg.rowwise && lr.format == ScaleFormat::kCublasLt) ex.zero(out.scales, size_t(lr.bytes()));
+    if (cfg.columnwise && lc.format == ScaleFormat::kCublasLt) ex.zero(out.scales_t, size_t(lc.bytes()));
+    if (fastq::quantize(src, cfg, out, static_cast<float*>(ws.get()), stream)) return;
+  }
   detail::run_quantize(ex, src, cfg, out, static_cast<float*>(ws.get()));
 }
 

@@ -162,6 +162,15 @@ struct ColumnAmax {
 
 /// Single item: reduce the column partials to the tensor amax and derive the global scalars.
 ///   g[0] = amax, g[1] = S_enc (NVFP4) , g[2] = S_dec = 1/S_enc; *global_out = S_dec when given.
+/// The global scalars from the tensor amax m (shared by FinishGlobal and the GPU fast path).
+SCALEMM_HD inline void finish_global(float m, float* g, float* global_out) {
+  const float senc = nvfp4_global_encode(m);
+  g[0] = m;
+  g[1] = senc;
+  g[2] = 1.0f / senc;
+  if (global_out) *global_out = g[2];
+}
+
 struct FinishGlobal {
   const float* partials;
   int64_t n;
@@ -170,13 +179,17 @@ struct FinishGlobal {
   SCALEMM_HD void operator()(int64_t) const {
     float m = 0.0f;
     for (int64_t i = 0; i < n; ++i) m = amax_update(m, partials[i]);
-    const float senc = nvfp4_global_encode(m);
-    g[0] = m;
-    g[1] = senc;
-    g[2] = 1.0f / senc;
-    if (global_out) *global_out = g[2];
+    finish_global(m, g, global_out);
   }
 };
+
+/// Stores one block's scale at the buffer position of data row r, K-block kb (ScaleLayout::offset).
+SCALEMM_HD inline void store_scale(const ScaleLayout& L, void* scales, int64_t r, int64_t kb, const BlockScale& s) {
+  if (L.scale_dtype() == DType::kF32)
+    static_cast<float*>(scales)[L.offset(r, kb)] = s.stored_f32;
+  else
+    static_cast<uint8_t*>(scales)[L.offset(r, kb)] = s.stored_u8;
+}
 
 /// Writes one block's scale to every buffer position its data rows use (ScaleLayout::offset), and its
 /// multiplier to the compact scratch grid (grid_row * kblocks + kb).
@@ -185,11 +198,7 @@ SCALEMM_HD inline void write_block(const ScaleLayout& L, void* scales, float* mu
   const int64_t br = L.block_rows();
   const int64_t r0 = grid_row * br;
   const int64_t r1 = r0 + br < L.rows ? r0 + br : L.rows;
-  if (L.scale_dtype() == DType::kF32) {
-    for (int64_t r = r0; r < r1; ++r) static_cast<float*>(scales)[L.offset(r, kb)] = s.stored_f32;
-  } else {
-    for (int64_t r = r0; r < r1; ++r) static_cast<uint8_t*>(scales)[L.offset(r, kb)] = s.stored_u8;
-  }
+  for (int64_t r = r0; r < r1; ++r) store_scale(L, scales, r, kb, s);
   mult[grid_row * L.kblocks() + kb] = s.multiplier;
 }
 
