@@ -72,14 +72,19 @@ struct Shared {
 
 __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
-__device__ __forceinline__ void tile_coords(int e, bool pfast, int log_tr, int log_tk, int64_t p0, int64_t c0,
+// Thread mapping of tile element e. pfast: stored rows fastest. Otherwise K-blocks fastest in runs of
+// 2^lb (32 bytes of the global side: a whole sector), then rows: a warp touches 32/2^lb rows, which
+// keeps global accesses sector-sized while spreading shared-memory accesses of the tiled image (whose
+// K-columns are 512 bytes apart, i.e. in one bank) over several rows.
+__device__ __forceinline__ void tile_coords(int e, bool pfast, int log_tr, int log_tk, int lb, int64_t p0, int64_t c0,
                                             int64_t& p, int64_t& c) {
   if (pfast) {
     p = p0 + (e & ((1 << log_tr) - 1));
     c = c0 + (e >> log_tr);
   } else {
-    p = p0 + (e >> log_tk);
-    c = c0 + (e & ((1 << log_tk) - 1));
+    const int rest = e >> lb;
+    p = p0 + (rest & ((1 << log_tr) - 1));
+    c = c0 + (((rest >> log_tr) << lb) | (e & ((1 << lb) - 1)));
   }
 }
 
@@ -185,7 +190,7 @@ __device__ void run_tile(const W& op, const Ts* __restrict__ src, Td* __restrict
 #pragma unroll 4
     for (int i = 0; i < kItems; ++i) {
       int64_t p, c;
-      tile_coords(i * kThreads + tid, pl.src_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
+      tile_coords(i * kThreads + tid, pl.src_pfast, pl.log_tr, pl.log_tk, pl.log_tk, p0, c0, p, c);
       if (p < P && c < C) {
         const int64_t s = op.src(p, c);
         bool exact = true;
@@ -198,17 +203,19 @@ __device__ void run_tile(const W& op, const Ts* __restrict__ src, Td* __restrict
 #pragma unroll 4
     for (int i = 0; i < kItems; ++i) {
       int64_t p, c;
-      tile_coords(i * kThreads + tid, pl.dst_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
+      tile_coords(i * kThreads + tid, pl.dst_pfast, pl.log_tr, pl.log_tk, pl.log_tk, p0, c0, p, c);
       if (p < P && c < C) dst[op.dst(p, c)] = tile[int(p - p0) * ld + int(c - c0)];
     }
     __syncthreads();
   } else {
+    constexpr int kRunLog = (sizeof(Ts) == 1 || sizeof(Td) == 1) ? 5 : 3;  // 32 bytes along K
+    const int lb = pl.log_tk < kRunLog ? pl.log_tk : kRunLog;
     int64_t soff[kItems], doff[kItems];
     unsigned long long lo = ~0ull, hi = 0;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
       int64_t p, c;
-      tile_coords(i * kThreads + tid, pl.map_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
+      tile_coords(i * kThreads + tid, pl.map_pfast, pl.log_tr, pl.log_tk, lb, p0, c0, p, c);
       const bool in = p < P && c < C;
       soff[i] = in ? op.src(p, c) : -1;
       doff[i] = in ? op.dst(p, c) : -1;
@@ -273,7 +280,7 @@ __device__ void run_tile(const W& op, const Ts* __restrict__ src, Td* __restrict
         v = transform<K, Ts, Td>(raw, &exact);
         if constexpr (K == Kind::kBroadcast) {
           int64_t p, c;
-          tile_coords(i * kThreads + tid, pl.map_pfast, pl.log_tr, pl.log_tk, p0, c0, p, c);
+          tile_coords(i * kThreads + tid, pl.map_pfast, pl.log_tr, pl.log_tk, lb, p0, c0, p, c);
           count_inexact(exact, p, c);
         }
       }
