@@ -119,8 +119,17 @@ Diagnostics validate(const GemmArgs& args);
 /// when the requested backend cannot run it, with the reason chain in the message.
 Plan plan(const GemmProblem& problem, const DeviceTarget& target, const PlanOptions& options = {});
 
+/// Per-call verification against the reference emulator (docs/dispatch.md).
+enum class VerifyMode : uint8_t {
+  kFromEnvironment = 0,  ///< SCALEMM_VERIFY=off|sample|full (default: full in Debug builds, off otherwise)
+  kOff = 1,
+  kSample = 2,           ///< asynchronous sampled check, reported at the next call or check_verification()
+  kFull = 3,             ///< synchronous full check, with a dump under SCALEMM_VERIFY_DUMP on failure
+};
+
 struct HandleOptions {
   PlanOptions plan;
+  VerifyMode verify = VerifyMode::kFromEnvironment;
   size_t cublaslt_workspace_bytes = size_t(32) << 20;  ///< per stream, as cuBLAS recommends for sm_90+
 };
 

@@ -80,7 +80,7 @@ struct StreamArena {
 struct Handle::Impl {
   HandleOptions options;
   DeviceTarget target;
-  verify::Mode verify_mode = verify::mode_from_environment();
+  verify::Mode verify_mode = verify::Mode::kOff;
 
   std::mutex mu;  // guards the maps below
   std::vector<std::pair<GemmProblem, Plan>> plans;
@@ -222,6 +222,12 @@ void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamAren
 Handle::Handle(HandleOptions options) : impl_(new Impl) {
   impl_->options = options;
   impl_->target = DeviceTarget::current();
+  switch (options.verify) {
+    case VerifyMode::kFromEnvironment: impl_->verify_mode = verify::mode_from_environment(); break;
+    case VerifyMode::kOff: impl_->verify_mode = verify::Mode::kOff; break;
+    case VerifyMode::kSample: impl_->verify_mode = verify::Mode::kSample; break;
+    case VerifyMode::kFull: impl_->verify_mode = verify::Mode::kFull; break;
+  }
 }
 
 Handle::~Handle() = default;

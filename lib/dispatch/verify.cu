@@ -68,6 +68,22 @@ struct OperandView {
   }
 };
 
+// fp32 dot product of row i of A and row j of B by one block of kDotThreads threads (K is long and the
+// samples are few: spreading K over a block keeps the check's latency at a few microseconds).
+constexpr int kDotThreads = 128;
+__device__ float block_dot(const OperandView& a, const OperandView& b, int64_t i, int64_t j, int64_t k) {
+  __shared__ float partial[kDotThreads / 32];
+  float acc = 0.0f;
+  for (int64_t kk = threadIdx.x; kk < k; kk += kDotThreads) acc = fmaf(a(i, kk), b(j, kk), acc);
+  for (int off = 16; off; off /= 2) acc += __shfl_down_sync(0xFFFFFFFFu, acc, off);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = acc;
+  __syncthreads();
+  float sum = 0.0f;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kDotThreads / 32; ++w) sum += partial[w];
+  return sum;  // meaningful in thread 0
+}
+
 // One warp per sampled output element: fp32 dot product, dequantizing on the fly.
 __global__ void sampled_dot(OperandView a, OperandView b, const void* d, DType d_dtype, int64_t n, int64_t k,
                             const int64_t* rows, const int64_t* cols, int64_t count, float alpha, const uint16_t* bias,
@@ -95,19 +111,18 @@ __device__ inline uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// One warp per sampled output element at a hashed (i, j); same arithmetic as sampled_dot.
-__global__ void sampled_dot_hashed(OperandView a, OperandView b, const void* d, DType d_dtype, int64_t m, int64_t n,
-                                   int64_t k, uint64_t seed, int count, float alpha, const uint16_t* bias,
-                                   float* ref_out, float* test_out) {
-  const int s = int((blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32);
-  const int lane = threadIdx.x % 32;
+// One block per sampled output element at a hashed (i, j).
+__global__ void __launch_bounds__(kDotThreads) sampled_dot_hashed(OperandView a, OperandView b, const void* d,
+                                                                  DType d_dtype, int64_t m, int64_t n, int64_t k,
+                                                                  uint64_t seed, int count, float alpha,
+                                                                  const uint16_t* bias, float* ref_out,
+                                                                  float* test_out) {
+  const int s = blockIdx.x;
   if (s >= count) return;
   const uint64_t h = mix64(seed + uint64_t(s) * 0x9E3779B97F4A7C15ull);
   const int64_t i = int64_t((h >> 32) % uint64_t(m)), j = int64_t((h & 0xFFFFFFFFu) % uint64_t(n));
-  float acc = 0.0f;
-  for (int64_t kk = lane; kk < k; kk += 32) acc = fmaf(a(i, kk), b(j, kk), acc);
-  for (int off = 16; off; off /= 2) acc += __shfl_down_sync(0xFFFFFFFFu, acc, off);
-  if (lane == 0) {
+  const float acc = block_dot(a, b, i, j, k);
+  if (threadIdx.x == 0) {
     float v = alpha * acc;
     if (bias) v += formats::decode_bf16(bias[j]);
     ref_out[s] = v;
@@ -474,7 +489,7 @@ void AsyncSampler::enqueue(const GemmArgs& args, const Plan& plan, Stream stream
   const OperandView b_view{static_cast<const uint8_t*>(args.b.data), args.b.dtype, args.b.scale,
                            layouts::ScaleLayout(args.b.recipe, args.n, args.k, args.b.scale_format)};
   const uint64_t seed = 0x5CA1E000ull + impl_->calls++;
-  sampled_dot_hashed<<<(kSamples * 32 + 255) / 256, 256, 0, cs>>>(
+  sampled_dot_hashed<<<kSamples, kDotThreads, 0, cs>>>(
       a_view, b_view, args.d, args.d_dtype, args.m, args.n, args.k, seed, kSamples, alpha,
       static_cast<const uint16_t*>(args.bias), s.ref, s.test);
   const emulation::Tolerance unit = tolerance_for(args, plan, 1.0);  // linear in the reference's scale

@@ -118,7 +118,25 @@ NpyArray read_npy(const std::string& path) {
       fail(path, "bad shape " + shape);
     }
   }
-  const int64_t bytes = a.numel() * a.item_size();
+  // Reject impossible shapes before allocating: negative extents, and sizes that overflow or exceed
+  // what the file can hold.
+  int64_t count = 1;
+  for (int64_t e : a.shape) {
+    if (e < 0) fail(path, "negative extent in shape " + shape);
+    if (e != 0 && count > (int64_t(1) << 62) / e) fail(path, "shape " + shape + " is too large");
+    count *= e;
+  }
+  if (count > (int64_t(1) << 62) / a.item_size()) fail(path, "shape " + shape + " is too large");
+  const int64_t bytes = count * a.item_size();
+  {
+    const auto here = f.tellg();
+    f.seekg(0, std::ios::end);
+    const int64_t available = static_cast<int64_t>(f.tellg() - here);
+    f.seekg(here);
+    if (bytes > available)
+      fail(path, "truncated data: the header declares " + std::to_string(bytes) + " bytes for " + a.describe() +
+                     ", the file holds " + std::to_string(available));
+  }
   a.data.resize(static_cast<size_t>(bytes));
   if (bytes && !f.read(reinterpret_cast<char*>(a.data.data()), bytes))
     fail(path, "truncated data: expected " + std::to_string(bytes) + " bytes for " + a.describe());

@@ -87,7 +87,20 @@ struct ScaleLayout {
 
   /// Logical grid: one scale per (grid row, K-block).
   SCALEMM_HD constexpr int64_t grid_rows() const { return ceil_div(rows, block_rows()); }
-  SCALEMM_HD constexpr int64_t kblocks() const { return ceil_div(k, block_k()); }
+  // Divisions by literal block sizes: these run per element in kernels, and a 64-bit division by a
+  // run-time value costs ~100 instructions on a GPU. Same values as ceil_div(k, block_k()).
+  SCALEMM_HD constexpr int64_t kblocks() const {
+    switch (recipe) {
+      case Recipe::kTensorwise:
+      case Recipe::kRowwise: return k > 0 ? 1 : 0;
+      case Recipe::kBlock1x128:
+      case Recipe::kBlock128x128: return (k + 127) / 128;
+      case Recipe::kMxfp8:
+      case Recipe::kMxfp8_32x32: return (k + 31) / 32;
+      case Recipe::kNvfp4: return (k + 15) / 16;
+    }
+    return ceil_div(k, block_k());
+  }
   SCALEMM_HD constexpr int64_t logical_size() const { return grid_rows() * kblocks(); }
 
   // ---- physical buffer --------------------------------------------------------------------------
@@ -148,6 +161,15 @@ struct ScaleLayout {
   }
   /// Buffer index of the scale for data element (r, kk), 0 <= kk < k.
   SCALEMM_HD constexpr int64_t offset_of_element(int64_t r, int64_t kk) const {
+    switch (recipe) {
+      case Recipe::kTensorwise:
+      case Recipe::kRowwise: return offset(r, 0);
+      case Recipe::kBlock1x128:
+      case Recipe::kBlock128x128: return offset(r, kk / 128);
+      case Recipe::kMxfp8:
+      case Recipe::kMxfp8_32x32: return offset(r, kk / 32);
+      case Recipe::kNvfp4: return offset(r, kk / 16);
+    }
     return offset(r, kk / block_k());
   }
 
