@@ -135,7 +135,9 @@ __device__ __forceinline__ T ldg_t(const T* p) {
 template <Kind K, typename Ts, typename Td>
 __device__ __forceinline__ Td transform(Ts v, bool* exact) {
   if constexpr (K == Kind::kBroadcast) {
-    return detail::e8m0_from_pow2(v, exact);
+    const uint8_t code = detail::e8m0_from_pow2(v, exact);
+    if constexpr (sizeof(Td) == 4) return Td(code) * 0x01010101u;  // one code for four K-blocks
+    else return code;
   } else {
     *exact = true;
     return Td(v);
@@ -153,6 +155,7 @@ struct Elem {
   SCALEMM_HD int64_t cols() const { return op.to.padded_kblocks(); }
   SCALEMM_HD int64_t dst(int64_t p, int64_t c) const { return op.to.padded_offset(p, c); }
   SCALEMM_HD int64_t src(int64_t p, int64_t c) const { return op.src(p, c); }
+  SCALEMM_HD static constexpr int cols_per_unit() { return 1; }
 };
 template <class Op>
 struct Quad {
@@ -164,7 +167,21 @@ struct Quad {
     const int64_t s = op.src(p, 4 * q);
     return s < 0 ? -1 : s >> 2;
   }
+  SCALEMM_HD static constexpr int cols_per_unit() { return 4; }
 };
+// Broadcast with four destination K-blocks per word that share one source scale (a 1x32 quad of
+// mxfp8 lies inside one 128-wide block): the source index is the fp32 scale's own index.
+template <class Op>
+struct QuadBroadcast {
+  Op op;
+  SCALEMM_HD int64_t rows() const { return op.to.padded_rows(); }
+  SCALEMM_HD int64_t cols() const { return op.to.padded_kblocks() >> 2; }
+  SCALEMM_HD int64_t dst(int64_t p, int64_t q) const { return op.to.padded_offset(p, 4 * q) >> 2; }
+  SCALEMM_HD int64_t src(int64_t p, int64_t q) const { return op.src(p, 4 * q); }
+  SCALEMM_HD static constexpr int cols_per_unit() { return 4; }
+};
+template <Kind K, bool kQuad, class Op>
+using ViewFor = std::conditional_t<!kQuad, Elem<Op>, std::conditional_t<K == Kind::kBroadcast, QuadBroadcast<Op>, Quad<Op>>>;
 
 template <Kind K, class W, typename Ts, typename Td>
 __device__ void run_tile(const W& op, const Ts* __restrict__ src, Td* __restrict__ dst, int64_t p0, int64_t c0,
@@ -178,7 +195,8 @@ __device__ void run_tile(const W& op, const Ts* __restrict__ src, Td* __restrict
   auto count_inexact = [&](bool exact, int64_t p, int64_t c) {
     if constexpr (K == Kind::kBroadcast) {
       const ScaleLayout& to = op.op.to;
-      const bool first = (p * to.row_step()) % op.op.from.block_rows() == 0 && (c * to.block_k()) % op.op.from.block_k() == 0;
+      const bool first = (p * to.row_step()) % op.op.from.block_rows() == 0 &&
+                         (c * W::cols_per_unit() * to.block_k()) % op.op.from.block_k() == 0;
       if (!exact && first) ++inexact;
     }
   };
@@ -362,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
       __syncthreads();
     }
     using Op = typename OpFor<K, RF, RT>::type;
-    using View = std::conditional_t<kQuad, Quad<Op>, Elem<Op>>;
+    using View = ViewFor<K, kQuad, Op>;
     const View op{Op{f, t}};
     const int64_t tiles_p = ceil_div(op.rows(), int64_t(1) << pl.log_tr);
     const int64_t tiles_c = ceil_div(op.cols(), int64_t(1) << pl.log_tk);
@@ -502,7 +520,7 @@ Plan cached_plan(int kind, bool quad, const W& view) {
 template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td, class Op>
 void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
                  unsigned long long* inexact_count, cudaStream_t stream) {
-  using View = std::conditional_t<kQuad, Quad<Op>, Elem<Op>>;
+  using View = ViewFor<K, kQuad, Op>;
   const View view{op};
   const Plan pl = cached_plan(int(K), kQuad, view);
   int64_t tiles;
@@ -528,6 +546,16 @@ template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td, class Op>
 void launch(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
             unsigned long long* inexact_count, cudaStream_t stream) {
   if (row_offsets ? groups <= 0 : op.to.size() == 0) return;
+  if constexpr (K == Kind::kBroadcast) {
+    // Four E8M0 codes per word when each aligned quad of K-blocks lies in one source block.
+    const ScaleLayout& to = op.to;
+    if (to.kblocks() % 4 == 0 && to.padded_kblocks() % 4 == 0 && to.kblocks() >= 4 &&
+        (reinterpret_cast<uintptr_t>(dst) & 3) == 0 && to.padded_offset(0, 0) % 4 == 0 &&
+        to.padded_offset(0, 3) - to.padded_offset(0, 0) == 3 && op.src(0, 0) >= 0 && op.src(0, 0) == op.src(0, 3) &&
+        (4 * to.block_k()) <= op.from.block_k() && op.from.block_k() % (4 * to.block_k()) == 0)
+      return launch_view<K, RF, RT, true, Ts, uint32_t>(op, src, dst, row_offsets, groups, rows_hint, inexact_count,
+                                                         stream);
+  }
   if constexpr (sizeof(Ts) == 1 && sizeof(Td) == 1 && K == Kind::kRelayout) {
     // Grouped: every group's buffer must start 4-aligned too; compact and tiled sizes are multiples
     // of kblocks (% 4 == 0) or of 512, which quads_apply's kblocks check guarantees.
