@@ -100,8 +100,12 @@ SCALEMM_HD constexpr uint32_t encode(uint32_t bits, MiniFloat f, Saturation sat)
 /// float32 bits of n * 2^p (exact for the small n and p used by these formats).
 SCALEMM_HD constexpr uint32_t scaled_int_bits(uint32_t n, int p) {
   if (n == 0) return 0;
-  int h = 31;
-  while (!((n >> h) & 1u)) --h;
+  // Index of the highest set bit, branch-light (decode runs per element in kernels; n < 2^12 here).
+  int h = 0;
+  if (n >> 8) h += 8;
+  if (n >> (h + 4)) h += 4;
+  if (n >> (h + 2)) h += 2;
+  if (n >> (h + 1)) h += 1;
   const int exp_field = p + h + 127;
   if (exp_field >= 1) return (uint32_t(exp_field) << 23) | ((n & ~(1u << h)) << (23 - h));
   return n << (p + 149);  // float32 subnormal

@@ -180,24 +180,24 @@ void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamAren
       return;
     }
     case Backend::kEmulated: {
-      // Exact dequantization to BF16 with a per-operand power-of-two shift chosen on the device (kept
-      // out of the host: no sync, graph-capturable), folded back through a device-side alpha.
+      // Exact dequantization to BF16. A power-of-two shift chosen on the device (no host sync, graph-
+      // capturable) moves an operand whose values would fall under BF16's subnormal floor, and the
+      // opposite shift on the other operand keeps the product, so alpha stays a host value.
       auto* shifts = reinterpret_cast<dispatch::EmulatedShifts*>(take(sizeof(dispatch::EmulatedShifts)));
-      auto* alpha_beta = reinterpret_cast<float*>(take(2 * sizeof(float)));
       auto* a16 = reinterpret_cast<uint16_t*>(take(static_cast<size_t>(args.m * args.k) * 2));
       auto* b16 = reinterpret_cast<uint16_t*>(take(static_cast<size_t>(args.n * args.k) * 2));
       const dispatch::EmulatedOperand ea{args.a.data, args.a.dtype, args.a.scale,
                                          layouts::ScaleLayout(args.a.recipe, args.m, args.k, args.a.scale_format)};
       const dispatch::EmulatedOperand eb{args.b.data, args.b.dtype, args.b.scale,
                                          layouts::ScaleLayout(args.b.recipe, args.n, args.k, args.b.scale_format)};
-      dispatch::emulated_prepare(ea, eb, alpha, shifts, alpha_beta, stream);
+      dispatch::emulated_prepare(ea, eb, shifts, stream);
       dispatch::emulated_dequantize_bf16(ea, shifts, 0, a16, stream);
       dispatch::emulated_dequantize_bf16(eb, shifts, 1, b16, stream);
       backends::LtCall c;
       c.m = args.m, c.n = args.n, c.k = args.k;
       c.a_dtype = c.b_dtype = DType::kBF16, c.d_dtype = args.d_dtype;
       c.a = a16, c.b = b16, c.d = args.d, c.bias = args.bias;
-      c.alpha_device = alpha_beta;
+      c.alpha = alpha;
       arena.lt.matmul(c, arena.lt_workspace, arena.lt_bytes, stream);
       return;
     }

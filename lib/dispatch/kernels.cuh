@@ -14,9 +14,6 @@ void broadcast_scalar(const float* src, float* dst, int64_t n, Stream stream);
 /// dst[i] = float(src[i]) for a bf16 vector (bias for the f32 reference path).
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n, Stream stream);
 
-/// Writes {value, 0.0f} to dst (device alpha/beta pair).
-void write_alpha_beta(float* dst, float value, Stream stream);
-
 /// An operand of the emulated backend: FP8/FP4 data (rows, K) and its E8M0/UE4M3 block scales.
 struct EmulatedOperand {
   const void* data;
@@ -25,23 +22,25 @@ struct EmulatedOperand {
   layouts::ScaleLayout layout;
 };
 
-/// Device scratch of the emulated backend's prepare step (16 bytes, 4-byte aligned).
+/// Device scratch of the emulated backend's prepare step (4-byte aligned).
 struct EmulatedShifts {
-  int min_code[2];  // per operand, over its logical E8M0 scales
-  int max_code[2];
+  int need[2];      // per operand: the smallest power-of-two shift that keeps its values exact in BF16
+  int max_code[2];  // per operand: largest E8M0 code (the shift may not push it past the top)
+  int shift[2];     // the chosen shifts (s_a = -s_b: the product, and so alpha, is unchanged)
+  int inexact;      // 1 when no cancelling pair of shifts exists (see emulated_prepare)
 };
 
-/// Chooses, per operand, a power-of-two shift 2^s that keeps every dequantized value inside BF16's
-/// exact range, and writes {alpha * 2^-(s_a + s_b), 0} to alpha_beta (device). E4M3 x 2^(c-127) is
-/// exact in BF16 for E8M0 codes c in [3, 246] (E5M2: [10, 239]); below that the values fall under
-/// BF16's subnormal floor (2^-133) while fp32 still holds them, so the operand is scaled up by up to
-/// 3 binades (never past the top of the range) and alpha scaled down by the same power of two.
-/// UE4M3-scaled (NVFP4) operands are always exact and get s = 0.
-void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, float alpha, EmulatedShifts* shifts,
-                      float* alpha_beta, Stream stream);
+/// Chooses per-operand power-of-two shifts s_a = -s_b that keep every dequantized value of both
+/// operands exact in BF16, so that the GEMM runs with the caller's alpha (host pointer mode).
+/// E4M3 x 2^(c-127) is exact in BF16 when c >= 3 for E4M3 subnormal values and c >= 0 for normal
+/// ones, and when c <= 246 (E5M2: 10, 0 and 239); all-zero blocks impose nothing. Only blocks whose
+/// code is below 3 are inspected element by element, so the pass reads little more than the scales.
+/// When the two operands' admissible shift ranges do not overlap after negation, both shifts stay 0
+/// and `inexact` is set: some values of both operands then lie under BF16's subnormal floor. UE4M3
+/// (NVFP4) operands are always exact and only absorb a shift when their range allows it.
+void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, EmulatedShifts* shifts, Stream stream);
 
-/// out (rows, K) bf16 = decode(q) * scale * 2^shift, exactly (K % 8 == 0). `shifts`/`which` select
-/// the shift that emulated_prepare chose for this operand.
+/// out (rows, K) bf16 = decode(q) * scale * 2^shift, exactly (K % 8 == 0).
 void emulated_dequantize_bf16(const EmulatedOperand& op, const EmulatedShifts* shifts, int which, uint16_t* out,
                               Stream stream);
 

@@ -101,7 +101,9 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k) {
   host_alpha.a = a16, host_alpha.b = b16, host_alpha.d = d;
   backends::LtCall dev_alpha = host_alpha;
   dev_alpha.alpha_device = alpha_beta;
-  dispatch::emulated_prepare(ea, eb, 1.0f, shifts, alpha_beta, nullptr);
+  dispatch::emulated_prepare(ea, eb, shifts, nullptr);
+  const float ab[2] = {1.0f, 0.0f};
+  OK(cudaMemcpy(alpha_beta, ab, sizeof(ab), cudaMemcpyHostToDevice));
 
   Handle h;
   GemmArgs g;
@@ -110,7 +112,7 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k) {
   g.b = {b.data, b.dtype, r, b.scales, ScaleFormat::kCompact, b.global};
   g.d = d, g.d_dtype = DType::kBF16;
 
-  const double t_prep = median_us([&] { dispatch::emulated_prepare(ea, eb, 1.0f, shifts, alpha_beta, nullptr); });
+  const double t_prep = median_us([&] { dispatch::emulated_prepare(ea, eb, shifts, nullptr); });
   const double t_da = median_us([&] { dispatch::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr); });
   const double t_db = median_us([&] { dispatch::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr); });
   const double t_host = median_us([&] { lt.matmul(host_alpha, ws, 32u << 20, nullptr); });
