@@ -70,7 +70,7 @@ struct OperandView {
 
 // fp32 dot product of row i of A and row j of B by one block of kDotThreads threads (K is long and the
 // samples are few: spreading K over a block keeps the check's latency at a few microseconds).
-constexpr int kDotThreads = 128;
+constexpr int kDotThreads = 256;
 __device__ float block_dot(const OperandView& a, const OperandView& b, int64_t i, int64_t j, int64_t k) {
   __shared__ float partial[kDotThreads / 32];
   float acc = 0.0f;
