@@ -202,9 +202,15 @@ __device__ __forceinline__ void store4(uint8_t* out, int64_t idx, int64_t n_vali
   }
 }
 
+/// Element type as a template argument (E = 0 e4m3, 1 e5m2, 2 e2m1): the encoder specialises.
+template <int E>
+constexpr DType kElem = E == 0 ? DType::kE4M3 : E == 1 ? DType::kE5M2 : DType::kE2M1;
+
 /// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them.
-__device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m, DType elem) {
-  const bool fp4 = elem == DType::kE2M1;
+template <int E>
+__device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m) {
+  constexpr DType elem = kElem<E>;
+  constexpr bool fp4 = E == 2;
   uint32_t word = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -218,7 +224,7 @@ __device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m, 
 // Lane rotation: lane l touches element (j + l/8) & 3 of its 4-element group at step j, so that the
 // 32 lanes of a warp hit 32 distinct banks both along a tile row (4l + jj + r) and down a tile column
 // ((4l + jj) * 129 + c).
-template <int S>
+template <int S, int E>
 __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
   extern __shared__ float smem[];
   float* tile = smem;
@@ -284,7 +290,7 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
     __syncthreads();
   }
 
-  const bool fp4 = a.elem == DType::kE2M1;
+  constexpr bool fp4 = E == 2;
 
   // 3. Rowwise output: warp per tile row.
   if (a.rowwise) {
@@ -311,7 +317,7 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
       } else {
         mult = a.pm_r[r / a.lr.block_rows()];
       }
-      store4(a.out_r, r * a.cols + c, a.cols - c, encode4(v, rot, mult, a.elem), fp4, a.vec_out_r);
+      store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, rot, mult), fp4, a.vec_out_r);
     }
   }
 
@@ -340,7 +346,52 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
       } else {
         mult = a.pm_c[c / a.lc.block_rows()];
       }
-      store4(a.out_c, c * a.rows + r, a.rows - r, encode4(v, rot, mult, a.elem), fp4, a.vec_out_c);
+      store4(a.out_c, c * a.rows + r, a.rows - r, encode4<E>(v, rot, mult), fp4, a.vec_out_c);
+    }
+  }
+}
+
+/// Rowwise-only requests of the 1D and precomputed kinds: no shared memory, no barrier. A unit is
+/// 128 consecutive elements of one row (lane l: elements 4l..4l+3); each warp loads kUnits units
+/// before it encodes them, so that enough loads are in flight.
+constexpr int kUnits = 4;
+
+template <int S, int E>
+__global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t segs, int64_t units) {
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t warp_id = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t nwarps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  const int lanes_per_block = a.bk / 4;
+  constexpr bool fp4 = E == 2;
+  for (int64_t u0 = warp_id * kUnits; u0 < units; u0 += nwarps * kUnits) {
+    typename Raw4<S>::T raw[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      const int64_t u = u0 + k;
+      const int64_t r = u / segs, c = (u - r * segs) * kTile + 4 * lane;
+      raw[k] = u < units ? load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c) : typename Raw4<S>::T{};
+    }
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      const int64_t u = u0 + k;
+      if (u >= units) break;  // warp-uniform
+      const int64_t r = u / segs, c = (u - r * segs) * kTile + 4 * lane;
+      float v[4], m = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[j] = raw_elem<S>(raw[k], j);
+        m = detail::amax_update(m, v[j]);
+      }
+      float mult;
+      if (a.kind == kBlocks1D) {
+        m = group_amax(m, lanes_per_block);
+        const BlockScale s = a.scale_of(m);
+        mult = s.multiplier;
+        if (lane % lanes_per_block == 0 && c < a.cols) detail::store_scale(a.lr, a.scales_r, r, c / a.bk, s);
+      } else {
+        mult = a.pm_r[r / a.lr.block_rows()];
+      }
+      store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult), fp4, a.vec_out_r);
     }
   }
 }
@@ -494,7 +545,7 @@ inline FastPlan plan_fast(const SourceMatrix& src, const QuantizeConfig& cfg) {
   return p;
 }
 
-template <int S>
+template <int S, int E>
 void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out, int64_t tiles, cudaStream_t st) {
   float* part = scratch;
   float* g = part + p.n_part;
@@ -525,14 +576,30 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out
     a.pm_r = pm_r;
     a.pm_c = pm_c;
   }
+  if (!a.columnwise && a.kind != kBlocks2D) {
+    const int64_t segs = layouts::ceil_div(a.cols, kTile), units = a.rows * segs;
+    const int64_t blocks = std::min<int64_t>(layouts::ceil_div(units, 8 * kUnits), int64_t(1) << 30);
+    row_direct_kernel<S, E><<<unsigned(blocks), 256, 0, st>>>(a, segs, units);
+    check_cuda(cudaGetLastError(), "quantizer kernel launch");
+    return;
+  }
   static bool attr_set = false;  // per instantiation
   if (!attr_set) {
-    check_cuda(cudaFuncSetAttribute(quant_tile_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kTileSmem)),
+    check_cuda(cudaFuncSetAttribute(quant_tile_kernel<S, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kTileSmem)),
                "cudaFuncSetAttribute(quant_tile_kernel)");
     attr_set = true;
   }
-  quant_tile_kernel<S><<<unsigned(tiles), kQThreads, kTileSmem, st>>>(a);
+  quant_tile_kernel<S, E><<<unsigned(tiles), kQThreads, kTileSmem, st>>>(a);
   check_cuda(cudaGetLastError(), "quantizer kernel launch");
+}
+
+template <int S>
+void launch_elem(int e, const TileArgs& a, const FastPlan& p, float* scratch, float* global_out, int64_t tiles,
+                 cudaStream_t st) {
+  if (e == 2) launch_all<S, 2>(a, p, scratch, global_out, tiles, st);
+  else if (e == 1) launch_all<S, 1>(a, p, scratch, global_out, tiles, st);
+  else launch_all<S, 0>(a, p, scratch, global_out, tiles, st);
 }
 
 /// The fast path; false when it does not apply (empty shapes), then the generic functors run.
@@ -571,10 +638,11 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   a.vec_out_r = C % 4 == 0 && reinterpret_cast<uintptr_t>(out.data) % 4 == 0;
   a.vec_out_c = R % 4 == 0 && reinterpret_cast<uintptr_t>(out.data_t) % 4 == 0;
   const FastPlan p = plan_fast(src, cfg);
+  const int e = a.elem == DType::kE2M1 ? 2 : a.elem == DType::kE5M2 ? 1 : 0;
   switch (src.dtype) {
-    case DType::kBF16: launch_all<1>(a, p, scratch, out.global_scale, tiles, st); break;
-    case DType::kF16: launch_all<2>(a, p, scratch, out.global_scale, tiles, st); break;
-    default: launch_all<0>(a, p, scratch, out.global_scale, tiles, st); break;
+    case DType::kBF16: launch_elem<1>(e, a, p, scratch, out.global_scale, tiles, st); break;
+    case DType::kF16: launch_elem<2>(e, a, p, scratch, out.global_scale, tiles, st); break;
+    default: launch_elem<0>(e, a, p, scratch, out.global_scale, tiles, st); break;
   }
   return true;
 }

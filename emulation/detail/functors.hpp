@@ -25,12 +25,13 @@ SCALEMM_HD inline float abs_f(float x) { return fmt::bits_float(fmt::float_bits(
 SCALEMM_HD inline bool is_nan_f(float x) { return (fmt::float_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
 SCALEMM_HD inline bool is_finite_f(float x) { return (fmt::float_bits(x) & 0x7F800000u) != 0x7F800000u; }
 
-/// NaN-propagating running max of |v| (a NaN anywhere makes the result NaN).
+/// NaN-propagating running max of |v| (a NaN anywhere makes the result NaN); m is a previous result
+/// (non-negative or a positive NaN), 0 to start. As integers the magnitude bits order like the values,
+/// and every NaN's bits exceed +Inf's, so one integer max does it. Which NaN comes out is not
+/// specified (only NaN-ness is ever used: every scale rule maps a NaN amax to the same bytes).
 SCALEMM_HD inline float amax_update(float m, float v) {
-  const float a = abs_f(v);
-  if (is_nan_f(m)) return m;
-  if (is_nan_f(a) || a > m) return a;
-  return m;
+  const uint32_t a = fmt::float_bits(v) & 0x7FFFFFFFu, b = fmt::float_bits(m);
+  return fmt::bits_float(a > b ? a : b);
 }
 
 /// Loads element i of an f32/bf16/f16 array as fp32.
@@ -64,12 +65,45 @@ SCALEMM_HD inline float elem_max(DType t) {
 }
 SCALEMM_HD inline int elem_emax(DType t) { return t == DType::kE5M2 ? 15 : t == DType::kE2M1 ? 2 : 8; }
 
+/// m >> s rounded to nearest even on the dropped bits, 32-bit (1 <= s <= 31).
+SCALEMM_HD inline uint32_t shift_rne32(uint32_t m, int s) {
+  const uint32_t kept = m >> s;
+  const uint32_t rem = m & ((1u << s) - 1u);
+  const uint32_t half = 1u << (s - 1);
+  return kept + ((rem > half || (rem == half && (kept & 1u))) ? 1u : 0u);
+}
+
+/// Satfinite encode of float32 bits into an element format: the same function as
+/// formats::detail::encode(bits, f, kSatFinite) (tested against it on every sign/exponent/rounding
+/// pattern), in 32-bit integer arithmetic so that it is cheap on the GPU. Normal results round with
+/// the add-half trick (a mantissa carry moves into the exponent by itself); results below the
+/// format's smallest normal shift the significand with RNE.
+SCALEMM_HD inline uint32_t encode_satfinite(uint32_t bits, fmt::detail::MiniFloat f) {
+  const uint32_t sign = (bits >> 31) << f.sign_shift;
+  const uint32_t a = bits & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return f.has_nan ? f.nan_code : f.max_code;  // NaN
+  if (a == 0x7F800000u) return sign | f.max_code;                     // +-Inf saturates
+  const int fexp = int(a >> 23);
+  const int shift = 23 - f.man_bits;
+  uint32_t code;
+  if (fexp >= 128 - f.bias) {  // at or above the format's smallest normal 2^(1 - bias)
+    const uint32_t r = a + ((1u << (shift - 1)) - 1u) + ((a >> shift) & 1u);
+    code = (r >> shift) - (uint32_t(127 - f.bias) << f.man_bits);
+  } else {
+    const uint32_t sig = fexp ? ((a & 0x7FFFFFu) | 0x800000u) : (a & 0x7FFFFFu);
+    const int e = fexp ? fexp - 127 : -126;
+    const int s = shift + (1 - f.bias - e);
+    code = s >= 32 ? 0u : shift_rne32(sig, s);
+  }
+  return sign | (code <= f.max_code ? code : f.max_code);
+}
+
 /// Element encode with saturation (satfinite: overflow and +-Inf -> +-max, NaN -> NaN code; E2M1 NaN -> 0x7).
 SCALEMM_HD inline uint8_t encode_elem(float x, DType t) {
   switch (t) {
-    case DType::kE5M2: return fmt::encode_e5m2(x, fmt::Saturation::kSatFinite);
-    case DType::kE2M1: return fmt::encode_e2m1(x, fmt::Saturation::kSatFinite);
-    default: return fmt::encode_e4m3(x, fmt::Saturation::kSatFinite);
+    case DType::kE5M2: return uint8_t(encode_satfinite(fmt::float_bits(x), fmt::detail::e5m2_format()));
+    case DType::kE2M1: return uint8_t(encode_satfinite(fmt::float_bits(x), fmt::detail::e2m1_format()));
+    default: return uint8_t(encode_satfinite(fmt::float_bits(x), fmt::detail::e4m3_format()));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "detail/functors.hpp"
 #include "emu_test_util.hpp"
 #include "scalemm/status.hpp"
 
@@ -457,4 +458,27 @@ TEST_CASE("Malformed quantize requests are refused with a named reason", "[emula
   QuantizeConfig c = make_cfg(Recipe::kRowwise);
   c.data_dtype = DType::kE2M1;
   expect_invalid(c, 6, 5);
+}
+
+TEST_CASE("The emulator's 32-bit element encoder equals the formats codecs on every sign, exponent and rounding "
+          "pattern",
+          "[emulation][quantize]") {
+  // The upper 16 bits cover sign, exponent and the kept/half bits of every rounding position the
+  // element formats use (bit 16 and up); the low patterns make the sticky bits zero or not.
+  static const uint32_t lows[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1234, 0xC0DE};
+  int64_t bad4 = 0, bad5 = 0, bad2 = 0;
+  for (uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (uint32_t lo : lows) {
+      const uint32_t b = (hi << 16) | lo;
+      const float x = fmt::bits_float(b);
+      bad4 += scalemm::emulation::detail::encode_elem(x, DType::kE4M3) !=
+              fmt::encode_e4m3_bits(b, fmt::Saturation::kSatFinite);
+      bad5 += scalemm::emulation::detail::encode_elem(x, DType::kE5M2) !=
+              fmt::encode_e5m2_bits(b, fmt::Saturation::kSatFinite);
+      bad2 += scalemm::emulation::detail::encode_elem(x, DType::kE2M1) !=
+              fmt::encode_e2m1_bits(b, fmt::Saturation::kSatFinite);
+    }
+  CHECK(bad4 == 0);
+  CHECK(bad5 == 0);
+  CHECK(bad2 == 0);
 }
