@@ -157,7 +157,8 @@ void run_explain(const LayoutArgs& a, bool json) {
     os << '\n' << to_string(l->format) << ": " << l->shape_stride_string() << ", " << l->size()
        << " elements, " << l->bytes() << " bytes, " << padding_count(*l) << " padding elements (zero)\n";
     os << "  " << formula_text(*l) << '\n';
-    print_map(os, *l, l->format == ScaleFormat::kCublasLt && layouts::recipe_is_tiled(l->recipe) ? 8 : 6);
+    // The whole first 128x4 tile (512 positions, 32 lines of 16) for tiled layouts.
+    print_map(os, *l, l->format == ScaleFormat::kCublasLt && layouts::recipe_is_tiled(l->recipe) ? 32 : 6);
   }
 }
 
