@@ -93,7 +93,9 @@ constexpr int kTile = 128;             // tile rows and columns
 constexpr int kStride = kTile + 1;     // shared row stride in floats
 constexpr int kQThreads = 256;         // 8 warps
 constexpr int kRowPart = 128 * 4;      // 2D row partials: 128 rows x up to 4 K-blocks
-constexpr size_t kTileSmem = size_t(kTile * kStride + kRowPart + 16) * sizeof(float);
+constexpr int kStage = 128 * 8;        // 1D: staged scales of one direction, 128 lines x up to 8 blocks
+// After the tile: 2D uses row partials + block multipliers, 1D the two staged-scale arrays.
+constexpr size_t kTileSmem = size_t(kTile * kStride + 2 * kStage) * sizeof(float);
 constexpr int kAmaxBlocks = 1024;      // partials of the global amax pass
 constexpr int64_t kColChunk = 256;     // rows per column-amax partial (rowwise recipe)
 
@@ -111,8 +113,9 @@ struct TileArgs {
   DType elem;
   float eps;
   const float* g;     ///< global scalars (tensorwise, NVFP4) or nullptr
-  const float* pm_r;  ///< kPrecomputed: multiplier per rowwise grid row (kblocks = 1)
-  const float* pm_c;  ///< kPrecomputed: multiplier per columnwise grid row
+  const float* pm_r;  ///< kPrecomputed: multiplier of rowwise data row r at pm_r[r * pm_step] (kblocks = 1)
+  const float* pm_c;  ///< kPrecomputed: multiplier of columnwise data row c at pm_c[c * pm_step]
+  int64_t pm_step;    ///< 1: one multiplier per row (rowwise recipe); 0: one for all (tensorwise)
   uint8_t* out_r;
   uint8_t* out_c;
   bool vec_in, vec_out_r, vec_out_c;
@@ -173,6 +176,19 @@ __device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_
   return x;
 }
 
+/// A block's stored scale as 32 bits (fp32 bits, or the E8M0/UE4M3 byte), for staging.
+__device__ __forceinline__ uint32_t stored_bits(const ScaleLayout& L, const BlockScale& s) {
+  return L.scale_dtype() == DType::kF32 ? fmt::float_bits(s.stored_f32) : uint32_t(s.stored_u8);
+}
+/// Stores staged scale bits at offset(r, kb) through detail::store_scale.
+__device__ __forceinline__ void store_scale_bits(const ScaleLayout& L, void* scales, int64_t r, int64_t kb,
+                                                 uint32_t bits) {
+  BlockScale s;
+  s.stored_f32 = fmt::bits_float(bits);
+  s.stored_u8 = uint8_t(bits);
+  detail::store_scale(L, scales, r, kb, s);
+}
+
 /// NaN-propagating amax over groups of n consecutive lanes (n a power of two <= 32).
 __device__ __forceinline__ float group_amax(float m, int n) {
   for (int off = 1; off < n; off <<= 1) m = detail::amax_update(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
@@ -230,11 +246,16 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
   float* tile = smem;
   float* rowpart = tile + kTile * kStride;  // 2D: [128][4]
   float* bmult = rowpart + kRowPart;        // 2D: up to 16 block multipliers
+  // 1D: scales staged per (tile row, block) and (tile column, block), written after both passes so
+  // that the offset() evaluations run on all lanes at once instead of one per warp and line.
+  uint32_t* stage_r = reinterpret_cast<uint32_t*>(tile + kTile * kStride);
+  uint32_t* stage_c = stage_r + kStage;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
-  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) % a.tiles_c;
+  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
 
-  // 1. The tile, read once: warp w loads rows w, w + 8, ...; lane l columns 4l..4l+3.
+  // 1. The tile, read once: warp w loads rows w, w + 8, ...; lane l columns 4l..4l+3. (A persistent
+  // variant that prefetched the next tile into registers ran slower: 2 CTAs per SM instead of 3.)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     typename Raw4<S>::T raw[8];
@@ -311,11 +332,11 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
         m = group_amax(m, lanes_per_block);
         const BlockScale s = a.scale_of(m);
         mult = s.multiplier;
-        if (lane % lanes_per_block == 0 && c < a.cols) detail::store_scale(a.lr, a.scales_r, r, c / bk, s);
+        if (lane % lanes_per_block == 0) stage_r[lrow * 8 + lane / lanes_per_block] = stored_bits(a.lr, s);
       } else if (a.kind == kBlocks2D) {
         mult = bmult[(lrow / bk) * nbk + (4 * lane) / bk];
       } else {
-        mult = a.pm_r[r / a.lr.block_rows()];
+        mult = a.pm_r[r * a.pm_step];
       }
       store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, rot, mult), fp4, a.vec_out_r);
     }
@@ -340,13 +361,30 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
         m = group_amax(m, lanes_per_block);
         const BlockScale s = a.scale_of(m);
         mult = s.multiplier;
-        if (lane % lanes_per_block == 0 && r < a.rows) detail::store_scale(a.lc, a.scales_c, c, r / bk, s);
+        if (lane % lanes_per_block == 0) stage_c[lcol * 8 + lane / lanes_per_block] = stored_bits(a.lc, s);
       } else if (a.kind == kBlocks2D) {
         mult = bmult[((4 * lane) / bk) * nbk + lcol / bk];
       } else {
-        mult = a.pm_c[c / a.lc.block_rows()];
+        mult = a.pm_c[c * a.pm_step];
       }
       store4(a.out_c, c * a.rows + r, a.rows - r, encode4<E>(v, rot, mult), fp4, a.vec_out_c);
+    }
+  }
+
+  // 5. 1D: the staged scales, every block at offset(data row, K-block) of its layout.
+  if (a.kind == kBlocks1D) {
+    __syncthreads();
+    for (int e = int(threadIdx.x); e < kStage; e += kQThreads) {
+      const int line = e >> 3, b = e & 7;
+      if (b >= nbk) continue;
+      if (a.rowwise) {
+        const int64_t r = r0 + line, kb = c0 / bk + b;
+        if (r < a.rows && kb * bk < a.cols) store_scale_bits(a.lr, a.scales_r, r, kb, stage_r[e]);
+      }
+      if (a.columnwise) {
+        const int64_t c = c0 + line, kb = r0 / bk + b;
+        if (c < a.cols && kb * bk < a.rows) store_scale_bits(a.lc, a.scales_c, c, kb, stage_c[e]);
+      }
     }
   }
 }
@@ -357,42 +395,50 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
 constexpr int kUnits = 4;
 
 template <int S, int E>
-__global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t segs, int64_t units) {
+__global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t segs, int64_t groups) {
   const int lane = int(threadIdx.x) & 31;
-  const int64_t warp_id = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t nwarps = (int64_t(gridDim.x) * blockDim.x) >> 5;
-  const int lanes_per_block = a.bk / 4;
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t r = w / groups;  // one division per warp: the warp owns kUnits units of row r
+  if (r >= a.rows) return;       // warp-uniform
+  const int64_t seg0 = (w - r * groups) * kUnits;
+  const int lanes_per_block = a.bk / 4, nb = kTile / a.bk;
   constexpr bool fp4 = E == 2;
-  for (int64_t u0 = warp_id * kUnits; u0 < units; u0 += nwarps * kUnits) {
-    typename Raw4<S>::T raw[kUnits];
+  typename Raw4<S>::T raw[kUnits];
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k)
+    raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, (seg0 + k) * kTile + 4 * lane);
+  const float pm = a.kind == kPrecomputed ? a.pm_r[r * a.pm_step] : 0.0f;
+  uint32_t staged[kUnits];
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k) {
+    const int64_t c = (seg0 + k) * kTile + 4 * lane;  // units past the row end store nothing
+    float v[4], m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[j] = raw_elem<S>(raw[k], j);
+      m = detail::amax_update(m, v[j]);
+    }
+    float mult = pm;
+    staged[k] = 0;
+    if (a.kind == kBlocks1D) {
+      m = group_amax(m, lanes_per_block);
+      const BlockScale s = a.scale_of(m);
+      mult = s.multiplier;
+      staged[k] = stored_bits(a.lr, s);  // valid on the first lane of each block
+    }
+    store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult), fp4, a.vec_out_r);
+  }
+  if (a.kind == kBlocks1D) {
+    // Lane t writes block t of the warp's kUnits * nb blocks: one offset() evaluation per lane.
+    const int k_of_t = lane / nb, b_of_t = lane % nb;
+    uint32_t bits = 0;
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) {
-      const int64_t u = u0 + k;
-      const int64_t r = u / segs, c = (u - r * segs) * kTile + 4 * lane;
-      raw[k] = u < units ? load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c) : typename Raw4<S>::T{};
+      const uint32_t x = __shfl_sync(0xFFFFFFFFu, staged[k], b_of_t * lanes_per_block);
+      if (k == k_of_t) bits = x;
     }
-#pragma unroll
-    for (int k = 0; k < kUnits; ++k) {
-      const int64_t u = u0 + k;
-      if (u >= units) break;  // warp-uniform
-      const int64_t r = u / segs, c = (u - r * segs) * kTile + 4 * lane;
-      float v[4], m = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[j] = raw_elem<S>(raw[k], j);
-        m = detail::amax_update(m, v[j]);
-      }
-      float mult;
-      if (a.kind == kBlocks1D) {
-        m = group_amax(m, lanes_per_block);
-        const BlockScale s = a.scale_of(m);
-        mult = s.multiplier;
-        if (lane % lanes_per_block == 0 && c < a.cols) detail::store_scale(a.lr, a.scales_r, r, c / a.bk, s);
-      } else {
-        mult = a.pm_r[r / a.lr.block_rows()];
-      }
-      store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult), fp4, a.vec_out_r);
-    }
+    const int64_t kb = seg0 * nb + lane;
+    if (lane < kUnits * nb && kb * a.bk < a.cols) store_scale_bits(a.lr, a.scales_r, r, kb, bits);
   }
 }
 
@@ -565,6 +611,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out
     tensor_scale_kernel<<<unsigned(layouts::ceil_div(items, 256)), 256, 0, st>>>(a, pm_r);
     a.pm_r = pm_r;
     a.pm_c = pm_r;  // one multiplier for both directions
+    a.pm_step = 0;
   }
   if (recipe == Recipe::kRowwise) {
     if (a.rowwise) row_amax_kernel<S><<<unsigned(layouts::ceil_div(a.rows, 8)), 256, 0, st>>>(a, pm_r);
@@ -575,11 +622,13 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out
     }
     a.pm_r = pm_r;
     a.pm_c = pm_c;
+    a.pm_step = 1;
   }
   if (!a.columnwise && a.kind != kBlocks2D) {
-    const int64_t segs = layouts::ceil_div(a.cols, kTile), units = a.rows * segs;
-    const int64_t blocks = std::min<int64_t>(layouts::ceil_div(units, 8 * kUnits), int64_t(1) << 30);
-    row_direct_kernel<S, E><<<unsigned(blocks), 256, 0, st>>>(a, segs, units);
+    const int64_t segs = layouts::ceil_div(a.cols, kTile), groups = layouts::ceil_div(segs, kUnits);
+    const int64_t blocks = layouts::ceil_div(a.rows * groups, 8);
+    SCALEMM_EXPECTS(blocks <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize_device: matrix too large");
+    row_direct_kernel<S, E><<<unsigned(blocks), 256, 0, st>>>(a, segs, groups);
     check_cuda(cudaGetLastError(), "quantizer kernel launch");
     return;
   }

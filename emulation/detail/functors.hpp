@@ -81,20 +81,21 @@ SCALEMM_HD inline uint32_t shift_rne32(uint32_t m, int s) {
 SCALEMM_HD inline uint32_t encode_satfinite(uint32_t bits, fmt::detail::MiniFloat f) {
   const uint32_t sign = (bits >> 31) << f.sign_shift;
   const uint32_t a = bits & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return f.has_nan ? f.nan_code : f.max_code;  // NaN
-  if (a == 0x7F800000u) return sign | f.max_code;                     // +-Inf saturates
-  const int fexp = int(a >> 23);
   const int shift = 23 - f.man_bits;
   uint32_t code;
-  if (fexp >= 128 - f.bias) {  // at or above the format's smallest normal 2^(1 - bias)
+  if (a >= (uint32_t(128 - f.bias) << 23)) {
+    // At or above the smallest normal 2^(1 - bias); +-Inf and NaN land here too and come out above
+    // max_code (Inf saturates below; NaN is replaced at the end).
     const uint32_t r = a + ((1u << (shift - 1)) - 1u) + ((a >> shift) & 1u);
     code = (r >> shift) - (uint32_t(127 - f.bias) << f.man_bits);
   } else {
-    const uint32_t sig = fexp ? ((a & 0x7FFFFFu) | 0x800000u) : (a & 0x7FFFFFu);
+    const int fexp = int(a >> 23);
+    const uint32_t sig = fexp ? ((a & 0x7FFFFFu) | 0x800000u) : a;
     const int e = fexp ? fexp - 127 : -126;
     const int s = shift + (1 - f.bias - e);
     code = s >= 32 ? 0u : shift_rne32(sig, s);
   }
+  if (a > 0x7F800000u) return f.has_nan ? f.nan_code : f.max_code;  // NaN: unsigned NaN code (E2M1: +max)
   return sign | (code <= f.max_code ? code : f.max_code);
 }
 
