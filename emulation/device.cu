@@ -442,6 +442,62 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t seg
   }
 }
 
+/// Dequantization: a warp per row and kUnits chunks of 128 K-elements (lane l: 4l..4l+3). Each
+/// block's scale is located (offset()) and decoded once per chunk, by the block's first lane, and
+/// passed to the block's other lanes by a shuffle; values are OperandView::apply(element, scale) and
+/// stored as detail::hp_bits, 4 per store where aligned.
+__global__ void __launch_bounds__(256) dequant_kernel(detail::OperandView t, void* out, DType out_dtype,
+                                                      int64_t groups, bool vec_out) {
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t K = t.layout.k;
+  const int64_t r = w / groups;
+  if (r >= t.layout.rows) return;  // warp-uniform
+  const int64_t seg0 = (w - r * groups) * kUnits;
+  const int64_t bk = t.layout.block_k();
+  // Lanes per block within a chunk: 4 (16-element blocks), 8 (32), else the whole warp (128-element
+  // blocks, and tensorwise/rowwise where one block is the whole row).
+  const int lpb = bk >= kTile ? 32 : int(bk / 4);
+  const bool wide = out_dtype == DType::kF32;
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k) {
+    if ((seg0 + k) * kTile >= K) break;  // warp-uniform
+    const int64_t c = (seg0 + k) * kTile + 4 * lane;
+    float s = 0.0f;
+    if (lane % lpb == 0 && c < K) s = t.scale_at(t.layout.offset(r, c / bk));
+    s = __shfl_sync(0xFFFFFFFFu, s, lane - lane % lpb);
+    if (c >= K) continue;
+    const int64_t base = r * t.ld + c, o = r * K + c;
+    uint32_t b[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = c + j < K ? detail::hp_bits(out_dtype, t.apply(t.element(base + j), s)) : 0u;
+    if (vec_out && c + 3 < K) {
+      if (wide) *reinterpret_cast<uint4*>(static_cast<uint32_t*>(out) + o) = make_uint4(b[0], b[1], b[2], b[3]);
+      else *reinterpret_cast<uint2*>(static_cast<uint16_t*>(out) + o) = make_uint2(b[0] | (b[1] << 16), b[2] | (b[3] << 16));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (c + j >= K) break;
+        if (wide) static_cast<uint32_t*>(out)[o + j] = b[j];
+        else static_cast<uint16_t*>(out)[o + j] = uint16_t(b[j]);
+      }
+    }
+  }
+}
+
+void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, cudaStream_t st) {
+  check_dequantize_args(q, out, out_dtype);
+  const int64_t R = q.rows(), K = q.k();
+  if (R * K == 0) return;
+  const int64_t groups = layouts::ceil_div(layouts::ceil_div(K, kTile), kUnits);
+  const int64_t blocks = layouts::ceil_div(R * groups, 8);
+  SCALEMM_EXPECTS(blocks <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "dequantize_device: matrix too large");
+  const bool wide = out_dtype == DType::kF32;
+  const bool vec_out = K % 4 == 0 && reinterpret_cast<uintptr_t>(out) % (wide ? 16 : 8) == 0;
+  dequant_kernel<<<unsigned(blocks), 256, 0, st>>>(detail::view_of(q), out, out_dtype, groups, vec_out);
+  check_cuda(cudaGetLastError(), "dequant_kernel launch");
+}
+
 /// Block-wide NaN-propagating amax; the result is valid in thread 0.
 __device__ __forceinline__ float block_amax(float m, float* red) {
   m = group_amax(m, 32);
@@ -794,8 +850,7 @@ void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const Q
 }
 
 void dequantize_device(const QuantizedTensor& t, void* out, DType out_dtype, cudaStream_t stream) {
-  DeviceExec ex{stream};
-  detail::run_dequantize(ex, t, out, out_dtype);
+  fastq::dequantize(t, out, out_dtype, stream);
 }
 
 size_t gemm_device_workspace_bytes(const QuantizedTensor& a, const QuantizedTensor& b) {
@@ -812,9 +867,8 @@ void gemm_device(const QuantizedTensor& a, const QuantizedTensor& b, void* d, co
   Workspace ws(workspace, workspace_bytes, gemm_device_workspace_bytes(a, b), stream);
   float* da = static_cast<float*>(ws.get());
   float* db = reinterpret_cast<float*>(static_cast<char*>(ws.get()) + round256(size_t(M * K) * 4));
-  DeviceExec ex{stream};
-  detail::run_dequantize(ex, a, da, DType::kF32);
-  detail::run_dequantize(ex, b, db, DType::kF32);
+  fastq::dequantize(a, da, DType::kF32, stream);
+  fastq::dequantize(b, db, DType::kF32, stream);
   sgemm_nt_device(da, db, d, M, N, K, opt, stream);
 }
 

@@ -50,13 +50,20 @@ inline constexpr uint32_t kCanonicalNanBits = 0x7FC00000u;
 /// canonical positive quiet NaN: arithmetic on a NaN keeps the operand's payload and sign on x86
 /// (0x7FC00000 stays 0x7FC00000) but gives 0x7FFFFFFF on NVIDIA GPUs, so without this step host and
 /// device outputs would differ in the NaN bits.
-SCALEMM_HD inline void store_hp(void* p, DType t, int64_t i, float x) {
+/// The bits store_hp writes for x: 32 (f32) or the low 16 (bf16, f16).
+SCALEMM_HD inline uint32_t hp_bits(DType t, float x) {
   if (is_nan_f(x)) x = fmt::bits_float(kCanonicalNanBits);
   switch (t) {
-    case DType::kBF16: static_cast<uint16_t*>(p)[i] = fmt::encode_bf16(x); break;
-    case DType::kF16: static_cast<uint16_t*>(p)[i] = fmt::encode_f16(x); break;
-    default: static_cast<float*>(p)[i] = x; break;
+    case DType::kBF16: return fmt::encode_bf16(x);
+    case DType::kF16: return fmt::encode_f16(x);
+    default: return fmt::float_bits(x);
   }
+}
+
+SCALEMM_HD inline void store_hp(void* p, DType t, int64_t i, float x) {
+  const uint32_t b = hp_bits(t, x);
+  if (t == DType::kBF16 || t == DType::kF16) static_cast<uint16_t*>(p)[i] = uint16_t(b);
+  else static_cast<uint32_t*>(p)[i] = b;
 }
 
 /// Largest finite value and exponent of the largest power of two of an element type.
@@ -378,26 +385,32 @@ struct OperandView {
   ScaleLayout layout;
   const float* global;
 
-  /// value(r, kk) = decode(q) * scale [* global], left to right in fp32.
-  SCALEMM_HD float value(int64_t r, int64_t kk) const {
-    const int64_t i = r * ld + kk;
-    float q = 0.0f;
+  /// Data element i (= r * ld + kk) decoded to fp32.
+  SCALEMM_HD float element(int64_t i) const {
     switch (dtype) {
-      case DType::kE4M3: q = fmt::decode_e4m3(static_cast<const uint8_t*>(data)[i]); break;
-      case DType::kE5M2: q = fmt::decode_e5m2(static_cast<const uint8_t*>(data)[i]); break;
-      case DType::kE2M1: q = fmt::decode_e2m1(fmt::get_e2m1(static_cast<const uint8_t*>(data), i)); break;
-      default: q = load_hp(data, dtype, i); break;
+      case DType::kE4M3: return fmt::decode_e4m3(static_cast<const uint8_t*>(data)[i]);
+      case DType::kE5M2: return fmt::decode_e5m2(static_cast<const uint8_t*>(data)[i]);
+      case DType::kE2M1: return fmt::decode_e2m1(fmt::get_e2m1(static_cast<const uint8_t*>(data), i));
+      default: return load_hp(data, dtype, i);
     }
-    const int64_t so = layout.offset(r, kk / layout.block_k());
-    float s = 1.0f;
+  }
+  /// The scale at buffer index so, decoded to fp32.
+  SCALEMM_HD float scale_at(int64_t so) const {
     switch (layout.scale_dtype()) {
-      case DType::kE8M0: s = fmt::decode_e8m0(static_cast<const uint8_t*>(scales)[so]); break;
-      case DType::kUE4M3: s = fmt::decode_ue4m3(static_cast<const uint8_t*>(scales)[so]); break;
-      default: s = static_cast<const float*>(scales)[so]; break;
+      case DType::kE8M0: return fmt::decode_e8m0(static_cast<const uint8_t*>(scales)[so]);
+      case DType::kUE4M3: return fmt::decode_ue4m3(static_cast<const uint8_t*>(scales)[so]);
+      default: return static_cast<const float*>(scales)[so];
     }
+  }
+  /// decode(q) * scale [* global], left to right in fp32.
+  SCALEMM_HD float apply(float q, float s) const {
     float v = q * s;
     if (global) v = v * global[0];
     return v;
+  }
+  /// value(r, kk) = decode(q) * scale [* global], left to right in fp32.
+  SCALEMM_HD float value(int64_t r, int64_t kk) const {
+    return apply(element(r * ld + kk), scale_at(layout.offset(r, kk / layout.block_k())));
   }
 };
 

@@ -157,23 +157,51 @@ TEST_CASE("Host and GPU quantizers are byte-identical for every recipe, mode, fo
 }
 
 TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emulation][gpu]") {
-  auto g = scalemm::testing::rng(902);
-  const int64_t R = 130, C = 200;
-  const auto x = wide(g, R * C);
-  for (Recipe r : kAllRecipes) {
-    INFO(recipe_name(r));
-    auto h = quantize_h(x.data(), R, C, make_cfg(r, ScaleFormat::kCublasLt));
-    DevOperand dop(h.rowwise(), h.data, h.scales, h.global);
-    for (DType out : {DType::kF32, DType::kBF16}) {
-      const size_t bytes = size_t(R * C) * size_t(dtype_bits(out) / 8);
-      std::vector<uint8_t> hd(bytes);
-      dequantize_host(h.rowwise(), hd.data(), out);
-      DevBuf dd(bytes);
-      dequantize_device(dop.t, dd.p, out, nullptr);
-      CUDA_OK(cudaDeviceSynchronize());
-      expect_same_bytes(dd.get(), hd, int(dtype_bits(out) / 8), recipe_name(r), std::string(to_string(out)));
-    }
-  }
+  // Shapes: K with a partial 128-chunk (200), K % 4 = 2 (scalar stores, 202), tiny (5 x 6), and a
+  // K-slice view whose row stride exceeds K; every recipe, both scale formats, e4m3 and e5m2 data,
+  // f32/bf16/f16 output. NaN and Inf blocks included (outputs use the canonical NaN).
+  struct Shape {
+    int64_t r, c;
+  };
+  for (const Shape sh : {Shape{130, 200}, Shape{67, 202}, Shape{5, 6}})
+    for (ScaleFormat f : {ScaleFormat::kCublasLt, ScaleFormat::kCompact})
+      for (int e5 = 0; e5 < 2; ++e5) {
+        const int64_t R = sh.r, C = sh.c;
+        auto g = scalemm::testing::rng(902 + uint64_t(R));
+        const auto x = wide(g, R * C);
+        for (Recipe r : kAllRecipes) {
+          if (e5 && r == Recipe::kNvfp4) continue;
+          auto cfg = make_cfg(r, f, true, false, ScaleMode::kDefault, e5 ? DType::kE5M2 : DType::kE4M3);
+          auto h = quantize_h(x.data(), R, C, cfg);
+          DevOperand dop(h.rowwise(), h.data, h.scales, h.global);
+          for (DType out : {DType::kF32, DType::kBF16, DType::kF16}) {
+            const std::string what = std::string(recipe_name(r)) + " " + format_name(f) + (e5 ? " e5m2 " : " ") +
+                                     std::to_string(R) + "x" + std::to_string(C);
+            const size_t bytes = size_t(R * C) * size_t(dtype_bits(out) / 8);
+            std::vector<uint8_t> hd(bytes);
+            dequantize_host(h.rowwise(), hd.data(), out);
+            DevBuf dd(bytes);
+            dequantize_device(dop.t, dd.p, out, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+            expect_same_bytes(dd.get(), hd, int(dtype_bits(out) / 8), what, std::string(to_string(out)));
+            // A strided view: columns [0, C - 2) with row stride C. Tensorwise only, whose one scale
+            // does not depend on K (other layouts' grids change with K).
+            if (r == Recipe::kTensorwise && C > 2) {
+              QuantizedTensor hv = h.rowwise(), dv = dop.t;
+              hv.layout = dv.layout = ScaleLayout(r, R, C - 2, f);
+              hv.ld = dv.ld = C;
+              const size_t vb = size_t(R * (C - 2)) * size_t(dtype_bits(out) / 8);
+              std::vector<uint8_t> hvd(vb);
+              dequantize_host(hv, hvd.data(), out);
+              DevBuf dvd(vb);
+              dequantize_device(dv, dvd.p, out, nullptr);
+              CUDA_OK(cudaDeviceSynchronize());
+              expect_same_bytes(dvd.get(), hvd, int(dtype_bits(out) / 8), what + " strided view",
+                                std::string(to_string(out)));
+            }
+          }
+        }
+      }
 }
 
 TEST_CASE("GPU reference GEMM equals the exact product on exact-by-construction inputs, odd shapes included",
