@@ -10,6 +10,7 @@
 #include "../backends/cublaslt.hpp"
 #include "capabilities.hpp"
 #include "kernels.cuh"
+#include "operands.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
@@ -26,15 +27,6 @@ void cuda_check(cudaError_t e, const std::string& what) {
 }
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-
-emulation::QuantizedTensor quantized(const GemmOperand& op, int64_t rows, int64_t k) {
-  emulation::QuantizedTensor t;
-  t.data = op.data;
-  t.dtype = op.dtype;
-  t.scales = op.scale;
-  t.layout = layouts::ScaleLayout(op.recipe, rows, k, op.scale_format);
-  return t;
-}
 
 bool log_plans() {
   static const bool on = [] {
@@ -123,7 +115,7 @@ void Handle::Impl::run_host_reference(const GemmArgs& args) {
     for (int64_t i = 0; i < args.n; ++i) bias[size_t(i)] = formats::decode_bf16(b[i]);
     opt.bias = bias.data();
   }
-  emulation::gemm_host(quantized(args.a, args.m, args.k), quantized(args.b, args.n, args.k), args.d, opt);
+  emulation::gemm_host(dispatch::as_quantized(args.a, args.m, args.k), dispatch::as_quantized(args.b, args.n, args.k), args.d, opt);
 }
 
 void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamArena& arena, Stream stream) {
@@ -210,7 +202,7 @@ void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamAren
         dispatch::bf16_to_f32(static_cast<const uint16_t*>(args.bias), b32, args.n, stream);
         opt.bias = b32;
       }
-      const auto qa = quantized(args.a, args.m, args.k), qb = quantized(args.b, args.n, args.k);
+      const auto qa = dispatch::as_quantized(args.a, args.m, args.k), qb = dispatch::as_quantized(args.b, args.n, args.k);
       const size_t ws = emulation::gemm_device_workspace_bytes(qa, qb);
       void* w = take(ws);
       emulation::gemm_device(qa, qb, args.d, opt, w, ws, cs);
@@ -249,8 +241,8 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
     // The plan's scratch, plus room for the small per-call items (bias in f32, shifts, device alpha).
     size_t need = plan.workspace_bytes + align256(static_cast<size_t>(args.n) * 4) + 3 * 256;
     if (plan.backend == Backend::kReference)
-      need += align256(emulation::gemm_device_workspace_bytes(quantized(args.a, args.m, args.k),
-                                                              quantized(args.b, args.n, args.k)));
+      need += align256(emulation::gemm_device_workspace_bytes(dispatch::as_quantized(args.a, args.m, args.k),
+                                                              dispatch::as_quantized(args.b, args.n, args.k)));
     arena.reserve(need, stream);
     if (impl_->verify_mode == verify::Mode::kSample) {
       if (!arena.sampler) arena.sampler = std::make_unique<verify::AsyncSampler>();

@@ -49,25 +49,25 @@ __global__ void e8m0_need_kernel(const uint8_t* data, DType dtype, const uint8_t
   __shared__ int need_s[8], max_s[8];
   int need = kNoNeed, hi = -1;
   const int64_t kb_count = l.kblocks();
-  const int64_t n = l.rows * kb_count;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / kb_count, kb = i % kb_count;
-    const int c = scales[l.offset(r, kb)];
-    if (c == 255) continue;  // NaN scales stay NaN whatever the shift
-    hi = max(hi, c);
-    if (c >= low_code_subnormal(dtype)) {
-      need = max(need, low_code_subnormal(dtype) - c);  // conservative: as if subnormals were present
-      continue;
+  // Rows across blocks, K-blocks across threads: no 64-bit division per scale.
+  for (int64_t r = blockIdx.x; r < l.rows; r += gridDim.x)
+    for (int64_t kb = threadIdx.x; kb < kb_count; kb += blockDim.x) {
+      const int c = scales[l.offset(r, kb)];
+      if (c == 255) continue;  // NaN scales stay NaN whatever the shift
+      hi = max(hi, c);
+      if (c >= low_code_subnormal(dtype)) {
+        need = max(need, low_code_subnormal(dtype) - c);  // conservative: as if subnormals were present
+        continue;
+      }
+      int low = kNoNeed;  // rare: look at the block's elements
+      const int64_t k_end = min(l.k, (kb + 1) * 32);
+      for (int64_t kk = kb * 32; kk < k_end; ++kk) {
+        const uint8_t q = data[r * l.k + kk];
+        if ((q & 0x7F) == 0) continue;
+        low = max(low, fp8_is_subnormal_nonzero(q, dtype) ? low_code_subnormal(dtype) : 0);
+      }
+      if (low != kNoNeed) need = max(need, low - c);
     }
-    int low = kNoNeed;  // rare: look at the block's elements
-    const int64_t k_end = min(l.k, (kb + 1) * 32);
-    for (int64_t kk = kb * 32; kk < k_end; ++kk) {
-      const uint8_t q = data[r * l.k + kk];
-      if ((q & 0x7F) == 0) continue;
-      low = max(low, fp8_is_subnormal_nonzero(q, dtype) ? low_code_subnormal(dtype) : 0);
-    }
-    if (low != kNoNeed) need = max(need, low - c);
-  }
   for (int off = 16; off; off /= 2) {
     need = max(need, __shfl_down_sync(0xFFFFFFFFu, need, off));
     hi = max(hi, __shfl_down_sync(0xFFFFFFFFu, hi, off));
@@ -192,8 +192,7 @@ void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, Emulat
   for (int i = 0; i < 2; ++i) {
     e8m0[i] = ops[i]->layout.scale_dtype() == DType::kE8M0;
     if (!e8m0[i]) continue;
-    const int64_t n = ops[i]->layout.rows * ops[i]->layout.kblocks();
-    const int blocks = int(std::min<int64_t>((n + 255) / 256, 264));
+    const int blocks = int(std::min<int64_t>(ops[i]->layout.rows, 1056));
     e8m0_need_kernel<<<blocks > 0 ? blocks : 1, 256, 0, cs>>>(static_cast<const uint8_t*>(ops[i]->data),
                                                               ops[i]->dtype,
                                                               static_cast<const uint8_t*>(ops[i]->scales),

@@ -17,6 +17,7 @@
 #include "scalemm/formats.hpp"
 #include "scalemm/io/npy.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
+#include "operands.hpp"
 #include "verify.hpp"
 
 namespace scalemm::verify {
@@ -111,25 +112,6 @@ __device__ inline uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// One block per sampled output element at a hashed (i, j).
-__global__ void __launch_bounds__(kDotThreads) sampled_dot_hashed(OperandView a, OperandView b, const void* d,
-                                                                  DType d_dtype, int64_t m, int64_t n, int64_t k,
-                                                                  uint64_t seed, int count, float alpha,
-                                                                  const uint16_t* bias, float* ref_out,
-                                                                  float* test_out) {
-  const int s = blockIdx.x;
-  if (s >= count) return;
-  const uint64_t h = mix64(seed + uint64_t(s) * 0x9E3779B97F4A7C15ull);
-  const int64_t i = int64_t((h >> 32) % uint64_t(m)), j = int64_t((h & 0xFFFFFFFFu) % uint64_t(n));
-  const float acc = block_dot(a, b, i, j, k);
-  if (threadIdx.x == 0) {
-    float v = alpha * acc;
-    if (bias) v += formats::decode_bf16(bias[j]);
-    ref_out[s] = v;
-    test_out[s] = load_out(d, d_dtype, i * n + j);
-  }
-}
-
 struct Verdict {
   unsigned violations;
   unsigned nonfinite;
@@ -138,13 +120,14 @@ struct Verdict {
   unsigned long long worst_i, worst_j;
 };
 
-// One block: tolerance from the samples' magnitude, then violations and the worst one.
-__global__ void judge_samples(const float* ref, const float* test, int count, double atol_per_scale, double rtol,
-                              int64_t m, int64_t n, uint64_t seed, Verdict* out) {
-  __shared__ float scale_s[256];
-  __shared__ float excess_s[256];
-  __shared__ int idx_s[256];
-  __shared__ unsigned viol_s[256], nonfin_s[256];
+// One block (blockDim.x == kDotThreads): tolerance from the samples' magnitude, then violations and the
+// worst one.
+__device__ void judge_samples(const float* ref, const float* test, int count, double atol_per_scale, double rtol,
+                              int64_t m, int64_t n, uint64_t seed, volatile Verdict* out) {
+  __shared__ float scale_s[kDotThreads];
+  __shared__ float excess_s[kDotThreads];
+  __shared__ int idx_s[kDotThreads];
+  __shared__ unsigned viol_s[kDotThreads], nonfin_s[kDotThreads];
   float sc = 0.0f;
   for (int s = threadIdx.x; s < count; s += blockDim.x)
     if (isfinite(ref[s])) sc = fmaxf(sc, fabsf(ref[s]));
@@ -204,22 +187,45 @@ __global__ void judge_samples(const float* ref, const float* test, int count, do
       v.worst_test = test[v.worst];
       v.worst_tol = float(atol + rtol * fabs(double(v.worst_ref)));
     }
-    *out = v;
+    *const_cast<Verdict*>(out) = v;
+  }
+}
+
+// One launch per check: block s recomputes sample s; the last block to finish judges them all and
+// writes the verdict straight into mapped pinned host memory (no copy, no second launch).
+__global__ void __launch_bounds__(kDotThreads) sample_and_judge(OperandView a, OperandView b, const void* d,
+                                                                DType d_dtype, int64_t m, int64_t n, int64_t k,
+                                                                uint64_t seed, int count, float alpha,
+                                                                const uint16_t* bias, float* ref_out,
+                                                                float* test_out, unsigned* blocks_done,
+                                                                double atol_per_scale, double rtol,
+                                                                Verdict* verdict) {
+  const int s = blockIdx.x;
+  const uint64_t h = mix64(seed + uint64_t(s) * 0x9E3779B97F4A7C15ull);
+  const int64_t i = int64_t((h >> 32) % uint64_t(m)), j = int64_t((h & 0xFFFFFFFFu) % uint64_t(n));
+  const float acc = block_dot(a, b, i, j, k);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    float v = alpha * acc;
+    if (bias) v += formats::decode_bf16(bias[j]);
+    ref_out[s] = v;
+    test_out[s] = load_out(d, d_dtype, i * n + j);
+    __threadfence();
+    last = atomicAdd(blocks_done, 1u) == unsigned(count - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  judge_samples(ref_out, test_out, count, atol_per_scale, rtol, m, n, seed, verdict);
+  if (threadIdx.x == 0) {
+    *blocks_done = 0;  // ready for the next check on this slot
+    __threadfence_system();
   }
 }
 
 __global__ void widen(const void* d, DType t, float* out, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = load_out(d, t, i);
-}
-
-emulation::QuantizedTensor quantized(const GemmOperand& op, int64_t rows, int64_t k) {
-  emulation::QuantizedTensor t;
-  t.data = op.data;
-  t.dtype = op.dtype;
-  t.scales = op.scale;
-  t.layout = layouts::ScaleLayout(op.recipe, rows, k, op.scale_format);
-  return t;
 }
 
 }  // namespace
@@ -279,7 +285,7 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
       cuda_check(cudaMemcpy(bias32.p, fb.data(), fb.size() * 4, cudaMemcpyHostToDevice), "bias copy");
       opt.bias = bias32.p;
     }
-    const auto qa = quantized(args.a, args.m, args.k), qb = quantized(args.b, args.n, args.k);
+    const auto qa = dispatch::as_quantized(args.a, args.m, args.k), qb = dispatch::as_quantized(args.b, args.n, args.k);
     const size_t ws = emulation::gemm_device_workspace_bytes(qa, qb);
     DeviceBuffer<char> w(ws);
     emulation::gemm_device(qa, qb, ref_d.p, opt, w.p, ws, cs);
@@ -408,8 +414,9 @@ struct AsyncSampler::Impl {
   struct Slot {
     float* ref = nullptr;   // device, kSamples
     float* test = nullptr;  // device, kSamples
-    Verdict* verdict_d = nullptr;
-    Verdict* verdict_h = nullptr;  // pinned
+    unsigned* blocks_done = nullptr;  // device counter for the last-block judge
+    Verdict* verdict_h = nullptr;     // mapped pinned host memory, written by the device
+    Verdict* verdict_d = nullptr;     // its device address
     cudaEvent_t done = nullptr;
     bool pending = false;
     std::string what;  // the call, for the report
@@ -439,8 +446,10 @@ AsyncSampler::AsyncSampler() : impl_(new Impl) {
   for (auto& s : impl_->slots) {
     cuda_check(cudaMalloc(&s.ref, kSamples * sizeof(float)), "sample buffers");
     cuda_check(cudaMalloc(&s.test, kSamples * sizeof(float)), "sample buffers");
-    cuda_check(cudaMalloc(&s.verdict_d, sizeof(Verdict)), "sample verdict");
-    cuda_check(cudaMallocHost(&s.verdict_h, sizeof(Verdict)), "pinned verdict");
+    cuda_check(cudaMalloc(&s.blocks_done, sizeof(unsigned)), "sample counter");
+    cuda_check(cudaMemset(s.blocks_done, 0, sizeof(unsigned)), "sample counter");
+    cuda_check(cudaHostAlloc(&s.verdict_h, sizeof(Verdict), cudaHostAllocMapped), "pinned verdict");
+    cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&s.verdict_d), s.verdict_h, 0), "verdict address");
     cuda_check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "sample event");
   }
 }
@@ -452,7 +461,7 @@ AsyncSampler::~AsyncSampler() {
                    s.what.c_str(), s.verdict_h->violations);
     cudaFree(s.ref);
     cudaFree(s.test);
-    cudaFree(s.verdict_d);
+    cudaFree(s.blocks_done);
     cudaFreeHost(s.verdict_h);
     cudaEventDestroy(s.done);
   }
@@ -489,13 +498,11 @@ void AsyncSampler::enqueue(const GemmArgs& args, const Plan& plan, Stream stream
   const OperandView b_view{static_cast<const uint8_t*>(args.b.data), args.b.dtype, args.b.scale,
                            layouts::ScaleLayout(args.b.recipe, args.n, args.k, args.b.scale_format)};
   const uint64_t seed = 0x5CA1E000ull + impl_->calls++;
-  sampled_dot_hashed<<<kSamples, kDotThreads, 0, cs>>>(
-      a_view, b_view, args.d, args.d_dtype, args.m, args.n, args.k, seed, kSamples, alpha,
-      static_cast<const uint16_t*>(args.bias), s.ref, s.test);
   const emulation::Tolerance unit = tolerance_for(args, plan, 1.0);  // linear in the reference's scale
-  judge_samples<<<1, 256, 0, cs>>>(s.ref, s.test, kSamples, unit.atol, unit.rtol, args.m, args.n, seed, s.verdict_d);
+  sample_and_judge<<<kSamples, kDotThreads, 0, cs>>>(a_view, b_view, args.d, args.d_dtype, args.m, args.n, args.k,
+                                                     seed, kSamples, alpha, static_cast<const uint16_t*>(args.bias),
+                                                     s.ref, s.test, s.blocks_done, unit.atol, unit.rtol, s.verdict_d);
   cuda_check(cudaGetLastError(), "sample check launch");
-  cuda_check(cudaMemcpyAsync(s.verdict_h, s.verdict_d, sizeof(Verdict), cudaMemcpyDeviceToHost, cs), "verdict copy");
   cuda_check(cudaEventRecord(s.done, cs), "sample event");
   s.pending = true;
   s.what = GemmProblem::from(args).to_string() + " on backend " + std::string(to_string(plan.backend));

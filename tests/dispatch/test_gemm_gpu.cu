@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "../../lib/dispatch/verify.hpp"
+#include "device_buffer.hpp"
 #include "operands.hpp"
 #include "scalemm/emulation/compare.hpp"
 #include "support/test_support.hpp"
@@ -17,16 +18,7 @@ using scalemm::testing::HostOperand;
 
 namespace {
 
-#define CUDA_OK(x) REQUIRE((x) == cudaSuccess)
-
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t n) : bytes(n) { CUDA_OK(cudaMalloc(&p, n ? n : 1)); }
-  Dev(const void* host, size_t n) : Dev(n) { CUDA_OK(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice)); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-};
+using scalemm::testing::Dev;
 
 struct DeviceOperand {
   Dev data, scales;

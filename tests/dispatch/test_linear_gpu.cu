@@ -19,6 +19,7 @@
 #include "scalemm/layouts/convert.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/linear.hpp"
+#include "device_buffer.hpp"
 #include "linear_inputs.hpp"
 #include "support/test_support.hpp"
 
@@ -28,21 +29,7 @@ using scalemm::testing::product;
 
 namespace {
 
-#define CUDA_OK(x) REQUIRE((x) == cudaSuccess)
-
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t n) : bytes(n) { CUDA_OK(cudaMalloc(&p, n ? n : 1)); }
-  template <class T>
-  explicit Dev(const std::vector<T>& host) : Dev(host.size() * sizeof(T)) {
-    CUDA_OK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
+using scalemm::testing::Dev;
 
 template <class T = uint8_t>
 std::vector<T> download(const void* p, size_t count) {

@@ -40,7 +40,8 @@ def log(msg):
 def shapes(quick):
     """The C++ benchmark's shape list (used when its JSON is missing)."""
     if quick:
-        return [("anchor", 4096, 4096, 4096), ("anchor", 8192, 8192, 8192), ("anchor", 128, 7168, 2048),
+        return [("anchor", 4096, 4096, 4096), ("anchor", 8192, 8192, 8192), ("anchor", 16384, 7168, 2048),
+                ("anchor", 128, 7168, 2048), ("anchor", 2048, 2048, 7168),
                 ("dsv3 expert down", 1, 7168, 2048), ("dsv3 expert down", 16, 7168, 2048)]
     v = [("anchor", 4096, 4096, 4096), ("anchor", 8192, 8192, 8192), ("anchor", 16384, 7168, 2048),
          ("anchor", 128, 7168, 2048), ("anchor", 2048, 2048, 7168)]
