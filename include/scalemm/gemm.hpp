@@ -106,6 +106,10 @@ struct Plan {
   // user's B and A after the row-major swap; -1 when cuBLASLt is not used.
   int cublas_scale_mode_a = -1;
   int cublas_scale_mode_b = -1;
+  /// Native plans: whether the user's A/B scales must be converted to the cuBLASLt layout before the
+  /// call (false when they already are in it, or when the compact buffer is the same layout).
+  bool convert_scale_a = false;
+  bool convert_scale_b = false;
 
   /// "mxfp8 x mxfp8 on sm_90: cuBLASLt VEC32_UE8M0 needs sm_100 -> emulated: exact dequantization ..."
   std::string explain() const;

@@ -133,11 +133,10 @@ void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamAren
       const void* scale_ptr[2] = {args.a.scale, args.b.scale};
       const GemmOperand* ops[2] = {&args.a, &args.b};
       const int64_t rows[2] = {args.m, args.n};
+      const bool convert[2] = {plan.convert_scale_a, plan.convert_scale_b};
       for (int i = 0; i < 2; ++i) {
         const GemmOperand& op = *ops[i];
-        if (op.scale_format != ScaleFormat::kCompact || op.recipe == Recipe::kTensorwise ||
-            op.recipe == Recipe::kRowwise)
-          continue;
+        if (!convert[i]) continue;
         const layouts::ScaleLayout from(op.recipe, rows[i], args.k, ScaleFormat::kCompact);
         const layouts::ScaleLayout to = from.with_format(ScaleFormat::kCublasLt);
         void* dst = take(static_cast<size_t>(to.bytes()));

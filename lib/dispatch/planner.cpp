@@ -14,8 +14,17 @@ constexpr const char* kArrow = " \xE2\x86\x92 ";  // " → "
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-bool needs_scale_conversion(Recipe r, ScaleFormat f) {
-  return f == ScaleFormat::kCompact && r != Recipe::kTensorwise && r != Recipe::kRowwise;
+// True when two layouts of one operand place every scale at the same offset in buffers of the same
+// size (e.g. block128x128 with a K-block count divisible by 4: compact and cuBLASLt coincide). Walks
+// the grid through offset() once per plan; the first difference ends it.
+bool same_buffer(const layouts::ScaleLayout& x, const layouts::ScaleLayout& y) {
+  if (x.size() != y.size()) return false;
+  for (int64_t g = 0; g < x.grid_rows(); ++g) {
+    const int64_t r = g * x.block_rows();
+    for (int64_t kb = 0; kb < x.kblocks(); ++kb)
+      if (x.offset(r, kb) != y.offset(r, kb)) return false;
+  }
+  return true;
 }
 
 // Adds the scale-format conversions a cuBLASLt call needs; returns their workspace bytes.
@@ -26,10 +35,15 @@ size_t add_scale_conversions(const GemmProblem& p, Plan& plan) {
     Recipe recipe;
     ScaleFormat format;
     int64_t rows;
-  } sides[] = {{"scale_a", p.a_recipe, p.a_format, p.m}, {"scale_b", p.b_recipe, p.b_format, p.n}};
+    bool* flag;
+  } sides[] = {{"scale_a", p.a_recipe, p.a_format, p.m, &plan.convert_scale_a},
+               {"scale_b", p.b_recipe, p.b_format, p.n, &plan.convert_scale_b}};
   for (const auto& s : sides) {
-    if (!needs_scale_conversion(s.recipe, s.format)) continue;
-    const layouts::ScaleLayout lt(s.recipe, s.rows, p.k, ScaleFormat::kCublasLt);
+    if (s.format == ScaleFormat::kCublasLt) continue;
+    const layouts::ScaleLayout compact(s.recipe, s.rows, p.k, ScaleFormat::kCompact);
+    const layouts::ScaleLayout lt = compact.with_format(ScaleFormat::kCublasLt);
+    if (same_buffer(compact, lt)) continue;
+    *s.flag = true;
     plan.conversions.push_back({std::string(s.name) + ": " + std::string(to_string(s.recipe)) +
                                     " compact -> cublaslt " + lt.shape_stride_string(),
                                 lt.bytes()});

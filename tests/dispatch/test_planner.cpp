@@ -72,7 +72,16 @@ TEST_CASE("blockwise FP8 is native on sm_90 with cuBLASLt 12.9 or newer and emul
                   {Recipe::kBlock128x128, Recipe::kBlock1x128}}) {
     const Plan p = plan(problem(pr.first, pr.second), h200);
     CHECK(p.backend == Backend::kNative);
-    CHECK(p.conversions.size() == 2);  // both compact scale buffers go to the cuBLASLt layout
+    // K=512: the 1x128 scales are transposed to outer-major; a 128x128 grid of 4 K-blocks already is
+    // the cuBLASLt buffer (stride 4), so it is passed as it is.
+    const size_t n1x128 = (pr.first == Recipe::kBlock1x128) + (pr.second == Recipe::kBlock1x128);
+    CHECK(p.conversions.size() == n1x128);
+    CHECK(p.convert_scale_a == (pr.first == Recipe::kBlock1x128));
+    CHECK(p.convert_scale_b == (pr.second == Recipe::kBlock1x128));
+    // K=640: 5 K-blocks, padded to 8 in the cuBLASLt buffer: every compact buffer is converted.
+    const Plan q = plan(problem(pr.first, pr.second, 256, 256, 640), h200);
+    CHECK(q.conversions.size() == 2);
+    CHECK((q.convert_scale_a && q.convert_scale_b));
   }
   const Plan old = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128), DeviceTarget::simulated(90, 120800));
   CHECK(old.backend == Backend::kReference);
