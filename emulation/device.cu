@@ -313,12 +313,14 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
 
   constexpr bool fp4 = E == 2;
 
-  // 3. Rowwise output: warp per tile row.
+  // 3. Rowwise output: warp per tile row (two lines in flight per warp for instruction-level
+  // parallelism).
   if (a.rowwise) {
+#pragma unroll 2
     for (int i = 0; i < kTile / 8; ++i) {
       const int lrow = warp + 8 * i;
       const int64_t r = r0 + lrow;
-      if (r >= a.rows) break;  // warp-uniform
+      if (r >= a.rows) continue;  // warp-uniform
       const int64_t c = c0 + 4 * lane;
       const float* trow = tile + lrow * kStride + 4 * lane;
       float v[4], m = 0.0f;
@@ -344,10 +346,11 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
 
   // 4. Columnwise (transposed) output: warp per tile column, lane l rows 4l..4l+3.
   if (a.columnwise) {
+#pragma unroll 2
     for (int i = 0; i < kTile / 8; ++i) {
       const int lcol = warp + 8 * i;
       const int64_t c = c0 + lcol;
-      if (c >= a.cols) break;  // warp-uniform
+      if (c >= a.cols) continue;  // warp-uniform
       const int64_t r = r0 + 4 * lane;
       const float* tcol = tile + (4 * lane) * kStride + lcol;
       float v[4], m = 0.0f;
