@@ -39,6 +39,9 @@ struct DevBuf {
   DevBuf(size_t n, size_t misalign = 0) : bytes(n), shift(misalign) {
     CUDA_REQUIRE(cudaMalloc(&base, n + 64));
     CUDA_REQUIRE(cudaMemset(base, 0xCD, n + 64));  // poison: conversions must write every byte
+    // The tests launch on cudaStreamNonBlocking streams, which do not wait for the legacy stream that
+    // cudaMemset/cudaMemcpy use (and a pageable upload may return before its DMA lands): finish here.
+    CUDA_REQUIRE(cudaDeviceSynchronize());
   }
   ~DevBuf() { cudaFree(base); }
   DevBuf(const DevBuf&) = delete;
@@ -47,6 +50,7 @@ struct DevBuf {
   void upload(const std::vector<uint8_t>& h) {
     REQUIRE(h.size() <= bytes);
     CUDA_REQUIRE(cudaMemcpy(p(), h.data(), h.size(), cudaMemcpyHostToDevice));
+    CUDA_REQUIRE(cudaDeviceSynchronize());
   }
   std::vector<uint8_t> download() const {
     std::vector<uint8_t> h(bytes);
