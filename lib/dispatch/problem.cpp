@@ -5,6 +5,7 @@
 #include "scalemm/device.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/layouts/validate.hpp"
 
 namespace scalemm {
 
@@ -102,17 +103,24 @@ void check_operand(Diagnostics& out, const char* name, const char* scale_name, c
     add(out, name, "data-alignment", "device data must start 16-byte aligned (tensor-core loads are 16 bytes wide)",
         "address % 16 == 0", std::to_string(reinterpret_cast<uintptr_t>(op.data) % 16) + " bytes past 16",
         "Pass a tensor whose storage offset is a multiple of 16 bytes, or copy it.");
-  if (!op.scale) add(out, scale_name, "null-pointer", "scale pointer is null", "a valid pointer", "nullptr", "");
-  if (op.scale && op.scale_format == ScaleFormat::kCublasLt && !aligned16(op.scale))
-    add(out, scale_name, "scale-alignment",
-        "cuBLASLt reads scales from 16-byte aligned addresses (a misaligned one passes the heuristic and fails "
-        "at run time)",
-        "address % 16 == 0", std::to_string(reinterpret_cast<uintptr_t>(op.scale) % 16) + " bytes past 16",
-        "Allocate the scale buffer separately or align its offset to 16 bytes.");
+  // The scale buffer goes through the layout contract (null, alignment of cuBLASLt-format buffers).
+  // It is given as a pointer, so it is viewed as the flat buffer of layout.size() elements the
+  // contract describes; content checks stay opt-in (layouts::check_content / gpu::check_content_async).
+  const layouts::ScaleLayout layout(op.recipe, rows, k, op.scale_format);
+  TensorRef view;
+  view.data = const_cast<void*>(op.scale);
+  view.dtype = layout.scale_dtype();
+  view.rank = 1;
+  view.shape[0] = layout.size();
+  view.strides[0] = 1;
+  view.space = space;
+  layouts::ValidateOptions options;
+  options.check_content = false;
+  const Diagnostics d = layouts::validate_scale(view, layout, scale_name, options);
+  out.insert(out.end(), d.begin(), d.end());
   if (!(op.global_scale > 0.0f) || op.global_scale == __builtin_huge_valf())
     add(out, name, "global-scale", "global scale must be a positive finite number", "> 0 and finite",
         std::to_string(op.global_scale), "");
-  (void)rows;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "../../lib/dispatch/capabilities.hpp"
 #include "scalemm/gemm.hpp"
@@ -162,6 +163,28 @@ TEST_CASE("strict mode refuses every fallback and a forced backend must be able 
   CHECK_THROWS_AS(plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128), h200, forced), Error);
 }
 
+TEST_CASE("every argument the GPU tests use passes validation as device memory", "[dispatch][validate]") {
+  // validate() is host code: run it on every recipe pair, both scale formats and the GPU tests' shapes
+  // with MemorySpace::kDevice (nothing is dereferenced), so a rule that would refuse a valid GPU call
+  // shows up on a machine without a GPU.
+  alignas(256) static uint8_t buffer[1 << 20];
+  for (Recipe ra : kAllRecipes)
+    for (Recipe rb : kAllRecipes)
+      for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+        for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{128, 256, 512}, {264, 136, 640}, {7, 33, 160},
+                               {1, 7168, 2048}, {129, 256, 640}}) {
+          GemmArgs g;
+          g.m = m, g.n = n, g.k = k;
+          g.a = {buffer, ra == Recipe::kNvfp4 ? DType::kE2M1 : DType::kE4M3, ra, buffer + 4096, f, 1.0f};
+          g.b = {buffer, rb == Recipe::kNvfp4 ? DType::kE2M1 : DType::kE4M3, rb, buffer + 8192, f, 1.0f};
+          g.d = buffer;
+          g.space = MemorySpace::kDevice;
+          CAPTURE(to_string(ra), to_string(rb), to_string(f), m, n, k);
+          const auto d = validate(g);
+          CHECK(to_string(d) == "");
+        }
+}
+
 TEST_CASE("every row of the capability table names its source", "[dispatch][planner]") {
   size_t count = 0;
   const auto* rows = dispatch::native_pairs(&count);
@@ -209,7 +232,7 @@ TEST_CASE("bad GEMM arguments are named and the output is left untouched", "[dis
   {
     auto bad = args;
     bad.b.scale = nullptr;
-    expect_rule(bad, "null-pointer");
+    expect_rule(bad, "scale-null");
   }
   {
     auto bad = args;
@@ -220,7 +243,7 @@ TEST_CASE("bad GEMM arguments are named and the output is left untouched", "[dis
     auto bad = args;
     bad.b.scale_format = ScaleFormat::kCublasLt;
     bad.b.scale = reinterpret_cast<const char*>(&sb) + 1;
-    expect_rule(bad, "scale-alignment");
+    expect_rule(bad, "scale-alignment-16");
   }
   {
     auto bad = args;
