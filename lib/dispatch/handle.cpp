@@ -67,12 +67,18 @@ struct StreamArena {
   }
 };
 
+bool autotune_from_environment() {
+  const char* v = std::getenv("SCALEMM_AUTOTUNE");
+  return v && (std::string(v) == "1" || std::string(v) == "on");
+}
+
 }  // namespace
 
 struct Handle::Impl {
   HandleOptions options;
   DeviceTarget target;
   verify::Mode verify_mode = verify::Mode::kOff;
+  bool autotune = false;
 
   std::mutex mu;  // guards the maps below
   std::vector<std::pair<GemmProblem, Plan>> plans;
@@ -93,6 +99,7 @@ struct Handle::Impl {
     auto& slot = arenas[s];
     if (!slot) {
       auto a = std::make_unique<StreamArena>();
+      a->lt.set_autotune(autotune);
       cuda_check(cudaMalloc(&a->lt_workspace, options.cublaslt_workspace_bytes), "cuBLASLt workspace");
       a->lt_bytes = options.cublaslt_workspace_bytes;
       slot = std::move(a);
@@ -134,14 +141,24 @@ void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamAren
       const GemmOperand* ops[2] = {&args.a, &args.b};
       const int64_t rows[2] = {args.m, args.n};
       const bool convert[2] = {plan.convert_scale_a, plan.convert_scale_b};
+      dispatch::ScaleConversion small[2];
+      int n_small = 0;
+      int64_t small_elems = 0;
       for (int i = 0; i < 2; ++i) {
         const GemmOperand& op = *ops[i];
         if (!convert[i]) continue;
         const layouts::ScaleLayout from(op.recipe, rows[i], args.k, ScaleFormat::kCompact);
         const layouts::ScaleLayout to = from.with_format(ScaleFormat::kCublasLt);
         void* dst = take(static_cast<size_t>(to.bytes()));
-        layouts::gpu::convert(from, op.scale, to, dst, cs);
         scale_ptr[i] = dst;
+        small[n_small++] = {from, to, op.scale, dst};
+        small_elems += to.size();
+      }
+      // Small buffers: both conversions in one launch. Large ones: the bandwidth kernels.
+      if (small_elems <= dispatch::kSmallConversionElements) {
+        dispatch::convert_scales_small(small, n_small, stream);
+      } else {
+        for (int i = 0; i < n_small; ++i) layouts::gpu::convert(small[i].from, small[i].src, small[i].to, small[i].dst, cs);
       }
       backends::LtCall c;
       c.m = args.m, c.n = args.n, c.k = args.k;
@@ -213,6 +230,8 @@ void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamAren
 Handle::Handle(HandleOptions options) : impl_(new Impl) {
   impl_->options = options;
   impl_->target = DeviceTarget::current();
+  impl_->autotune = options.autotune == Autotune::kOn ||
+                    (options.autotune == Autotune::kFromEnvironment && autotune_from_environment());
   switch (options.verify) {
     case VerifyMode::kFromEnvironment: impl_->verify_mode = verify::mode_from_environment(); break;
     case VerifyMode::kOff: impl_->verify_mode = verify::Mode::kOff; break;

@@ -40,50 +40,13 @@ __global__ void init_shifts_kernel(EmulatedShifts* s) {
     s->shift[i] = 0;
   }
   s->inexact = 0;
+  s->blocks_done = 0;
 }
 
-// Per E8M0 scale: the shift its block needs (low bound minus code; blocks under code 3 are read to
-// see whether they hold subnormal, normal or no nonzero values) and the largest code.
-__global__ void e8m0_need_kernel(const uint8_t* data, DType dtype, const uint8_t* scales, layouts::ScaleLayout l,
-                                 EmulatedShifts* s, int which) {
-  __shared__ int need_s[8], max_s[8];
-  int need = kNoNeed, hi = -1;
-  const int64_t kb_count = l.kblocks();
-  // Rows across blocks, K-blocks across threads: no 64-bit division per scale.
-  for (int64_t r = blockIdx.x; r < l.rows; r += gridDim.x)
-    for (int64_t kb = threadIdx.x; kb < kb_count; kb += blockDim.x) {
-      const int c = scales[l.offset(r, kb)];
-      if (c == 255) continue;  // NaN scales stay NaN whatever the shift
-      hi = max(hi, c);
-      if (c >= low_code_subnormal(dtype)) {
-        need = max(need, low_code_subnormal(dtype) - c);  // conservative: as if subnormals were present
-        continue;
-      }
-      int low = kNoNeed;  // rare: look at the block's elements
-      const int64_t k_end = min(l.k, (kb + 1) * 32);
-      for (int64_t kk = kb * 32; kk < k_end; ++kk) {
-        const uint8_t q = data[r * l.k + kk];
-        if ((q & 0x7F) == 0) continue;
-        low = max(low, fp8_is_subnormal_nonzero(q, dtype) ? low_code_subnormal(dtype) : 0);
-      }
-      if (low != kNoNeed) need = max(need, low - c);
-    }
-  for (int off = 16; off; off /= 2) {
-    need = max(need, __shfl_down_sync(0xFFFFFFFFu, need, off));
-    hi = max(hi, __shfl_down_sync(0xFFFFFFFFu, hi, off));
-  }
-  if (threadIdx.x % 32 == 0) need_s[threadIdx.x / 32] = need, max_s[threadIdx.x / 32] = hi;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < int(blockDim.x / 32); ++w) need = max(need, need_s[w]), hi = max(hi, max_s[w]);
-    atomicMax(&s->need[which], need);
-    atomicMax(&s->max_code[which], hi);
-  }
-}
-
-__global__ void choose_shifts_kernel(EmulatedShifts* s, DType ta, DType tb, bool a_e8m0, bool b_e8m0) {
-  // Admissible shifts per operand: [need, cap]. UE4M3 operands are exact for any shift in [-3, 3]
-  // (their values span 2^-18 .. 2^12 inside BF16's 2^-133 .. 2^127).
+// Admissible shifts per operand: [need, cap]; the pair s_a = -s_b closest to 0 inside both ranges.
+__device__ void choose_shifts(EmulatedShifts* s, DType ta, DType tb, bool a_e8m0, bool b_e8m0) {
+  // UE4M3 operands are exact for any shift in [-3, 3] (their values span 2^-18 .. 2^12 inside BF16's
+  // 2^-133 .. 2^127).
   int lo[2], hi[2];
   const bool e8m0[2] = {a_e8m0, b_e8m0};
   const DType types[2] = {ta, tb};
@@ -96,7 +59,6 @@ __global__ void choose_shifts_kernel(EmulatedShifts* s, DType ta, DType tb, bool
       hi[i] = 3;
     }
   }
-  // s_a in [lo_a, hi_a] and -s_a in [lo_b, hi_b]; prefer the shift closest to 0.
   const int from = max(lo[0], -hi[1]), to = min(hi[0], -lo[1]);
   if (from > to) {
     s->inexact = 1;
@@ -107,60 +69,169 @@ __global__ void choose_shifts_kernel(EmulatedShifts* s, DType ta, DType tb, bool
   s->shift[1] = -sa;
 }
 
-// Each thread turns kPer consecutive K elements (all under one scale: block_k is 16 or 32) into bf16,
-// several chunks per thread. Decoding uses the hardware conversions (bit-identical to formats.hpp:
-// tests/formats compares them on the GPU), and the scale is a power of two, so every step is exact.
-template <DType kData, int kPer>
-__global__ void __launch_bounds__(256) dequant_bf16_kernel(const uint8_t* __restrict__ data,
-                                                           const void* __restrict__ scales, layouts::ScaleLayout l,
-                                                           const EmulatedShifts* shifts, int which,
-                                                           uint16_t* __restrict__ out) {
+struct NeedArgs {
+  const uint8_t* data[2];
+  const uint8_t* scales[2];
+  layouts::ScaleLayout layout[2];
+  DType dtype[2];
+  bool e8m0[2];
+};
+
+// The shift an E8M0 scale's block needs (low bound minus code; blocks under code 3 are read to see
+// whether they hold subnormal, normal or no nonzero values), and the largest code. Both operands in one
+// launch (blockIdx.y); the last block to finish chooses the shifts, so prepare is two small launches.
+// Each thread reads four consecutive K-blocks of a row: they are adjacent in both formats (compact rows;
+// the s % 4 lane of a 128x4 tile), which the kernel checks through offset() before one 32-bit load.
+__global__ void __launch_bounds__(256) e8m0_need_kernel(NeedArgs a, EmulatedShifts* s) {
+  __shared__ int need_s[8], max_s[8];
+  __shared__ bool last;
+  const int which = blockIdx.y;
+  int need = kNoNeed, hi = -1;
+  if (a.e8m0[which]) {
+    const layouts::ScaleLayout& l = a.layout[which];
+    const uint8_t* scales = a.scales[which];
+    const DType dtype = a.dtype[which];
+    const int64_t kb_count = l.kblocks();
+    for (int64_t r = blockIdx.x; r < l.rows; r += gridDim.x)
+      for (int64_t kb0 = int64_t(threadIdx.x) * 4; kb0 < kb_count; kb0 += int64_t(blockDim.x) * 4) {
+        const int64_t o = l.offset(r, kb0);
+        const int n = kb_count - kb0 < 4 ? int(kb_count - kb0) : 4;
+        uint8_t c4[4];
+        if (n == 4 && (o & 3) == 0 && l.offset(r, kb0 + 3) == o + 3) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(scales + o);
+          c4[0] = uint8_t(w), c4[1] = uint8_t(w >> 8), c4[2] = uint8_t(w >> 16), c4[3] = uint8_t(w >> 24);
+        } else {
+          for (int q = 0; q < n; ++q) c4[q] = scales[l.offset(r, kb0 + q)];
+        }
+        for (int q = 0; q < n; ++q) {
+          const int c = c4[q];
+          if (c == 255) continue;  // NaN scales stay NaN whatever the shift
+          hi = max(hi, c);
+          if (c >= low_code_subnormal(dtype)) {
+            need = max(need, low_code_subnormal(dtype) - c);  // conservative: as if subnormals were present
+            continue;
+          }
+          int low = kNoNeed;  // rare: look at the block's elements
+          const int64_t kb = kb0 + q, k_end = min(l.k, (kb + 1) * 32);
+          for (int64_t kk = kb * 32; kk < k_end; ++kk) {
+            const uint8_t v = a.data[which][r * l.k + kk];
+            if ((v & 0x7F) == 0) continue;
+            low = max(low, fp8_is_subnormal_nonzero(v, dtype) ? low_code_subnormal(dtype) : 0);
+          }
+          if (low != kNoNeed) need = max(need, low - c);
+        }
+      }
+  }
+  for (int off = 16; off; off /= 2) {
+    need = max(need, __shfl_down_sync(0xFFFFFFFFu, need, off));
+    hi = max(hi, __shfl_down_sync(0xFFFFFFFFu, hi, off));
+  }
+  if (threadIdx.x % 32 == 0) need_s[threadIdx.x / 32] = need, max_s[threadIdx.x / 32] = hi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x / 32); ++w) need = max(need, need_s[w]), hi = max(hi, max_s[w]);
+    if (a.e8m0[which]) {
+      atomicMax(&s->need[which], need);
+      atomicMax(&s->max_code[which], hi);
+    }
+    __threadfence();
+    last = atomicAdd(&s->blocks_done, 1u) == gridDim.x * gridDim.y - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {
+    __threadfence();
+    choose_shifts(s, a.dtype[0], a.dtype[1], a.e8m0[0], a.e8m0[1]);
+  }
+}
+
+// 2^e as a float (e8m0 code + shift - 127), by its bits where it is a normal float.
+__device__ __forceinline__ float pow2f(int e) {
+  return (e >= -126 && e <= 127) ? __int_as_float((e + 127) << 23) : scalbnf(1.0f, e);
+}
+
+// Each thread turns chunks of 8 consecutive K elements (one scale: block_k is 16 or 32) into bf16:
+// 8 (FP8) or 4 (FP4) bytes in, 16 bytes out, so a warp's loads and stores are both contiguous. Rows
+// run over blockIdx.y and K over blockIdx.x (no division per chunk). Decoding uses the hardware
+// conversions (bit-identical to formats.hpp: tests/formats compares them on the GPU), and the scale
+// is a power of two, so every step is exact.
+constexpr int kDqThreads = 256, kDqPer = 8, kDqUnroll = 2;
+template <DType kData>
+__global__ void __launch_bounds__(kDqThreads) dequant_bf16_kernel(const uint8_t* __restrict__ data,
+                                                                  const void* __restrict__ scales,
+                                                                  layouts::ScaleLayout l,
+                                                                  const EmulatedShifts* shifts, int which,
+                                                                  uint16_t* __restrict__ out) {
   const bool e8m0 = l.scale_dtype() == DType::kE8M0;
   const int shift = shifts->shift[which];
   const int bk_log2 = __ffs(int(l.block_k())) - 1;  // 16 or 32: a power of two
-  const int64_t chunks_per_row = l.k / kPer;
-  const int64_t total = l.rows * chunks_per_row;
-  constexpr int kBytes = kData == DType::kE2M1 ? kPer / 2 : kPer;  // input bytes per chunk
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / chunks_per_row;
-    const int k0 = int(i - r * chunks_per_row) * kPer;
-    const int64_t so = l.offset(r, k0 >> bk_log2);
-    float scale;
-    if (e8m0) {
-      const uint8_t code = static_cast<const uint8_t*>(scales)[so];
-      scale = code == 255 ? __int_as_float(0x7FC00000) : scalbnf(1.0f, int(code) - 127 + shift);
-    } else {
-      scale = scalbnf(formats::decode_ue4m3(static_cast<const uint8_t*>(scales)[so]), shift);
-    }
-    const uint8_t* src = data + (r * l.k + k0) * kBytes / kPer;
-    uint32_t w[kBytes / 4];
-    if constexpr (kBytes == 16) {
-      const uint4 v = *reinterpret_cast<const uint4*>(src);
-      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-    } else if constexpr (kBytes == 8) {
-      const uint2 v = *reinterpret_cast<const uint2*>(src);
-      w[0] = v.x, w[1] = v.y;
-    } else {
-      w[0] = *reinterpret_cast<const uint32_t*>(src);
-    }
-    uint32_t o[kPer / 2];
+  const int64_t k = l.k;
+  constexpr int kBytes = kData == DType::kE2M1 ? kDqPer / 2 : kDqPer;  // input bytes per chunk
+  for (int64_t r = blockIdx.y; r < l.rows; r += gridDim.y) {
+    uint32_t w[kDqUnroll][kBytes / 4];
+    float scale[kDqUnroll];
+    int64_t k0[kDqUnroll];
 #pragma unroll
-    for (int j = 0; j < kPer; j += 2) {
-      __half2_raw h;
-      if constexpr (kData == DType::kE2M1) {
-        const uint8_t pair = uint8_t(w[j / 8] >> (4 * (j % 8)));
-        h = __nv_cvt_fp4x2_to_halfraw2(__nv_fp4x2_storage_t(pair), __NV_E2M1);
+    for (int u = 0; u < kDqUnroll; ++u) {  // all loads first: bytes in flight
+      k0[u] = (int64_t(blockIdx.x) * kDqUnroll + u) * (kDqThreads * kDqPer) + threadIdx.x * kDqPer;
+      if (k0[u] >= k) continue;
+      const uint8_t code = static_cast<const uint8_t*>(scales)[l.offset(r, k0[u] >> bk_log2)];
+      if (e8m0) scale[u] = code == 255 ? __int_as_float(0x7FC00000) : pow2f(int(code) - 127 + shift);
+      else scale[u] = formats::decode_ue4m3(code) * pow2f(shift);
+      const uint8_t* src = data + (r * k + k0[u]) * kBytes / kDqPer;
+      if constexpr (kBytes == 8) {
+        const uint2 v = *reinterpret_cast<const uint2*>(src);
+        w[u][0] = v.x, w[u][1] = v.y;
       } else {
-        const uint16_t pair = uint16_t(w[j / 4] >> (8 * (j % 4)));
-        h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair), kData == DType::kE4M3 ? __NV_E4M3 : __NV_E5M2);
+        w[u][0] = *reinterpret_cast<const uint32_t*>(src);
       }
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
-      o[j / 2] = *reinterpret_cast<const uint32_t*>(&b);
     }
-    uint4* dst = reinterpret_cast<uint4*>(out + r * l.k + k0);
 #pragma unroll
-    for (int q = 0; q < kPer / 8; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+    for (int u = 0; u < kDqUnroll; ++u) {
+      if (k0[u] >= k) continue;
+      uint32_t o[kDqPer / 2];
+#pragma unroll
+      for (int j = 0; j < kDqPer; j += 2) {
+        __half2_raw h;
+        if constexpr (kData == DType::kE2M1) {
+          const uint8_t pair = uint8_t(w[u][j / 8] >> (4 * (j % 8)));
+          h = __nv_cvt_fp4x2_to_halfraw2(__nv_fp4x2_storage_t(pair), __NV_E2M1);
+        } else {
+          const uint16_t pair = uint16_t(w[u][j / 4] >> (8 * (j % 4)));
+          h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair), kData == DType::kE4M3 ? __NV_E4M3 : __NV_E5M2);
+        }
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale[u], f.y * scale[u]);
+        o[j / 2] = *reinterpret_cast<const uint32_t*>(&b);
+      }
+      *reinterpret_cast<uint4*>(out + r * k + k0[u]) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  }
+}
+
+// Small scale conversions of one GEMM in one launch: each thread writes one element of a destination's
+// padded grid, the source element found through the source layout's offset() (zero for padding), as
+// the host conversion does. Uncoalesced on one side, which does not matter at these sizes: what a small
+// GEMM pays for is launches (see convert_scales_small).
+struct SmallConversions {
+  ScaleConversion c[2];
+  int count;
+  int64_t split;  // destination elements of c[0]
+};
+__global__ void __launch_bounds__(256) convert_small_kernel(SmallConversions sc) {
+  const int64_t total = sc.split + (sc.count > 1 ? sc.c[1].to.size() : 0);
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const int which = t < sc.split ? 0 : 1;
+    const ScaleConversion& c = sc.c[which];
+    const int64_t e = which == 0 ? t : t - sc.split;
+    const int64_t cols = c.to.padded_kblocks();
+    const int64_t p = e / cols, kb = e - p * cols;
+    const bool real = c.to.is_real(p, kb);
+    const int64_t so = real ? c.from.offset(p * c.to.row_step(), kb) : 0;
+    const int64_t d = c.to.padded_offset(p, kb);
+    if (c.to.scale_bytes() == 4)
+      static_cast<float*>(c.dst)[d] = real ? static_cast<const float*>(c.src)[so] : 0.0f;
+    else
+      static_cast<uint8_t*>(c.dst)[d] = real ? static_cast<const uint8_t*>(c.src)[so] : uint8_t(0);
   }
 }
 
@@ -187,18 +258,20 @@ void bf16_to_f32(const uint16_t* src, float* dst, int64_t n, Stream stream) {
 void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, EmulatedShifts* shifts, Stream stream) {
   const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
   init_shifts_kernel<<<1, 1, 0, cs>>>(shifts);
+  NeedArgs na{};
   const EmulatedOperand* ops[2] = {&a, &b};
-  bool e8m0[2];
+  int64_t rows = 1;
   for (int i = 0; i < 2; ++i) {
-    e8m0[i] = ops[i]->layout.scale_dtype() == DType::kE8M0;
-    if (!e8m0[i]) continue;
-    const int blocks = int(std::min<int64_t>(ops[i]->layout.rows, 1056));
-    e8m0_need_kernel<<<blocks > 0 ? blocks : 1, 256, 0, cs>>>(static_cast<const uint8_t*>(ops[i]->data),
-                                                              ops[i]->dtype,
-                                                              static_cast<const uint8_t*>(ops[i]->scales),
-                                                              ops[i]->layout, shifts, i);
+    na.data[i] = static_cast<const uint8_t*>(ops[i]->data);
+    na.scales[i] = static_cast<const uint8_t*>(ops[i]->scales);
+    na.layout[i] = ops[i]->layout;
+    na.dtype[i] = ops[i]->dtype;
+    na.e8m0[i] = ops[i]->layout.scale_dtype() == DType::kE8M0;
+    if (na.e8m0[i]) rows = std::max(rows, ops[i]->layout.rows);
   }
-  choose_shifts_kernel<<<1, 1, 0, cs>>>(shifts, a.dtype, b.dtype, e8m0[0], e8m0[1]);
+  // Enough blocks to fill the GPU twice over without making the last-block handoff long.
+  const dim3 grid(unsigned(std::min<int64_t>(rows, 1024)), 2);
+  e8m0_need_kernel<<<grid, 256, 0, cs>>>(na, shifts);
   check_launch("emulated_prepare");
 }
 
@@ -208,26 +281,32 @@ void emulated_dequantize_bf16(const EmulatedOperand& op, const EmulatedShifts* s
     throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: K=" + std::to_string(op.layout.k) +
                                            " is not a multiple of 8 (the planner should not have chosen this path)");
   const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
-  const bool wide = op.layout.k % 16 == 0;
-  const int per = wide ? 16 : 8;
-  const int64_t chunks = op.layout.rows * (op.layout.k / per);
-  int sms = 132;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);  // cached by the runtime: cheap
-  const int blocks = int(std::max<int64_t>(1, std::min<int64_t>((chunks + 255) / 256, int64_t(sms) * 8)));
-  const dim3 grid(blocks);
+  constexpr int64_t kPerBlock = int64_t(kDqThreads) * kDqPer * kDqUnroll;
+  const dim3 grid(unsigned((op.layout.k + kPerBlock - 1) / kPerBlock),
+                  unsigned(std::max<int64_t>(1, std::min<int64_t>(op.layout.rows, 65535))));
   const auto* d = static_cast<const uint8_t*>(op.data);
-#define SCALEMM_DEQUANT(T)                                                                                   \
-  (wide ? dequant_bf16_kernel<T, 16><<<grid, 256, 0, cs>>>(d, op.scales, op.layout, shifts, which, out)    \
-        : dequant_bf16_kernel<T, 8><<<grid, 256, 0, cs>>>(d, op.scales, op.layout, shifts, which, out))
   switch (op.dtype) {
-    case DType::kE4M3: SCALEMM_DEQUANT(DType::kE4M3); break;
-    case DType::kE5M2: SCALEMM_DEQUANT(DType::kE5M2); break;
-    case DType::kE2M1: SCALEMM_DEQUANT(DType::kE2M1); break;
+    case DType::kE4M3: dequant_bf16_kernel<DType::kE4M3><<<grid, kDqThreads, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
+    case DType::kE5M2: dequant_bf16_kernel<DType::kE5M2><<<grid, kDqThreads, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
+    case DType::kE2M1: dequant_bf16_kernel<DType::kE2M1><<<grid, kDqThreads, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
     default: throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: unsupported data type");
   }
-#undef SCALEMM_DEQUANT
   check_launch("emulated_dequantize_bf16");
 }
 
+void convert_scales_small(const ScaleConversion* conv, int count, Stream stream) {
+  if (count <= 0) return;
+  SmallConversions sc{};
+  sc.count = std::min(count, 2);
+  int64_t total = 0;
+  for (int i = 0; i < sc.count; ++i) {
+    sc.c[i] = conv[i];
+    total += conv[i].to.size();
+  }
+  sc.split = conv[0].to.size();
+  const unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 1024)));
+  convert_small_kernel<<<blocks, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(sc);
+  check_launch("convert_scales_small");
+}
 
 }  // namespace scalemm::dispatch

@@ -14,6 +14,22 @@ void broadcast_scalar(const float* src, float* dst, int64_t n, Stream stream);
 /// dst[i] = float(src[i]) for a bf16 vector (bias for the f32 reference path).
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n, Stream stream);
 
+/// One scale-buffer conversion (same recipe and operand, different format).
+struct ScaleConversion {
+  layouts::ScaleLayout from, to;
+  const void* src;
+  void* dst;
+};
+
+/// Destination elements up to which convert_scales_small is used: below it a GEMM's scale conversions
+/// are launch-bound, and one launch for both operands halves what they cost (layouts::gpu::convert is
+/// the bandwidth path for larger buffers).
+constexpr int64_t kSmallConversionElements = int64_t(1) << 18;
+
+/// Converts one or two scale buffers in one launch (element by element through offset(); padding
+/// written as zero). Byte-identical to layouts::to_cublaslt / layouts::gpu::convert.
+void convert_scales_small(const ScaleConversion* conv, int count, Stream stream);
+
 /// An operand of the emulated backend: FP8/FP4 data (rows, K) and its E8M0/UE4M3 block scales.
 struct EmulatedOperand {
   const void* data;
@@ -28,6 +44,7 @@ struct EmulatedShifts {
   int max_code[2];  // per operand: largest E8M0 code (the shift may not push it past the top)
   int shift[2];     // the chosen shifts (s_a = -s_b: the product, and so alpha, is unchanged)
   int inexact;      // 1 when no cancelling pair of shifts exists (see emulated_prepare)
+  unsigned blocks_done;  // the prepare kernel's last block chooses the shifts
 };
 
 /// Chooses per-operand power-of-two shifts s_a = -s_b that keep every dequantized value of both
