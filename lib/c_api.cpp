@@ -120,11 +120,13 @@ scalemm_status_t scalemm_handle_create(scalemm_handle_t* handle, const scalemm_h
     *handle = nullptr;
     scalemm::HandleOptions o;
     if (options) {
-      require(options->struct_size >= sizeof(scalemm_handle_options_t),
+      require(options->struct_size >= offsetof(scalemm_handle_options_t, autotune),
               "options.struct_size: set it to sizeof(scalemm_handle_options_t)");
       o.plan.strict = options->strict != 0;
       if (options->force_backend >= 0)
         o.plan.force = checked_enum<scalemm::Backend>(options->force_backend, 0, 3, "options.force_backend");
+      if (options->struct_size >= offsetof(scalemm_handle_options_t, autotune) + sizeof(int32_t))
+        o.autotune = checked_enum<scalemm::Autotune>(options->autotune, 0, 2, "options.autotune");
     }
     *handle = new scalemm_handle(o);
   });

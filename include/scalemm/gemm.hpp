@@ -131,9 +131,21 @@ enum class VerifyMode : uint8_t {
   kFull = 3,             ///< synchronous full check, with a dump under SCALEMM_VERIFY_DUMP on failure
 };
 
+/// Algorithm choice of the cuBLASLt backend.
+enum class Autotune : uint8_t {
+  kFromEnvironment = 0,  ///< SCALEMM_AUTOTUNE=1 turns it on (default off)
+  kOff = 1,              ///< cuBLASLt's first heuristic choice: deterministic across runs
+  kOn = 2,               ///< time the heuristic's candidates once per problem, keep the fastest
+};
+
 struct HandleOptions {
   PlanOptions plan;
   VerifyMode verify = VerifyMode::kFromEnvironment;
+  /// With kOn the first call of each new problem times up to 16 cuBLASLt candidates on its own
+  /// buffers (one host synchronisation; not inside a graph capture). The choice is shared by every
+  /// handle of the process, so two handles run the same algorithm, but it may differ between runs:
+  /// results are then reproducible within a process, not across processes.
+  Autotune autotune = Autotune::kFromEnvironment;
   size_t cublaslt_workspace_bytes = size_t(32) << 20;  ///< per stream, as cuBLAS recommends for sm_90+
 };
 

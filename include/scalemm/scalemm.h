@@ -115,11 +115,14 @@ typedef struct scalemm_gemm_t {
 } scalemm_gemm_t;
 
 /* Handle options. strict != 0 refuses anything but the native backend; force_backend >= 0 runs exactly
- * that backend (an error when it cannot); -1 lets the planner choose. */
+ * that backend (an error when it cannot); -1 lets the planner choose. autotune: 0 from SCALEMM_AUTOTUNE
+ * (default off), 1 off (cuBLASLt's first heuristic choice), 2 on (time the candidates once per problem
+ * and keep the fastest); read only when struct_size covers it. */
 typedef struct scalemm_handle_options_t {
   size_t struct_size;
   int32_t strict;
   int32_t force_backend;
+  int32_t autotune;
 } scalemm_handle_options_t;
 
 /* Creates a handle (options may be NULL for the defaults). One handle may serve many threads. */

@@ -3,10 +3,13 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "scalemm/status.hpp"
 
@@ -71,6 +74,8 @@ struct Prepared {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t algo_workspace = 0;
+  int candidates = 1;  // heuristic results considered (1 unless autotuning)
+  int chosen = 0;      // index of the one in use
 
   ~Prepared() {
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -82,8 +87,23 @@ struct Prepared {
 
 struct LtContext::Impl {
   cublasLtHandle_t handle = nullptr;
+  bool autotune = false;
   std::map<Key, std::unique_ptr<Prepared>> cache;
 };
+
+namespace {
+// Autotune choices are per process, device and problem key: every context (every stream's arena, every
+// Handle, the benchmark's raw calls) then runs the same algorithm for the same problem, and a problem
+// is timed once.
+std::mutex g_tuned_mu;
+std::map<std::pair<int, Key>, int> g_tuned;
+
+int current_device() {
+  int d = 0;
+  cudaGetDevice(&d);
+  return d;
+}
+}  // namespace
 
 #define SCALEMM_LT(call, what)                                                                      \
   do {                                                                                              \
@@ -91,6 +111,79 @@ struct LtContext::Impl {
     if (s_ != CUBLAS_STATUS_SUCCESS)                                                                \
       throw Error(StatusCode::kCublasError, std::string(what) + ": " + #call + " returned " + lt_status_text(s_)); \
   } while (0)
+
+namespace {
+
+void launch(cublasLtHandle_t handle, Prepared& p, const cublasLtMatmulAlgo_t& algo, const LtCall& c, void* workspace,
+            size_t workspace_bytes, Stream stream, const std::string& ctx) {
+  // Per-call pointers (cheap attribute writes; the descriptor is owned by this serialised context).
+  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.b_scale, sizeof(void*)), ctx);
+  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.a_scale, sizeof(void*)), ctx);
+  if (c.bias)
+    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(void*)), ctx);
+  const float beta = 0.0f;
+  const void* alpha = c.alpha_device ? static_cast<const void*>(c.alpha_device) : static_cast<const void*>(&c.alpha);
+  const void* beta_ptr = &beta;
+  if (c.alpha_device) beta_ptr = c.alpha_device + 1;  // device mode: beta lives right after alpha (zero)
+  SCALEMM_LT(cublasLtMatmul(handle, p.desc, alpha, c.b, p.a, c.a, p.b, beta_ptr, c.d, p.d, c.d, p.d, &algo,
+                            workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream)),
+             ctx);
+}
+
+int tuned_choice(cublasLtHandle_t handle, const Key& key, Prepared& p, const LtCall& c,
+                 const cublasLtMatmulHeuristicResult_t* results, int found, void* workspace, size_t workspace_bytes,
+                 Stream stream) {
+  const std::pair<int, Key> gkey{current_device(), key};
+  {
+    std::lock_guard<std::mutex> lock(g_tuned_mu);
+    auto t = g_tuned.find(gkey);
+    if (t != g_tuned.end() && t->second < found) return t->second;
+  }
+  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(cs, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
+    return 0;  // timing is impossible inside a capture: the heuristic's first choice, not remembered
+  // Time each candidate on the call's own buffers (its output is rewritten by the real call right
+  // after): 2 warm-ups, median of 5. One host synchronisation per new problem, then never again.
+  const std::string ctx = describe(c) + " (autotune)";
+  cudaEvent_t ev[2];
+  if (cudaEventCreate(&ev[0]) != cudaSuccess) return 0;
+  if (cudaEventCreate(&ev[1]) != cudaSuccess) {
+    cudaEventDestroy(ev[0]);
+    return 0;
+  }
+  int best = 0;
+  float best_ms = 0.0f;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > workspace_bytes) continue;
+    std::vector<float> times;
+    bool ok = true;
+    for (int rep = 0; rep < 7 && ok; ++rep) {
+      cudaEventRecord(ev[0], cs);
+      try {
+        launch(handle, p, results[i].algo, c, workspace, workspace_bytes, stream, ctx);
+      } catch (const Error&) {
+        ok = false;  // a candidate that fails to launch is skipped, not fatal
+      }
+      cudaEventRecord(ev[1], cs);
+      if (cudaEventSynchronize(ev[1]) != cudaSuccess) ok = false;
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, ev[0], ev[1]);
+      if (rep >= 2) times.push_back(ms);
+    }
+    if (!ok) continue;
+    std::sort(times.begin(), times.end());
+    const float med = times[times.size() / 2];
+    if (best_ms == 0.0f || med < best_ms) best_ms = med, best = i;
+  }
+  cudaEventDestroy(ev[0]);
+  cudaEventDestroy(ev[1]);
+  cudaGetLastError();  // a skipped candidate may have left a launch error behind
+  std::lock_guard<std::mutex> lock(g_tuned_mu);
+  return g_tuned.emplace(gkey, best).first->second;  // a concurrent tuner's choice wins if it came first
+}
+
+}  // namespace
 
 LtContext::LtContext() : impl_(new Impl) {
   SCALEMM_LT(cublasLtCreate(&impl_->handle), "cuBLASLt handle");
@@ -154,31 +247,33 @@ void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes,
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates]{};
     int found = 0;
-    const cublasStatus_t hs =
-        cublasLtMatmulAlgoGetHeuristic(impl_->handle, p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found);
+    const int wanted = impl_->autotune ? kAutotuneCandidates : 1;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(impl_->handle, p->desc, p->a, p->b, p->d, p->d, pref,
+                                                             wanted, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
       throw Error(StatusCode::kCublasError, ctx + ": cublasLtMatmulAlgoGetHeuristic found no algorithm (" +
                                                 lt_status_text(hs) + ")");
-    p->algo = result.algo;
-    p->algo_workspace = result.workspaceSize;
+    int pick = 0;
+    if (found > 1) pick = tuned_choice(impl_->handle, key, *p, c, results, found, workspace, workspace_bytes, stream);
+    p->algo = results[pick].algo;
+    p->algo_workspace = results[pick].workspaceSize;
+    p->candidates = found;
+    p->chosen = pick;
     it = impl_->cache.emplace(key, std::move(p)).first;
   }
-  Prepared& p = *it->second;
-  // Per-call pointers (cheap attribute writes; the descriptor is owned by this serialised context).
-  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.b_scale, sizeof(void*)), ctx);
-  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.a_scale, sizeof(void*)), ctx);
-  if (c.bias)
-    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(void*)), ctx);
-  const float beta = 0.0f;
-  const void* alpha = c.alpha_device ? static_cast<const void*>(c.alpha_device) : static_cast<const void*>(&c.alpha);
-  const void* beta_ptr = &beta;
-  if (c.alpha_device) beta_ptr = c.alpha_device + 1;  // device mode: beta lives right after alpha (zero)
-  SCALEMM_LT(cublasLtMatmul(impl_->handle, p.desc, alpha, c.b, p.a, c.a, p.b, beta_ptr, c.d, p.d, c.d, p.d, &p.algo,
-                            workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream)),
-             ctx);
+  launch(impl_->handle, *it->second, it->second->algo, c, workspace, workspace_bytes, stream, ctx);
+}
+
+
+void LtContext::set_autotune(bool on) { impl_->autotune = on; }
+
+std::pair<int, int> LtContext::algorithm_choice(const LtCall& c) const {
+  auto it = impl_->cache.find(key_of(c));
+  if (it == impl_->cache.end()) return {-1, 0};
+  return {it->second->chosen, it->second->candidates};
 }
 
 }  // namespace scalemm::backends

@@ -9,6 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "scalemm/gemm.hpp"
 
@@ -44,6 +47,18 @@ class LtContext {
 
   /// Number of distinct problems prepared so far (heuristic queries made).
   size_t cached_problems() const;
+
+  /// Autotuning (off by default): for a new problem, ask the heuristic for up to kAutotuneCandidates
+  /// algorithms, time each once on the call's own buffers (2 warm-ups, median of 5; one host
+  /// synchronisation per new problem) and keep the fastest. Choices are shared by every context of the
+  /// process per device and problem, so all streams and handles run the same algorithm. Inside a CUDA
+  /// graph capture the heuristic's first choice is used (and not remembered).
+  void set_autotune(bool on);
+  static constexpr int kAutotuneCandidates = 16;
+
+  /// (index of the algorithm in use among the heuristic's results, number of results considered) for
+  /// a prepared problem; (-1, 0) when `call` has not run on this context.
+  std::pair<int, int> algorithm_choice(const LtCall& call) const;
 
   struct Impl;
 

@@ -371,3 +371,60 @@ TEST_CASE("sample verification runs asynchronously and reports a wrong result at
     CHECK_THAT(std::string(e.what()), Catch::Contains("sampled elements outside tolerance"));
   }
 }
+
+namespace {
+// D = A * B^T on the GPU through `h` with device copies of the host operands; returns D's bytes.
+std::vector<uint8_t> gpu_result(Handle& h, const HostOperand& ha, const HostOperand& hb, DType out) {
+  DeviceOperand a(ha), b(hb);
+  const size_t bytes = size_t(ha.rows * hb.rows) * out_bytes(out);
+  Dev d(bytes);
+  CUDA_OK(cudaMemset(d.p, 0xFF, bytes));
+  GemmArgs args;
+  args.m = ha.rows, args.n = hb.rows, args.k = ha.k;
+  args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = out;
+  h.gemm(args, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint8_t> raw(bytes);
+  CUDA_OK(cudaMemcpy(raw.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+  return raw;
+}
+}  // namespace
+
+// Small compact scale buffers are converted for cuBLASLt by one fused launch, large ones by the
+// bandwidth kernels of layouts::gpu; both must hand cuBLASLt exactly the buffer the host conversion
+// makes, so the output equals the run with scales already in cuBLASLt format bit for bit.
+TEST_CASE("compact blockwise scales, small and large, give the same output as cuBLASLt-format scales",
+          "[gpu][dispatch]") {
+  // A's 1x128 scales: 264 x 5 (fused path) and 8320 x 33 = 274560 elements (bandwidth path).
+  for (Shape s : {Shape{264, 136, 640}, Shape{8320, 256, 4224}}) {
+    auto r1 = scalemm::testing::rng(0xC0 + uint64_t(s.m));
+    auto r2 = scalemm::testing::rng(0xC0 + uint64_t(s.m));
+    const auto ac = scalemm::testing::exact_operand(Recipe::kBlock1x128, s.m, s.k, ScaleFormat::kCompact, r1);
+    const auto bc = scalemm::testing::exact_operand(Recipe::kBlock128x128, s.n, s.k, ScaleFormat::kCompact, r1);
+    const auto al = scalemm::testing::exact_operand(Recipe::kBlock1x128, s.m, s.k, ScaleFormat::kCublasLt, r2);
+    const auto bl = scalemm::testing::exact_operand(Recipe::kBlock128x128, s.n, s.k, ScaleFormat::kCublasLt, r2);
+    REQUIRE(ac.data == al.data);  // same seed: same values, different scale layout
+    Handle h;
+    const auto compact = gpu_result(h, ac, bc, DType::kBF16);
+    const auto cublaslt = gpu_result(h, al, bl, DType::kBF16);
+    CAPTURE(s.m, s.n, s.k);
+    CHECK(compact == cublaslt);
+  }
+}
+
+TEST_CASE("autotuned handles agree with the reference and with each other bit for bit", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0xA7);
+  HandleOptions ho;
+  ho.autotune = Autotune::kOn;
+  for (auto [ra, rb] : {std::pair{Recipe::kTensorwise, Recipe::kTensorwise}, {Recipe::kRowwise, Recipe::kRowwise},
+                        {Recipe::kMxfp8, Recipe::kMxfp8}}) {
+    auto a = scalemm::testing::random_operand(ra, 512, 2048, ScaleFormat::kCompact, rng);
+    auto b = scalemm::testing::random_operand(rb, 1024, 2048, ScaleFormat::kCompact, rng);
+    Handle h1(ho), h2(ho);
+    const Result r = run(h1, a, b, DType::kF32);
+    CAPTURE(to_string(ra), to_string(r.backend), r.cmp.to_string());
+    CHECK(r.cmp.sqnr_db >= (r.backend == Backend::kEmulated ? 120.0 : 75.0));
+    // The second handle reuses the process-wide choice: same algorithm, same bits.
+    CHECK(gpu_result(h1, a, b, DType::kBF16) == gpu_result(h2, a, b, DType::kBF16));
+  }
+}

@@ -1,7 +1,7 @@
 // GEMM benchmark: scalemm against raw cuBLASLt (same problem, same algorithm) and against a BF16
 // cuBLASLt GEMM, in one run on one GPU, with the same-run ceilings printed next to every result.
 //
-//   bench_gemm [--quick] [--iters N>=30] [--ref-reps N>=5] [--json PATH]
+//   bench_gemm [--quick] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]
 //
 // Sections (each prints a Markdown table on stdout as it goes; --json writes everything, rewritten
 // after every section so a killed run still leaves what it measured):
@@ -82,6 +82,7 @@ int g_iters = 30;
 int g_warm = 5;
 int g_ref_reps = 5;
 bool g_quick = false;
+bool g_autotune = false;  // --autotune: scalemm and the raw calls share the tuned algorithm
 size_t g_l2 = 50u << 20;
 std::string g_json_path;
 constexpr size_t kLtWorkspace = size_t(32) << 20;  // as HandleOptions::cublaslt_workspace_bytes
@@ -147,6 +148,7 @@ void write_json() {
                          .i("warmup", g_warm)
                          .i("reference_reps", g_ref_reps)
                          .b("quick", g_quick)
+                         .b("autotune", g_autotune)
                          .s("timing", "CUDA events per call, host waits for each call's end event; median")
                          .s("rotation", "operand sets rotated when one set fits in 2x L2")
                          .str());
@@ -1148,11 +1150,12 @@ void print_targets() {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) g_quick = true;
+    else if (!std::strcmp(argv[i], "--autotune")) g_autotune = true;
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(30, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--ref-reps") && i + 1 < argc) g_ref_reps = std::max(5, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--iters N>=30] [--ref-reps N>=5] [--json PATH]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]\n", argv[0]);
       return 2;
     }
   }
@@ -1172,18 +1175,21 @@ int main(int argc, char** argv) {
   g_device.s("name", prop.name).i("sm", prop.major * 10 + prop.minor).i("multiprocessors", prop.multiProcessorCount)
       .i("l2_bytes", (long long)prop.l2CacheSize).n("memory_gib", double(prop.totalGlobalMem) / double(1 << 30))
       .i("cuda_driver", driver).i("cuda_runtime", runtime).i("cublaslt_version", (long long)ltv);
-  std::printf("# bench_gemm (scalemm %s)%s\n\n%s (sm_%d%d, %d SMs, L2 %d MiB, %.0f GiB), CUDA driver %d, runtime %d, "
+  std::printf("# bench_gemm (scalemm %s)%s%s\n\n%s (sm_%d%d, %d SMs, L2 %d MiB, %.0f GiB), CUDA driver %d, runtime %d, "
               "cuBLASLt %zu\nCUDA events per call (host waits for each), %d warm-up, median of %d; random normal data "
               "quantized on the GPU; operand sets rotated when one set fits in 2x L2.\n",
-              SCALEMM_VERSION_STRING, g_quick ? " --quick" : "", prop.name, prop.major, prop.minor,
+              SCALEMM_VERSION_STRING, g_quick ? " --quick" : "", g_autotune ? " --autotune" : "", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, double(prop.totalGlobalMem) / double(1 << 30), driver,
               runtime, ltv, g_warm, g_iters);
 
   Ctx cx;
   try {
     CK(cudaStreamCreateWithFlags(&cx.st, cudaStreamNonBlocking));
-    cx.handle = std::make_unique<Handle>();
+    HandleOptions ho;
+    ho.autotune = g_autotune ? Autotune::kOn : Autotune::kOff;
+    cx.handle = std::make_unique<Handle>(ho);
     cx.lt = std::make_unique<backends::LtContext>();
+    cx.lt->set_autotune(g_autotune);  // the same process-wide choice as the Handle: the same algorithm
     cx.lt_ws = Dev(kLtWorkspace);
     g_device.s("planner_target", cx.handle->target().to_string());
     std::printf("planner target: %s\n", cx.handle->target().to_string().c_str());

@@ -83,12 +83,13 @@ def environment():
     return env
 
 
-def run_cpp(exe, outdir, quick, iters, timeout):
+def run_cpp(exe, outdir, quick, iters, timeout, autotune):
     json_path = os.path.join(outdir, "bench_gemm.json")
     md_path = os.path.join(outdir, "bench_gemm.md")
     if os.path.exists(json_path):
         os.remove(json_path)
-    cmd = [exe, "--json", json_path] + (["--quick"] if quick else []) + (["--iters", str(iters)] if iters else [])
+    cmd = [exe, "--json", json_path] + (["--quick"] if quick else []) + (["--iters", str(iters)] if iters else []) \
+        + (["--autotune"] if autotune else [])
     log("running " + " ".join(cmd))
     status = "ok"
     t = time.monotonic()
@@ -502,6 +503,7 @@ def markdown(env, cpp, tor, rows, tg, cpp_status):
     L.append(f"- method: CUDA events per call, host waits for each call's end event (as torch_anchor.py), "
              f"{meth.get('warmup', 5)} warm-ups, median of {meth.get('iters', '?')}; random normal data; operand sets "
              f"rotated when one set fits in 2x L2; {'--quick subset' if meth.get('quick') else 'full run'}; "
+             f"cuBLASLt algorithm: {'autotuned (SCALEMM_AUTOTUNE=1), shared by scalemm and raw' if meth.get('autotune') else 'first heuristic choice'}; "
              f"bench_gemm: {cpp_status}")
     c = (cpp or {}).get("ceilings", {})
     L.append(f"- same-run ceilings: D2D copy {fmt(c.get('d2d_copy_tbps'), 2)} TB/s (read + write), BF16 cuBLASLt "
@@ -687,6 +689,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small subset, for iteration (passed to bench_gemm)")
     ap.add_argument("--iters", type=int, default=None, help="timed calls per case (>= 30; default 30)")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchors")
+    ap.add_argument("--no-autotune", action="store_true", help="scalemm and raw cuBLASLt on cuBLASLt's first "
+                    "heuristic choice (default: both on the autotuned algorithm, HandleOptions::autotune)")
     ap.add_argument("--bench-timeout", type=float, default=None, help="seconds for bench_gemm (default 420, quick 150)")
     ap.add_argument("--deadline", type=float, default=560, help="seconds after start past which no new torch "
                                                                  "shape is started (default 560)")
@@ -697,7 +701,7 @@ def main():
     log(f"commit {env['commit']}; {env.get('nvidia_smi')}")
 
     cpp, status = run_cpp(os.path.abspath(a.bench), a.outdir, a.quick, iters,
-                          a.bench_timeout or (150 if a.quick else 420))
+                          a.bench_timeout or (150 if a.quick else 420), not a.no_autotune)
     tor = None
     if not a.no_torch:
         try:
