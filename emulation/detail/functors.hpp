@@ -106,11 +106,28 @@ SCALEMM_HD inline uint32_t encode_satfinite(uint32_t bits, fmt::detail::MiniFloa
   return sign | (code <= f.max_code ? code : f.max_code);
 }
 
+/// E2M1 satfinite encode without branches: the same function as encode_satfinite(bits, e2m1_format())
+/// (proven equal on the host over every input whose magnitude lies in [2^-3, 2^3) plus samples of all
+/// other exponents and the specials, and on the GPU over all 2^32 patterns). E2M1 has eight magnitudes
+/// 0, 0.5, 1, 1.5, 2, 3, 4, 6; the code is the number of rounding thresholds |x| passes, compared as
+/// integers on the magnitude bits (which order like the values). A threshold that is a tie between an
+/// odd and an even code is passed with `>` when the even code is below it and `>=` when it is above
+/// (RNE): 0.25 (0|1) >, 0.75 (1|2) >=, 1.25 (2|3) >, 1.75 (3|4) >=, 2.5 (4|5) >, 3.5 (5|6) >=,
+/// 5 (6|7) >. Above 5, +-Inf and NaN pass all seven: 7 (+-6, saturated). NaN drops the sign (0x7).
+SCALEMM_HD inline uint32_t encode_e2m1_satfinite(uint32_t bits) {
+  const uint32_t a = bits & 0x7FFFFFFFu;
+  const uint32_t code = uint32_t(a > 0x3E800000u) + uint32_t(a >= 0x3F400000u) + uint32_t(a > 0x3FA00000u) +
+                        uint32_t(a >= 0x3FE00000u) + uint32_t(a > 0x40200000u) + uint32_t(a >= 0x40600000u) +
+                        uint32_t(a > 0x40A00000u);
+  const uint32_t sign = a > 0x7F800000u ? 0u : (bits >> 28) & 0x8u;
+  return sign | code;
+}
+
 /// Element encode with saturation (satfinite: overflow and +-Inf -> +-max, NaN -> NaN code; E2M1 NaN -> 0x7).
 SCALEMM_HD inline uint8_t encode_elem(float x, DType t) {
   switch (t) {
     case DType::kE5M2: return uint8_t(encode_satfinite(fmt::float_bits(x), fmt::detail::e5m2_format()));
-    case DType::kE2M1: return uint8_t(encode_satfinite(fmt::float_bits(x), fmt::detail::e2m1_format()));
+    case DType::kE2M1: return uint8_t(encode_e2m1_satfinite(fmt::float_bits(x)));
     default: return uint8_t(encode_satfinite(fmt::float_bits(x), fmt::detail::e4m3_format()));
   }
 }

@@ -482,3 +482,37 @@ TEST_CASE("The emulator's 32-bit element encoder equals the formats codecs on ev
   CHECK(bad5 == 0);
   CHECK(bad2 == 0);
 }
+
+TEST_CASE("The branch-free E2M1 encoder equals the software encoder on every input of the rounding range and "
+          "samples of all others",
+          "[emulation][quantize]") {
+  // Exhaustive where E2M1 rounds: every fp32 pattern whose magnitude lies in [2^-3, 2^3) (exponent
+  // fields 124..129, all 2^23 mantissas, both signs), which holds every threshold 0.25 ... 5. Outside
+  // that range both give 0 (below) or 7 (above); checked on every exponent field with 4099 mantissas
+  // each (stride 2047 plus the ends), and on the specials: +-0, fp32 subnormals, +-Inf, NaN payloads.
+  // The GPU test "... all 2^32 fp32 patterns" covers the rest exhaustively.
+  namespace d = scalemm::emulation::detail;
+  const auto ref = [](uint32_t b) { return d::encode_satfinite(b, fmt::detail::e2m1_format()); };
+  int64_t bad = 0, n = 0;
+  uint32_t first_bad = 0;
+  const auto check = [&](uint32_t b) {
+    ++n;
+    if (d::encode_e2m1_satfinite(b) != ref(b)) {
+      if (bad++ == 0) first_bad = b;
+    }
+  };
+  for (uint32_t s = 0; s < 2; ++s) {
+    for (uint32_t e = 124; e <= 129; ++e)
+      for (uint32_t m = 0; m < (1u << 23); ++m) check((s << 31) | (e << 23) | m);
+    for (uint32_t e = 0; e < 256; ++e) {
+      for (uint32_t m = 0; m < (1u << 23); m += 2047) check((s << 31) | (e << 23) | m);
+      for (uint32_t m : {1u, 2u, 0x400000u, 0x7FFFFEu, 0x7FFFFFu}) check((s << 31) | (e << 23) | m);
+    }
+  }
+  for (uint32_t b : {0u, 0x80000000u, 1u, 0x807FFFFFu, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u, 0x7F800001u,
+                     0xFFFFFFFFu, 0x3E800000u, 0x3E800001u, 0x40A00000u, 0x40A00001u})
+    check(b);
+  CAPTURE(n, bad, first_bad);
+  CHECK(n > 100000000);
+  CHECK(bad == 0);
+}
