@@ -12,6 +12,7 @@
 #include <string>
 
 #include "detail/driver.hpp"
+#include "detail/fast_codecs.cuh"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/status.hpp"
 
@@ -176,19 +177,6 @@ __device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_
   return x;
 }
 
-/// A block's stored scale as 32 bits (fp32 bits, or the E8M0/UE4M3 byte), for staging.
-__device__ __forceinline__ uint32_t stored_bits(const ScaleLayout& L, const BlockScale& s) {
-  return L.scale_dtype() == DType::kF32 ? fmt::float_bits(s.stored_f32) : uint32_t(s.stored_u8);
-}
-/// Stores staged scale bits at offset(r, kb) through detail::store_scale.
-__device__ __forceinline__ void store_scale_bits(const ScaleLayout& L, void* scales, int64_t r, int64_t kb,
-                                                 uint32_t bits) {
-  BlockScale s;
-  s.stored_f32 = fmt::bits_float(bits);
-  s.stored_u8 = uint8_t(bits);
-  detail::store_scale(L, scales, r, kb, s);
-}
-
 /// NaN-propagating amax over groups of n consecutive lanes (n a power of two <= 32).
 __device__ __forceinline__ float group_amax(float m, int n) {
   for (int off = 1; off < n; off <<= 1) m = detail::amax_update(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
@@ -222,19 +210,77 @@ __device__ __forceinline__ void store4(uint8_t* out, int64_t idx, int64_t n_vali
 template <int E>
 constexpr DType kElem = E == 0 ? DType::kE4M3 : E == 1 ? DType::kE5M2 : DType::kE2M1;
 
-/// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them.
+/// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them in
+/// element order. Pairs go through detail::encode_pair (hardware cvt for FP8 on sm_89+, equal to
+/// encode_elem on every input); the codes are packed in v's order and the word rotated afterwards.
 template <int E>
 __device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m) {
-  constexpr DType elem = kElem<E>;
-  constexpr bool fp4 = E == 2;
-  uint32_t word = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int jj = (j + rot) & 3;
-    const uint32_t q = detail::encode_elem(v[j] * m, elem);
-    word |= fp4 ? (q & 0xFu) << (4 * jj) : q << (8 * jj);
+  const float p0 = v[0] * m, p1 = v[1] * m, p2 = v[2] * m, p3 = v[3] * m;
+  if constexpr (E == 2) {
+    const uint32_t w = detail::encode_pair<2>(p0, p1) | (detail::encode_pair<2>(p2, p3) << 8);
+    const int s = 4 * rot;  // 16-bit rotate left: nibble j moves to nibble (j + rot) & 3
+    return ((w << s) | (w >> ((16 - s) & 15))) & 0xFFFFu;
+  } else {
+    const uint32_t w = detail::encode_pair<E>(p0, p1) | (detail::encode_pair<E>(p2, p3) << 16);
+    return __funnelshift_l(w, w, 8 * rot);  // byte j moves to byte (j + rot) & 3
   }
-  return word;
+}
+
+/// One direction's output of a 1D-block tile (COL: the transposed output, lines are tile columns).
+/// Warp w owns the tile's lines w, w + 8, ..., w + 120; lane l holds elements 4l..4l+3 of a line (in
+/// the rotated order of the shared tile). Three steps, so that the scale arithmetic runs once per
+/// block on one lane instead of on every lane of every line:
+///   A. per line: block amax by shuffles over the block's lanes, one lane writes it to stage[];
+///   B. lane t computes the scales of blocks t, t + 32, ... of the warp's 16 x nbk blocks
+///      (compute_scale), stores each at offset(data row, K-block) and leaves its multiplier in stage[];
+///   C. per line: the elements again from shared memory, encoded with stage[]'s multiplier.
+/// stage[line * 8 + b] (b < nbk <= 8) is only touched by the line's warp: __syncwarp suffices.
+template <int E, bool COL>
+__device__ __forceinline__ void lines_1d(const TileArgs& a, const float* tile, float* stage, int warp, int lane,
+                                         int rot, int64_t r0, int64_t c0) {
+  const int bk = a.bk, lpb = bk / 4, nbk = kTile / bk;
+  constexpr int es = COL ? kStride : 1;  // element step along a line in the shared tile
+  const int64_t line0 = COL ? c0 : r0, k0 = COL ? r0 : c0;
+  const int64_t nlines = COL ? a.cols : a.rows, K = COL ? a.rows : a.cols;
+  const auto line_ptr = [&](int line) {
+    return COL ? tile + (4 * lane) * kStride + line : tile + line * kStride + 4 * lane;
+  };
+#pragma unroll 4
+  for (int i = 0; i < kTile / 8; ++i) {
+    const int line = warp + 8 * i;
+    if (line0 + line >= nlines) continue;  // warp-uniform
+    const float* p = line_ptr(line);
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = detail::amax_update(m, p[((j + rot) & 3) * es]);
+    m = group_amax(m, lpb);
+    if (lane % lpb == 0) stage[line * 8 + lane / lpb] = m;
+  }
+  __syncwarp();
+  for (int e = lane; e < (kTile / 8) * nbk; e += 32) {
+    const int line = warp + 8 * (e / nbk), b = e % nbk;
+    const int64_t gl = line0 + line, kb = k0 / bk + b;
+    if (gl >= nlines || kb * bk >= K) continue;
+    const BlockScale s = a.scale_of(stage[line * 8 + b]);
+    detail::store_scale(COL ? a.lc : a.lr, COL ? a.scales_c : a.scales_r, gl, kb, s);
+    stage[line * 8 + b] = s.multiplier;
+  }
+  __syncwarp();
+  uint8_t* out = COL ? a.out_c : a.out_r;
+  const bool vec = COL ? a.vec_out_c : a.vec_out_r;
+#pragma unroll 2
+  for (int i = 0; i < kTile / 8; ++i) {
+    const int line = warp + 8 * i;
+    const int64_t gl = line0 + line;
+    if (gl >= nlines) continue;  // warp-uniform
+    const float* p = line_ptr(line);
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = p[((j + rot) & 3) * es];
+    const float mult = stage[line * 8 + lane / lpb];  // blocks past K: not a multiplier, nothing stored
+    const int64_t kk = k0 + 4 * lane;
+    store4(out, gl * K + kk, K - kk, encode4<E>(v, rot, mult), E == 2, vec);
+  }
 }
 
 // Lane rotation: lane l touches element (j + l/8) & 3 of its 4-element group at step j, so that the
@@ -248,8 +294,8 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
   float* bmult = rowpart + kRowPart;        // 2D: up to 16 block multipliers
   // 1D: scales staged per (tile row, block) and (tile column, block), written after both passes so
   // that the offset() evaluations run on all lanes at once instead of one per warp and line.
-  uint32_t* stage_r = reinterpret_cast<uint32_t*>(tile + kTile * kStride);
-  uint32_t* stage_c = stage_r + kStage;
+  float* stage_r = tile + kTile * kStride;
+  float* stage_c = stage_r + kStage;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
   const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
@@ -313,9 +359,10 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
 
   constexpr bool fp4 = E == 2;
 
-  // 3. Rowwise output: warp per tile row (two lines in flight per warp for instruction-level
-  // parallelism).
-  if (a.rowwise) {
+  // 3. Rowwise output. 1D blocks: lines_1d (lane-parallel scales). 2D and precomputed multipliers: a
+  // warp per tile row (two lines in flight per warp for instruction-level parallelism).
+  if (a.rowwise && a.kind == kBlocks1D) lines_1d<E, false>(a, tile, stage_r, warp, lane, rot, r0, c0);
+  if (a.rowwise && a.kind != kBlocks1D) {
 #pragma unroll 2
     for (int i = 0; i < kTile / 8; ++i) {
       const int lrow = warp + 8 * i;
@@ -323,29 +370,17 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
       if (r >= a.rows) continue;  // warp-uniform
       const int64_t c = c0 + 4 * lane;
       const float* trow = tile + lrow * kStride + 4 * lane;
-      float v[4], m = 0.0f;
+      float v[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[j] = trow[(j + rot) & 3];
-        m = detail::amax_update(m, v[j]);
-      }
-      float mult;
-      if (a.kind == kBlocks1D) {
-        m = group_amax(m, lanes_per_block);
-        const BlockScale s = a.scale_of(m);
-        mult = s.multiplier;
-        if (lane % lanes_per_block == 0) stage_r[lrow * 8 + lane / lanes_per_block] = stored_bits(a.lr, s);
-      } else if (a.kind == kBlocks2D) {
-        mult = bmult[(lrow / bk) * nbk + (4 * lane) / bk];
-      } else {
-        mult = a.pm_r[r * a.pm_step];
-      }
+      for (int j = 0; j < 4; ++j) v[j] = trow[(j + rot) & 3];
+      const float mult = a.kind == kBlocks2D ? bmult[(lrow / bk) * nbk + (4 * lane) / bk] : a.pm_r[r * a.pm_step];
       store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, rot, mult), fp4, a.vec_out_r);
     }
   }
 
   // 4. Columnwise (transposed) output: warp per tile column, lane l rows 4l..4l+3.
-  if (a.columnwise) {
+  if (a.columnwise && a.kind == kBlocks1D) lines_1d<E, true>(a, tile, stage_c, warp, lane, rot, r0, c0);
+  if (a.columnwise && a.kind != kBlocks1D) {
 #pragma unroll 2
     for (int i = 0; i < kTile / 8; ++i) {
       const int lcol = warp + 8 * i;
@@ -353,41 +388,11 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
       if (c >= a.cols) continue;  // warp-uniform
       const int64_t r = r0 + 4 * lane;
       const float* tcol = tile + (4 * lane) * kStride + lcol;
-      float v[4], m = 0.0f;
+      float v[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[j] = tcol[((j + rot) & 3) * kStride];
-        m = detail::amax_update(m, v[j]);
-      }
-      float mult;
-      if (a.kind == kBlocks1D) {
-        m = group_amax(m, lanes_per_block);
-        const BlockScale s = a.scale_of(m);
-        mult = s.multiplier;
-        if (lane % lanes_per_block == 0) stage_c[lcol * 8 + lane / lanes_per_block] = stored_bits(a.lc, s);
-      } else if (a.kind == kBlocks2D) {
-        mult = bmult[((4 * lane) / bk) * nbk + lcol / bk];
-      } else {
-        mult = a.pm_c[c * a.pm_step];
-      }
+      for (int j = 0; j < 4; ++j) v[j] = tcol[((j + rot) & 3) * kStride];
+      const float mult = a.kind == kBlocks2D ? bmult[((4 * lane) / bk) * nbk + lcol / bk] : a.pm_c[c * a.pm_step];
       store4(a.out_c, c * a.rows + r, a.rows - r, encode4<E>(v, rot, mult), fp4, a.vec_out_c);
-    }
-  }
-
-  // 5. 1D: the staged scales, every block at offset(data row, K-block) of its layout.
-  if (a.kind == kBlocks1D) {
-    __syncthreads();
-    for (int e = int(threadIdx.x); e < kStage; e += kQThreads) {
-      const int line = e >> 3, b = e & 7;
-      if (b >= nbk) continue;
-      if (a.rowwise) {
-        const int64_t r = r0 + line, kb = c0 / bk + b;
-        if (r < a.rows && kb * bk < a.cols) store_scale_bits(a.lr, a.scales_r, r, kb, stage_r[e]);
-      }
-      if (a.columnwise) {
-        const int64_t c = c0 + line, kb = r0 / bk + b;
-        if (c < a.cols && kb * bk < a.rows) store_scale_bits(a.lc, a.scales_c, c, kb, stage_c[e]);
-      }
     }
   }
 }
@@ -411,37 +416,41 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t seg
   for (int k = 0; k < kUnits; ++k)
     raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, (seg0 + k) * kTile + 4 * lane);
   const float pm = a.kind == kPrecomputed ? a.pm_r[r * a.pm_step] : 0.0f;
-  uint32_t staged[kUnits];
+  float mult[kUnits];
+#pragma unroll
+  for (int k = 0; k < kUnits; ++k) mult[k] = pm;
+  if (a.kind == kBlocks1D) {
+    // Block amaxes of the kUnits units (every lane of a block holds its block's amax), then lane t
+    // takes block t of the warp's kUnits * nb blocks: one compute_scale and one offset() per lane
+    // instead of one compute_scale per lane and unit; the multipliers go back by shuffles.
+    float mk[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      float m = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[k], j));
+      mk[k] = group_amax(m, lanes_per_block);
+    }
+    const int k_of_t = lane / nb, b_of_t = lane % nb;
+    float mine = 0.0f;  // lanes past the warp's blocks compute an unused scale of 0
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) {
+      const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t * lanes_per_block);
+      if (k == k_of_t) mine = x;
+    }
+    const BlockScale s = a.scale_of(mine);
+    const int64_t kb = seg0 * nb + lane;
+    if (lane < kUnits * nb && kb * a.bk < a.cols) detail::store_scale(a.lr, a.scales_r, r, kb, s);
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + lane / lanes_per_block);
+  }
 #pragma unroll
   for (int k = 0; k < kUnits; ++k) {
     const int64_t c = (seg0 + k) * kTile + 4 * lane;  // units past the row end store nothing
-    float v[4], m = 0.0f;
+    float v[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[j] = raw_elem<S>(raw[k], j);
-      m = detail::amax_update(m, v[j]);
-    }
-    float mult = pm;
-    staged[k] = 0;
-    if (a.kind == kBlocks1D) {
-      m = group_amax(m, lanes_per_block);
-      const BlockScale s = a.scale_of(m);
-      mult = s.multiplier;
-      staged[k] = stored_bits(a.lr, s);  // valid on the first lane of each block
-    }
-    store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult), fp4, a.vec_out_r);
-  }
-  if (a.kind == kBlocks1D) {
-    // Lane t writes block t of the warp's kUnits * nb blocks: one offset() evaluation per lane.
-    const int k_of_t = lane / nb, b_of_t = lane % nb;
-    uint32_t bits = 0;
-#pragma unroll
-    for (int k = 0; k < kUnits; ++k) {
-      const uint32_t x = __shfl_sync(0xFFFFFFFFu, staged[k], b_of_t * lanes_per_block);
-      if (k == k_of_t) bits = x;
-    }
-    const int64_t kb = seg0 * nb + lane;
-    if (lane < kUnits * nb && kb * a.bk < a.cols) store_scale_bits(a.lr, a.scales_r, r, kb, bits);
+    for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[k], j);
+    store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult[k]), fp4, a.vec_out_r);
   }
 }
 
@@ -449,8 +458,13 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t seg
 /// block's scale is located (offset()) and decoded once per chunk, by the block's first lane, and
 /// passed to the block's other lanes by a shuffle; values are OperandView::apply(element, scale) and
 /// stored as detail::hp_bits, 4 per store where aligned.
+/// D = 0 / 1: E4M3 / E5M2 data read 4 codes per 32-bit load where vec_in (ld and the data pointer
+/// 4-aligned) and decoded in pairs by detail::decode_fp8_pair (hardware cvt on sm_89+, exact; NaN codes
+/// give some NaN, which hp_bits writes canonically, as it does for OperandView::element's NaN). D = 2:
+/// any other data type through OperandView::element.
+template <int D>
 __global__ void __launch_bounds__(256) dequant_kernel(detail::OperandView t, void* out, DType out_dtype,
-                                                      int64_t groups, bool vec_out) {
+                                                      int64_t groups, bool vec_out, bool vec_in) {
   const int lane = int(threadIdx.x) & 31;
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t K = t.layout.k;
@@ -472,8 +486,17 @@ __global__ void __launch_bounds__(256) dequant_kernel(detail::OperandView t, voi
     if (c >= K) continue;
     const int64_t base = r * t.ld + c, o = r * K + c;
     uint32_t b[4];
+    if (D < 2 && vec_in && c + 3 < K) {
+      const uint32_t codes = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(t.data) + base);
+      float q[4];
+      detail::decode_fp8_pair<D == 1 ? 1 : 0>(codes, q[0], q[1]);
+      detail::decode_fp8_pair<D == 1 ? 1 : 0>(codes >> 16, q[2], q[3]);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) b[j] = c + j < K ? detail::hp_bits(out_dtype, t.apply(t.element(base + j), s)) : 0u;
+      for (int j = 0; j < 4; ++j) b[j] = detail::hp_bits(out_dtype, t.apply(q[j], s));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = c + j < K ? detail::hp_bits(out_dtype, t.apply(t.element(base + j), s)) : 0u;
+    }
     if (vec_out && c + 3 < K) {
       if (wide) *reinterpret_cast<uint4*>(static_cast<uint32_t*>(out) + o) = make_uint4(b[0], b[1], b[2], b[3]);
       else *reinterpret_cast<uint2*>(static_cast<uint16_t*>(out) + o) = make_uint2(b[0] | (b[1] << 16), b[2] | (b[3] << 16));
@@ -497,7 +520,11 @@ void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, cudaStream
   SCALEMM_EXPECTS(blocks <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "dequantize_device: matrix too large");
   const bool wide = out_dtype == DType::kF32;
   const bool vec_out = K % 4 == 0 && reinterpret_cast<uintptr_t>(out) % (wide ? 16 : 8) == 0;
-  dequant_kernel<<<unsigned(blocks), 256, 0, st>>>(detail::view_of(q), out, out_dtype, groups, vec_out);
+  const bool vec_in = q.row_stride() % 4 == 0 && reinterpret_cast<uintptr_t>(q.data) % 4 == 0;
+  const auto v = detail::view_of(q);
+  if (q.dtype == DType::kE4M3) dequant_kernel<0><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
+  else if (q.dtype == DType::kE5M2) dequant_kernel<1><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
+  else dequant_kernel<2><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
   check_cuda(cudaGetLastError(), "dequant_kernel launch");
 }
 
@@ -590,6 +617,47 @@ __global__ void __launch_bounds__(256) row_amax_kernel(TileArgs a, float* pm_r) 
   }
 }
 
+/// Rowwise recipe, rowwise only, rows of up to kFusedCols elements: amax and encode in one read. One
+/// 256-thread CTA per row holds the whole row in registers (thread t: elements 4(t + 256u)..+3 for
+/// u < kFusedUnits; bf16: 16 registers, f32: 32), reduces the row amax (block_amax), and thread 0
+/// computes and stores the row's scale (the same compute_scale/store_scale as row_amax_kernel); then
+/// every thread encodes its elements with the multiplier. Longer rows take row_amax_kernel +
+/// row_direct_kernel (two reads).
+constexpr int kFusedUnits = 8;
+constexpr int64_t kFusedCols = int64_t(256) * 4 * kFusedUnits;  // 8192
+
+template <int S, int E>
+__global__ void __launch_bounds__(256) row_fused_kernel(TileArgs a) {
+  __shared__ float red[32];
+  __shared__ float mult_s;
+  const int64_t r = blockIdx.x;
+  typename Raw4<S>::T raw[kFusedUnits];
+  float m = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kFusedUnits; ++u) {
+    raw[u] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, 4 * (int64_t(threadIdx.x) + 256 * u));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[u], j));
+  }
+  m = block_amax(m, red);
+  if (threadIdx.x == 0) {
+    const BlockScale s = a.scale_of(m);
+    detail::store_scale(a.lr, a.scales_r, r, 0, s);
+    mult_s = s.multiplier;
+  }
+  __syncthreads();
+  const float mult = mult_s;
+#pragma unroll
+  for (int u = 0; u < kFusedUnits; ++u) {
+    const int64_t c = 4 * (int64_t(threadIdx.x) + 256 * u);
+    if (c >= a.cols) break;
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[u], j);
+    store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult), E == 2, a.vec_out_r);
+  }
+}
+
 /// Rowwise recipe, columnwise direction: partial amax of each column over a chunk of kColChunk rows.
 template <int S>
 __global__ void __launch_bounds__(256) col_amax_partial_kernel(TileArgs a, float* part) {
@@ -671,6 +739,12 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out
     a.pm_r = pm_r;
     a.pm_c = pm_r;  // one multiplier for both directions
     a.pm_step = 0;
+  }
+  if (recipe == Recipe::kRowwise && !a.columnwise && a.cols <= kFusedCols) {
+    SCALEMM_EXPECTS(a.rows <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize_device: matrix too large");
+    row_fused_kernel<S, E><<<unsigned(a.rows), 256, 0, st>>>(a);
+    check_cuda(cudaGetLastError(), "quantizer kernel launch");
+    return;
   }
   if (recipe == Recipe::kRowwise) {
     if (a.rowwise) row_amax_kernel<S><<<unsigned(layouts::ceil_div(a.rows, 8)), 256, 0, st>>>(a, pm_r);

@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <memory>
 
+#include "detail/fast_codecs.cuh"
 #include "emu_test_util.hpp"
 
 using namespace emu_test;
@@ -91,17 +94,20 @@ struct DevOperand {
 
 }  // namespace
 
-TEST_CASE("Host and GPU quantizers are byte-identical for every recipe, mode, format and direction",
-          "[emulation][gpu]") {
-  // Shapes: partial 128x128 tiles with R % 4 = 2 (scalar transposed stores), odd R and C % 4 = 2
-  // (scalar loads and stores everywhere), whole tiles (vector paths only), a single row, a tiny
-  // matrix, and rows that do not fill a 32-row MX block. NVFP4 needs even C (rowwise) / even R
-  // (columnwise): odd shapes skip those directions.
-  struct Shape {
-    int64_t r, c;
-  };
-  const Shape shapes[] = {{258, 392}, {131, 202}, {256, 256}, {1, 6}, {5, 3}, {40, 136}};
-  for (const Shape sh : shapes) {
+namespace {
+
+struct Shape {
+  int64_t r, c;
+};
+
+/// Quantizes the same data on the host and the GPU for every recipe x format x direction set x
+/// (mode, source type) and CHECKs byte identity of data, scales and the NVFP4 global scale.
+///   misalign: the device source starts one element past a 16-byte boundary and the device data
+///   outputs one byte past theirs, so that every vector load and store path is refused.
+///   dir_sets: which direction sets to run (bit 0 rowwise, bit 1 columnwise).
+void check_quantizers_identical(const Shape* shapes, size_t n_shapes, bool misalign, std::initializer_list<int> dir_sets) {
+  for (size_t si = 0; si < n_shapes; ++si) {
+    const Shape sh = shapes[si];
     const int64_t R = sh.r, C = sh.c;
     auto g = scalemm::testing::rng(901 + uint64_t(R * 1000 + C));
     // f32: finite data (real tensor amax: NVFP4 S_enc != 1, tensorwise scale from data); bf16: with the
@@ -110,16 +116,22 @@ TEST_CASE("Host and GPU quantizers are byte-identical for every recipe, mode, fo
     std::vector<float> x(xn);
     for (auto& v : x)
       if (!std::isfinite(v)) v = 0.5f;
-    DevBuf dx(x);
     std::vector<uint16_t> xb(x.size()), xh(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
       xb[i] = fmt::encode_bf16(xn[i]);
       xh[i] = fmt::encode_f16(std::max(-60000.0f, std::min(60000.0f, x[i])));
     }
-    DevBuf dxb(xb), dxh(xh);
+    // Device copies, shifted by one element when misaligned (the buffers are cudaMalloc-aligned).
+    const size_t sh4 = misalign ? 1 : 0;
+    std::vector<float> x_pad(sh4, 0.0f);
+    x_pad.insert(x_pad.end(), x.begin(), x.end());
+    std::vector<uint16_t> xb_pad(sh4, 0), xh_pad(sh4, 0);
+    xb_pad.insert(xb_pad.end(), xb.begin(), xb.end());
+    xh_pad.insert(xh_pad.end(), xh.begin(), xh.end());
+    DevBuf dx(x_pad), dxb(xb_pad), dxh(xh_pad);
     for (Recipe r : kAllRecipes)
       for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
-        for (int dirs = 1; dirs <= 3; ++dirs)
+        for (int dirs : dir_sets)
           for (int alt = 0; alt < 3; ++alt) {
             if (r == Recipe::kNvfp4 && (((dirs & 1) && C % 2) || ((dirs & 2) && R % 2))) continue;
             ScaleMode mode = ScaleMode::kDefault;
@@ -130,30 +142,63 @@ TEST_CASE("Host and GPU quantizers are byte-identical for every recipe, mode, fo
             auto cfg = make_cfg(r, f, dirs & 1, dirs & 2, mode,
                                 alt == 1 && r != Recipe::kNvfp4 ? DType::kE5M2 : DType::kE4M3);
             INFO(recipe_name(r) << " " << format_name(f) << " dirs=" << dirs << " mode " << to_string(mode) << " src "
-                                << to_string(src_dtype) << " shape " << R << "x" << C);
+                                << to_string(src_dtype) << " shape " << R << "x" << C
+                                << (misalign ? " misaligned" : ""));
             const float* hx = alt == 0 ? x.data()
                               : alt == 1 ? reinterpret_cast<const float*>(xb.data())
                                          : reinterpret_cast<const float*>(xh.data());
             auto h = quantize_h(hx, R, C, cfg, 0xA5, src_dtype);
             const int64_t db = data_bytes(cfg, R, C);
-            DevBuf d(size_t(db), 0xEE), s(size_t(rowwise_layout(cfg, R, C).bytes()), 0xA5);
-            DevBuf dt(size_t(db), 0xEE), st(size_t(columnwise_layout(cfg, R, C).bytes()), 0xA5), gs(4);
-            QuantizeOutputs o{cfg.rowwise ? d.p : nullptr, cfg.rowwise ? s.p : nullptr,
-                              cfg.columnwise ? dt.p : nullptr, cfg.columnwise ? st.p : nullptr, gs.as<float>()};
-            SourceMatrix src{alt == 0 ? dx.p : alt == 1 ? dxb.p : dxh.p, src_dtype, R, C};
+            const size_t ob = misalign ? 1 : 0;
+            DevBuf d(size_t(db) + ob, 0xEE), s(size_t(rowwise_layout(cfg, R, C).bytes()), 0xA5);
+            DevBuf dt(size_t(db) + ob, 0xEE), st(size_t(columnwise_layout(cfg, R, C).bytes()), 0xA5), gs(4);
+            QuantizeOutputs o{cfg.rowwise ? d.as<uint8_t>() + ob : nullptr, cfg.rowwise ? s.p : nullptr,
+                              cfg.columnwise ? dt.as<uint8_t>() + ob : nullptr, cfg.columnwise ? st.p : nullptr,
+                              gs.as<float>()};
+            const void* sp = alt == 0   ? static_cast<const void*>(dx.as<float>() + sh4)
+                             : alt == 1 ? static_cast<const void*>(dxb.as<uint16_t>() + sh4)
+                                        : static_cast<const void*>(dxh.as<uint16_t>() + sh4);
+            SourceMatrix src{sp, src_dtype, R, C};
             quantize_device(src, cfg, o, nullptr, 0, nullptr);
             CUDA_OK(cudaDeviceSynchronize());
+            const auto strip = [ob](std::vector<uint8_t> v) {
+              v.erase(v.begin(), v.begin() + std::ptrdiff_t(ob));
+              return v;
+            };
             if (cfg.rowwise) {
-              expect_same_bytes(d.get(), h.data, 1, "rowwise data", "");
+              expect_same_bytes(strip(d.get()), h.data, 1, "rowwise data", "");
               expect_same_bytes(s.get(), h.scales, 1, "rowwise scales", "");
             }
             if (cfg.columnwise) {
-              expect_same_bytes(dt.get(), h.data_t, 1, "columnwise data", "");
+              expect_same_bytes(strip(dt.get()), h.data_t, 1, "columnwise data", "");
               expect_same_bytes(st.get(), h.scales_t, 1, "columnwise scales", "");
             }
             if (r == Recipe::kNvfp4) CHECK(gs.get<float>()[0] == h.global);
           }
   }
+}
+
+}  // namespace
+
+TEST_CASE("Host and GPU quantizers are byte-identical for every recipe, mode, format and direction",
+          "[emulation][gpu]") {
+  // Shapes: partial 128x128 tiles with R % 4 = 2 (scalar transposed stores), odd R and C % 4 = 2
+  // (scalar loads and stores everywhere), whole tiles (vector paths only), a single row, a tiny
+  // matrix, and rows that do not fill a 32-row MX block. NVFP4 needs even C (rowwise) / even R
+  // (columnwise): odd shapes skip those directions.
+  const Shape shapes[] = {{258, 392}, {131, 202}, {256, 256}, {1, 6}, {5, 3}, {40, 136}};
+  check_quantizers_identical(shapes, std::size(shapes), false, {1, 2, 3});
+}
+
+TEST_CASE("Host and GPU quantizers are byte-identical on long rows, K tails and misaligned buffers",
+          "[emulation][gpu]") {
+  // The fused rowwise-recipe kernel (one CTA per row up to 8192 columns) at and past its limit, K with
+  // a tail block and K/128 not a multiple of 4 (the row kernel's 4-chunk groups end early), rows 1, 7
+  // and 129; then misaligned source and outputs (scalar loads and stores on every path).
+  const Shape shapes[] = {{1, 8192}, {7, 8192}, {3, 8194}, {129, 640}, {7, 1000}, {129, 1160}, {2, 8320}};
+  check_quantizers_identical(shapes, std::size(shapes), false, {1, 3});
+  const Shape odd[] = {{7, 1000}, {129, 392}, {1, 8192}, {6, 130}};
+  check_quantizers_identical(odd, std::size(odd), true, {1, 2, 3});
 }
 
 TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emulation][gpu]") {
@@ -288,4 +333,113 @@ TEST_CASE("GPU grouped GEMMs (row groups with an empty group, K groups) equal th
   grouped_gemm_k_device(ka.data(), kb.data(), 2, dk.p, GemmOptions{}, nullptr, 0, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   CHECK(dk.get<float>() == hk);
+}
+
+// ---- the kernels' element codecs against the software encoder, on every fp32 pattern ------------
+
+namespace {
+
+namespace ed = scalemm::emulation::detail;
+
+/// The software reference of one element: encode_satfinite with the element's MiniFloat (equal to
+/// formats::encode_*(x, kSatFinite), host test "The emulator's 32-bit element encoder ...").
+template <int E>
+__device__ uint32_t sw_encode(uint32_t b) {
+  if constexpr (E == 0) return ed::encode_satfinite(b, fmt::detail::e4m3_format());
+  else if constexpr (E == 1) return ed::encode_satfinite(b, fmt::detail::e5m2_format());
+  else return ed::encode_satfinite(b, fmt::detail::e2m1_format());
+}
+
+/// Pattern of the pair's high element for low pattern b: an odd multiplier and an add make it a
+/// bijection of the 32-bit patterns, so over the sweep every pattern is also a high element.
+__host__ __device__ inline uint32_t partner(uint32_t b) { return b * 2654435761u + 0x9E3779B9u; }
+
+/// Grid-stride over all 2^32 low patterns: encode_pair<E> (what the quantizer kernels call) against
+/// the software encoder of both elements. Counts mismatches; keeps the smallest mismatching pattern.
+template <int E>
+__global__ void sweep_encode_kernel(unsigned long long* bad, unsigned long long* first) {
+  const uint64_t n = uint64_t(1) << 32;
+  const uint64_t step = uint64_t(gridDim.x) * blockDim.x;
+  unsigned long long local = 0, lfirst = ~0ull;
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const uint32_t b = uint32_t(i), b2 = partner(b);
+    const uint32_t got = ed::encode_pair<E>(fmt::bits_float(b), fmt::bits_float(b2));
+    const uint32_t want = sw_encode<E>(b) | (sw_encode<E>(b2) << (E == 2 ? 4 : 8));
+    if (got != want) {
+      ++local;
+      if (lfirst == ~0ull) lfirst = b;
+    }
+  }
+  if (local) {
+    atomicAdd(bad, local);
+    atomicMin(first, lfirst);
+  }
+}
+
+/// Every pair of FP8 codes: decode_fp8_pair<E> (the dequantization kernel's decoder) against the
+/// formats decoder; NaN codes only need to give a NaN (outputs store NaN canonically).
+template <int E>
+__global__ void sweep_decode_kernel(unsigned long long* bad, unsigned long long* first) {
+  const uint32_t c = uint32_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= 0x10000u) return;
+  float lo, hi;
+  ed::decode_fp8_pair<E>(c, lo, hi);
+  const float want_lo = E == 0 ? fmt::decode_e4m3(uint8_t(c)) : fmt::decode_e5m2(uint8_t(c));
+  const float want_hi = E == 0 ? fmt::decode_e4m3(uint8_t(c >> 8)) : fmt::decode_e5m2(uint8_t(c >> 8));
+  const auto same = [](float a, float b) {
+    return ed::is_nan_f(a) ? ed::is_nan_f(b) : fmt::float_bits(a) == fmt::float_bits(b);
+  };
+  if (!same(lo, want_lo) || !same(hi, want_hi)) {
+    atomicAdd(bad, 1ull);
+    atomicMin(first, (unsigned long long)c);
+  }
+}
+
+__global__ void hw_fp8_flag_kernel(int* flag) { *flag = SCALEMM_EMU_HW_FP8; }
+
+template <int E>
+void run_encode_sweep(const char* name) {
+  DevBuf counters(2 * sizeof(unsigned long long));
+  CUDA_OK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
+  sweep_encode_kernel<E><<<4096, 256>>>(counters.as<unsigned long long>(), counters.as<unsigned long long>() + 1);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto h = counters.get<unsigned long long>();
+  const unsigned long long bad = h[0];
+  char first[64] = "none";
+  if (bad) std::snprintf(first, sizeof first, "low 0x%08llx high 0x%08x", h[1], partner(uint32_t(h[1])));
+  CAPTURE(name, bad, first);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("The kernels' pair encoders equal the software encoder on all 2^32 fp32 patterns (E4M3, E5M2, E2M1)",
+          "[emulation][gpu]") {
+  // E4M3/E5M2: the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32 on sm_89+ (which this build targets
+  // decides at compile time; the flag is printed); E2M1: the branch-free encoder. Each of the 2^32
+  // patterns is the low element once and the high element once (partner() is a bijection).
+  DevBuf flag(sizeof(int));
+  hw_fp8_flag_kernel<<<1, 1>>>(flag.as<int>());
+  CUDA_OK(cudaDeviceSynchronize());
+  const int hw = flag.get<int>()[0];
+  WARN("FP8 pair encoder on this device: " << (hw ? "hardware cvt (sm_89+)" : "software"));
+  run_encode_sweep<0>("e4m3");
+  run_encode_sweep<1>("e5m2");
+  run_encode_sweep<2>("e2m1");
+}
+
+TEST_CASE("The dequantization kernel's FP8 pair decoder equals the formats decoder on every code pair",
+          "[emulation][gpu]") {
+  for (int e = 0; e < 2; ++e) {
+    DevBuf counters(2 * sizeof(unsigned long long));
+    CUDA_OK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
+    if (e == 0) sweep_decode_kernel<0><<<256, 256>>>(counters.as<unsigned long long>(), counters.as<unsigned long long>() + 1);
+    else sweep_decode_kernel<1><<<256, 256>>>(counters.as<unsigned long long>(), counters.as<unsigned long long>() + 1);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto h = counters.get<unsigned long long>();
+    const unsigned long long bad = h[0], first = h[1];
+    CAPTURE(e, bad, first);
+    CHECK(bad == 0);
+  }
 }
