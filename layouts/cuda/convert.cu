@@ -63,10 +63,46 @@ struct Plan {
 };
 
 // ---- device helpers ------------------------------------------------------------------------------
+struct GroupBase {
+  unsigned long long src, dst;
+};
+
+// Grouped launches: blockIdx.y walks the groups; group g's layouts get its row count and its buffers
+// start at the sum of ScaleLayout::size() of the groups before it (elements). Once per block and
+// group, never per element. Every thread of the block must call it.
+template <Recipe RF, Recipe RT>
+__device__ void group_setup(int g, const int64_t* row_offsets, ScaleLayout& f, ScaleLayout& t, int64_t& src_base,
+                            int64_t& dst_base, GroupBase& sh) {
+  unsigned long long ss = 0, ds = 0;
+  for (int h = threadIdx.x; h < g; h += blockDim.x) {
+    const int64_t rows = row_offsets[h + 1] - row_offsets[h];
+    ss += ScaleLayout(RF, rows, f.k, f.format).size();
+    ds += ScaleLayout(RT, rows, t.k, t.format).size();
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    ds += __shfl_xor_sync(0xffffffffu, ds, o);
+  }
+  if (threadIdx.x == 0) sh.src = sh.dst = 0;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&sh.src, ss);
+    atomicAdd(&sh.dst, ds);
+  }
+  __syncthreads();
+  const int64_t rows = row_offsets[g + 1] - row_offsets[g];
+  f.rows = rows;
+  t.rows = rows;
+  src_base = int64_t(sh.src);
+  dst_base = int64_t(sh.dst);
+  __syncthreads();  // sh is reused by the next group
+}
+
 struct Shared {
   alignas(16) unsigned char src_img[kTile * 4 + 32];
   alignas(16) unsigned char dst_img[(kTile + kTransposePad) * 4 + 32];
-  unsigned long long lo, hi, base_sum_src, base_sum_dst;
+  unsigned long long lo, hi;
+  GroupBase gb;
   int in_range;
 };
 
@@ -350,34 +386,11 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
     const Ts* s = src;
     Td* d = dst;
     if (row_offsets) {
-      // Bases: sum of the sizes of the groups before g, computed from ScaleLayout::size().
-      unsigned long long ss = 0, ds = 0;
-      for (int h = threadIdx.x; h < g; h += blockDim.x) {
-        const int64_t rows = row_offsets[h + 1] - row_offsets[h];
-        ss += ScaleLayout(RF, rows, from.k, from.format).size();
-        ds += ScaleLayout(RT, rows, to.k, to.format).size();
-      }
-      for (int o = 16; o > 0; o >>= 1) {
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        ds += __shfl_xor_sync(0xffffffffu, ds, o);
-      }
-      if (threadIdx.x == 0) {
-        sh.base_sum_src = 0;
-        sh.base_sum_dst = 0;
-      }
-      __syncthreads();
-      if ((threadIdx.x & 31) == 0) {
-        atomicAdd(&sh.base_sum_src, ss);
-        atomicAdd(&sh.base_sum_dst, ds);
-      }
-      __syncthreads();
-      const int64_t rows = row_offsets[g + 1] - row_offsets[g];
-      f.rows = rows;
-      t.rows = rows;
+      int64_t sb = 0, db = 0;
+      group_setup<RF, RT>(g, row_offsets, f, t, sb, db, sh.gb);
       // Group buffers start at multiples of 4 elements whenever quads are in use (launch() checks).
-      s = src + sh.base_sum_src / (kQuad ? 4 : 1);
-      d = dst + sh.base_sum_dst / (kQuad ? 4 : 1);
-      __syncthreads();
+      s = src + sb / (kQuad ? 4 : 1);
+      d = dst + db / (kQuad ? 4 : 1);
     }
     using Op = typename OpFor<K, RF, RT>::type;
     using View = ViewFor<K, kQuad, Op>;
@@ -389,6 +402,294 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
       const int64_t tp = tile / tiles_c, tc = tile - tp * tiles_c;
       run_tile<K>(op, s, d, tp << pl.log_tr, tc << pl.log_tk, pl, sh, inexact_count);
     }
+  }
+}
+
+// ---- specialised kernels ----------------------------------------------------------------------------
+// The large conversions have a simple structure that the generic tile kernel cannot see; these
+// kernels exploit it. Each takes its bases and strides from offset() calls (per block or per tile) and
+// states below which property of offset() it relies on; tests/layouts checks each property on the
+// host. Inside a tile, index math is 32-bit; only bases are 64-bit. Every global access is a 16-byte
+// vector where the address and the extents allow it (checked per access, so odd pitches, misaligned
+// pointers and partial tiles take a byte or word path without leaving the kernel).
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+__device__ __forceinline__ int iclamp(int64_t v, int hi) { return v < 0 ? 0 : v > hi ? hi : int(v); }
+
+// ---- affine 2-D copy of fp32 scales (block1x128, block128x128: relayouts and transposes) ------------
+// Relies on: for these recipes padded_offset(p, c) = padded_offset(0, 0) + p*dp + c*dc over the
+// padded grid (an affine map; strides read off padded_offset(1,0) and (0,1)). block1x128 compact <->
+// cublaslt is then a plain 2-D transpose (dc == 1 on one side, dp == 1 on the other), block128x128
+// a pitched copy or a transpose. Classic shared-memory tile: 64x64 fp32 (+1 column against bank
+// conflicts), loaded with float4 along the source's unit-stride axis, stored with float4 along the
+// destination's; 16 KB per tile and four 16-byte loads per thread in flight.
+constexpr int kAT = 64;
+constexpr int kALd = kAT + 1;
+
+template <Kind K, Recipe R>
+__global__ void __launch_bounds__(kThreads) affine_kernel(ScaleLayout from, const uint32_t* src, ScaleLayout to,
+                                                          uint32_t* dst, const int64_t* row_offsets, int groups) {
+  __shared__ uint32_t tile[kAT * kALd];
+  __shared__ GroupBase gb;
+  from.recipe = R;
+  to.recipe = R;
+  const int ngroups = row_offsets ? groups : 1;
+  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+    ScaleLayout f = from, t = to;
+    const uint32_t* s = src;
+    uint32_t* d = dst;
+    if (row_offsets) {
+      int64_t sb = 0, db = 0;
+      group_setup<R, R>(g, row_offsets, f, t, sb, db, gb);
+      s += sb;
+      d += db;
+    }
+    // Source position of destination grid position (p, c): (p, c), or (c, p) for a transpose.
+    auto soff = [&](int64_t p, int64_t c) { return K == Kind::kTranspose ? f.padded_offset(c, p) : f.padded_offset(p, c); };
+    const int64_t s00 = soff(0, 0), d00 = t.padded_offset(0, 0);
+    const int64_t sp = soff(1, 0) - s00, sc = soff(0, 1) - s00;
+    const int64_t dp = t.padded_offset(1, 0) - d00, dc = t.padded_offset(0, 1) - d00;
+    const int64_t P = t.padded_rows(), C = t.padded_kblocks();
+    const int64_t Pr = t.real_rows(), Cr = t.kblocks();  // is_real(p, c) <=> p < Pr && c < Cr
+    // Vectors run along the unit-stride axis (the longer one when both are, e.g. L == 1).
+    const bool s_cfast = sc == 1 && (sp != 1 || C >= P), s_vec = sc == 1 || sp == 1;
+    const bool d_cfast = dc == 1 && (dp != 1 || C >= P), d_vec = dc == 1 || dp == 1;
+    const int64_t tiles_c = ceil_div(C, kAT), tiles = ceil_div(P, kAT) * tiles_c;
+    for (int64_t u = blockIdx.x; u < tiles; u += gridDim.x) {
+      const int64_t tp = u / tiles_c, p0 = tp * kAT, c0 = (u - tp * tiles_c) * kAT;
+      const int rp = iclamp(Pr - p0, kAT), rc = iclamp(Cr - c0, kAT);  // real extent of the tile
+      const int np = iclamp(P - p0, kAT), nc = iclamp(C - c0, kAT);    // destination extent
+      // Load: 4 consecutive elements along the source's unit-stride axis per step; zero outside the
+      // real region, so that the store writes destination padding as zero.
+      if (rp > 0 && rc > 0) {
+        const uint32_t* sb = s + (s00 + p0 * sp + c0 * sc);
+        for (int i = threadIdx.x; i < kAT * kAT / 4; i += kThreads) {
+          const int a = (i & 15) * 4, b = i >> 4;
+          const int pp = s_cfast ? b : a, cc = s_cfast ? a : b;
+          const uint32_t* gp = sb + (int64_t(pp) * sp + int64_t(cc) * sc);
+          uint32_t v[4];
+          if (s_vec && (s_cfast ? pp < rp && cc + 4 <= rc : cc < rc && pp + 4 <= rp) && aligned16(gp)) {
+            const uint4 w = __ldg(reinterpret_cast<const uint4*>(gp));
+            v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+          } else {
+            for (int k = 0; k < 4; ++k) {
+              const int kp = pp + (s_cfast ? 0 : k), kc = cc + (s_cfast ? k : 0);
+              v[k] = kp < rp && kc < rc ? __ldg(sb + (int64_t(kp) * sp + int64_t(kc) * sc)) : 0u;
+            }
+          }
+          for (int k = 0; k < 4; ++k) tile[(pp + (s_cfast ? 0 : k)) * kALd + cc + (s_cfast ? k : 0)] = v[k];
+        }
+      } else {
+        for (int i = threadIdx.x; i < kAT * kALd; i += kThreads) tile[i] = 0;
+      }
+      __syncthreads();
+      // Store: 4 consecutive elements along the destination's unit-stride axis per step.
+      uint32_t* db = d + (d00 + p0 * dp + c0 * dc);
+      for (int i = threadIdx.x; i < kAT * kAT / 4; i += kThreads) {
+        const int a = (i & 15) * 4, b = i >> 4;
+        const int pp = d_cfast ? b : a, cc = d_cfast ? a : b;
+        if (pp >= np || cc >= nc) continue;
+        uint32_t v[4];
+        for (int k = 0; k < 4; ++k) v[k] = tile[(pp + (d_cfast ? 0 : k)) * kALd + cc + (d_cfast ? k : 0)];
+        uint32_t* gp = db + (int64_t(pp) * dp + int64_t(cc) * dc);
+        if (d_vec && (d_cfast ? cc + 4 <= nc : pp + 4 <= np) && aligned16(gp)) {
+          *reinterpret_cast<uint4*>(gp) = uint4{v[0], v[1], v[2], v[3]};
+        } else {
+          for (int k = 0; k < 4; ++k) {
+            const int kp = pp + (d_cfast ? 0 : k), kc = cc + (d_cfast ? k : 0);
+            if (kp < np && kc < nc) db[int64_t(kp) * dp + int64_t(kc) * dc] = v[k];
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// ---- 128x4-tiled one-byte scales ---------------------------------------------------------------------
+// Relies on (tiled side): for p0 % 128 == 0 and c0 % 4 == 0, padded_offset(p0 + t + 32j, c0 + 4q + i)
+// == padded_offset(p0, c0) + 512q + 16t + 4j + i for t < 32, j < 4, i < 4 and every q with
+// c0 + 4q < padded_kblocks(): a 128-row strip is one contiguous run of 512-byte tiles, and lane t of
+// a warp owns the 16 bytes of rows {t, t+32, t+64, t+96} x 4 scales of tile q.
+// Relies on (compact side): padded_offset(p, c) = padded_offset(0, 0) + p*pitch + c (row-major).
+// A unit is one strip of 128 rows x kChunk scale columns: kChunk/4 whole tiles, 16 KB.
+constexpr int kStrip = 128;
+constexpr int kChunk = 128;
+constexpr int kWLd = kChunk / 4 + 1;  // staged row in 32-bit words; +1: both access patterns conflict-free
+
+// Little-endian word of 4 bytes b[0..3], bytes at or past n read as zero.
+__device__ __forceinline__ uint32_t load_word(const uint8_t* b, int n) {
+  uint32_t w = 0;
+  for (int i = 0; i < 4 && i < n; ++i) w |= uint32_t(__ldg(b + i)) << (8 * i);
+  return w;
+}
+// 16 bytes from g (n of them real, the rest zero) as four words.
+__device__ __forceinline__ void load16(const uint8_t* g, int n, uint32_t w[4]) {
+  if (n >= 16 && aligned16(g)) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(g));
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else {
+    for (int k = 0; k < 4; ++k) w[k] = load_word(g + 4 * k, n - 4 * k);
+  }
+}
+// The first n (<= 16) of the 16 bytes w[0..3] to g.
+__device__ __forceinline__ void store16(uint8_t* g, int n, const uint32_t w[4]) {
+  if (n >= 16 && aligned16(g)) {
+    *reinterpret_cast<uint4*>(g) = uint4{w[0], w[1], w[2], w[3]};
+  } else {
+    for (int b = 0; b < n && b < 16; ++b) g[b] = uint8_t(w[b >> 2] >> (8 * (b & 3)));
+  }
+}
+
+struct StripUnit {
+  int64_t p0, c0;
+  int rows, cols, tiles;  // real compact rows and columns in the unit, tiles (4 columns each) to write
+};
+__device__ __forceinline__ StripUnit strip_unit(int64_t u, int64_t chunks, int64_t R, int64_t S, int64_t S4) {
+  StripUnit su;
+  const int64_t strip = u / chunks;
+  su.p0 = strip * kStrip;
+  su.c0 = (u - strip * chunks) * kChunk;
+  su.rows = iclamp(R - su.p0, kStrip);
+  su.cols = iclamp(S - su.c0, kChunk);
+  su.tiles = iclamp(S4 - su.c0, kChunk) / 4;
+  return su;
+}
+
+// mxfp8 / nvfp4 compact (R, S) <-> 128x4 tiles. kToTiled: stage 128 rows x 128 bytes of the compact
+// rows with 16-byte loads, then write 32 whole tiles with 16-byte stores (rows >= R and columns >= S
+// as zero); otherwise the inverse.
+template <bool kToTiled, Recipe R>
+__global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout from, const uint8_t* src, ScaleLayout to,
+                                                                  uint8_t* dst, const int64_t* row_offsets, int groups) {
+  __shared__ uint32_t stage[kStrip * kWLd];
+  __shared__ GroupBase gb;
+  from.recipe = R;
+  to.recipe = R;
+  const int ngroups = row_offsets ? groups : 1;
+  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+    ScaleLayout f = from, t = to;
+    const uint8_t* s = src;
+    uint8_t* d = dst;
+    if (row_offsets) {
+      int64_t sb = 0, db = 0;
+      group_setup<R, R>(g, row_offsets, f, t, sb, db, gb);
+      s += sb;
+      d += db;
+    }
+    const ScaleLayout& cl = kToTiled ? f : t;  // compact side
+    const ScaleLayout& tl = kToTiled ? t : f;  // tiled side
+    const int64_t pitch = cl.padded_offset(1, 0) - cl.padded_offset(0, 0);
+    const int64_t Rr = cl.padded_rows(), S = cl.kblocks(), S4 = tl.padded_kblocks();
+    const int64_t chunks = ceil_div(S4, kChunk), units = (tl.padded_rows() / kStrip) * chunks;
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+      const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
+      const int64_t cbase = cl.padded_offset(su.p0, su.c0), tbase = tl.padded_offset(su.p0, su.c0);
+      // Compact granule i: row i / 8, bytes 16*(i % 8) ..; a warp covers 4 rows x 128 bytes.
+      // Tiled word i: tile i / 32, lane i % 32; a warp writes one 512-byte tile.
+      if (kToTiled) {
+        const uint8_t* cb = s + cbase;
+        for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+          const int rr = i >> 3, cc = (i & 7) * 16;
+          uint32_t w[4] = {0, 0, 0, 0};
+          if (rr < su.rows && cc < su.cols) load16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
+          for (int k = 0; k < 4; ++k) stage[rr * kWLd + cc / 4 + k] = w[k];
+        }
+        __syncthreads();
+        uint8_t* tb = d + tbase;
+        for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+          const int q = i >> 5, lane = i & 31;
+          if (q >= su.tiles) continue;
+          uint32_t w[4];
+          for (int j = 0; j < 4; ++j) w[j] = stage[(lane + 32 * j) * kWLd + q];
+          store16(tb + (q * 512 + lane * 16), 16, w);
+        }
+      } else {
+        const uint8_t* tb = s + tbase;
+        for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+          const int q = i >> 5, lane = i & 31;
+          if (q >= su.tiles) continue;
+          uint32_t w[4];
+          load16(tb + (q * 512 + lane * 16), 16, w);
+          for (int j = 0; j < 4; ++j) stage[(lane + 32 * j) * kWLd + q] = w[j];
+        }
+        __syncthreads();
+        uint8_t* cb = d + cbase;
+        for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+          const int rr = i >> 3, cc = (i & 7) * 16;
+          if (rr >= su.rows || cc >= su.cols) continue;
+          uint32_t w[4];
+          for (int k = 0; k < 4; ++k) w[k] = stage[rr * kWLd + cc / 4 + k];
+          store16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// 128x4-tiled destinations computed from a tiny source: mxfp8-32x32 compact -> cublaslt (each scale
+// replicated to its 32 rows) and block128x128 -> mxfp8 / mxfp8-32x32 cublaslt (broadcast, E8M0). The
+// write is all that matters: each lane produces whole 16-byte words (rows lane + 32j, 4 scales), the
+// source index coming from the op once per word row (Op::src, i.e. offset()). Relies on the tiled
+// property above and, within a word row, on four consecutive K-blocks c..c+3 (c % 4 == 0) reading
+// either consecutive source bytes (compact mxfp8-32x32: offset(r, c + i) = offset(r, c) + i) or one
+// source scale (broadcast: the host checks that 4 * to.block_k() divides from.block_k()).
+template <Kind K, Recipe RF, Recipe RT>
+__global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, const void* src, ScaleLayout to,
+                                                              uint8_t* dst, const int64_t* row_offsets, int groups,
+                                                              unsigned long long* inexact_count) {
+  __shared__ GroupBase gb;
+  from.recipe = RF;
+  to.recipe = RT;
+  const int ngroups = row_offsets ? groups : 1;
+  int inexact = 0;
+  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+    ScaleLayout f = from, t = to;
+    const uint8_t* s = static_cast<const uint8_t*>(src);
+    uint8_t* d = dst;
+    if (row_offsets) {
+      int64_t sb = 0, db = 0;
+      group_setup<RF, RT>(g, row_offsets, f, t, sb, db, gb);
+      s += sb * f.scale_bytes();
+      d += db;
+    }
+    using Op = typename OpFor<K, RF, RT>::type;
+    const Op op{f, t};
+    const int64_t S = t.kblocks(), S4 = t.padded_kblocks();
+    const int64_t chunks = ceil_div(S4, kChunk), units = (t.padded_rows() / kStrip) * chunks;
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+      const StripUnit su = strip_unit(u, chunks, t.real_rows(), S, S4);
+      uint8_t* tb = d + t.padded_offset(su.p0, su.c0);
+      for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+        const int q = i >> 5, lane = i & 31;
+        if (q >= su.tiles) continue;
+        const int n = su.cols - 4 * q;  // real scales in this word row (may be <= 0 or > 4)
+        uint32_t w[4] = {0, 0, 0, 0};
+        for (int j = 0; j < 4; ++j) {
+          const int64_t p = su.p0 + lane + 32 * j, c = su.c0 + 4 * q;
+          const int64_t si = op.src(p, c);  // -1: padding row or column
+          if (si < 0) continue;
+          if constexpr (K == Kind::kBroadcast) {
+            bool exact = true;
+            const uint32_t code = detail::e8m0_from_pow2(__ldg(reinterpret_cast<const uint32_t*>(s) + si), &exact);
+            w[j] = (n >= 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1u) & (code * 0x01010101u);
+            // Count each source scale once, at the first destination block it covers (as the host).
+            if (!exact && (p * t.row_step()) % f.block_rows() == 0 && (c * t.block_k()) % f.block_k() == 0) ++inexact;
+          } else {
+            const uint8_t* b = s + si;
+            w[j] = n >= 4 && (reinterpret_cast<uintptr_t>(b) & 3) == 0 ? __ldg(reinterpret_cast<const uint32_t*>(b))
+                                                                         : load_word(b, n);
+          }
+        }
+        store16(tb + (q * 512 + lane * 16), 16, w);
+      }
+    }
+  }
+  if constexpr (K == Kind::kBroadcast) {
+    for (int o = 16; o > 0; o >>= 1) inexact += __shfl_xor_sync(0xffffffffu, inexact, o);
+    if ((threadIdx.x & 31) == 0 && inexact > 0 && inexact_count != nullptr)
+      atomicAdd(inexact_count, (unsigned long long)inexact);
   }
 }
 
@@ -542,10 +843,62 @@ void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_of
   check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
 }
 
+// Grid of a specialised kernel: `units` per operand (per group when grouped: blockIdx.y walks the
+// groups), at most 8 blocks per SM in all; the kernels loop over the units they are given.
+dim3 special_grid(int64_t units, const int64_t* row_offsets, int groups) {
+  const int64_t cap = int64_t(sm_count()) * 8;
+  const int gy = row_offsets ? std::min(groups, 65535) : 1;
+  return dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(units, std::max<int64_t>(1, cap / gy)))), unsigned(gy));
+}
+
+/// Launches the specialised kernel for this conversion if there is one; false: use the tile kernel.
+template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td, class Op>
+bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups,
+                    int64_t rows_hint, unsigned long long* inexact_count, cudaStream_t stream) {
+  // Sizes the grid; a grouped launch sizes it for an average group (the kernels loop anyway).
+  ScaleLayout to = op.to;
+  if (row_offsets) to.rows = std::max<int64_t>(128, rows_hint / std::max(1, groups) + 128);
+  const bool to_tiled = to.format == ScaleFormat::kCublasLt;
+  const int64_t tiled_units = ceil_div(to.padded_rows(), kStrip) * ceil_div(to.padded_kblocks(), kChunk);
+  if constexpr (K != Kind::kBroadcast && RF == RT && (RT == Recipe::kBlock1x128 || RT == Recipe::kBlock128x128) &&
+                sizeof(Ts) == 4 && sizeof(Td) == 4) {
+    const dim3 grid = special_grid(ceil_div(to.padded_rows(), kAT) * ceil_div(to.padded_kblocks(), kAT), row_offsets, groups);
+    auto* kernel = &affine_kernel<K, RT>;
+    SCALEMM_LAUNCH(kernel, grid, dim3(kThreads), stream)(op.from, static_cast<const uint32_t*>(src), op.to,
+                                                         static_cast<uint32_t*>(dst), row_offsets, groups);
+    return true;
+  } else if constexpr (K == Kind::kRelayout && RF == RT && (RT == Recipe::kMxfp8 || RT == Recipe::kNvfp4)) {
+    if (op.from.format == op.to.format) return false;
+    const ScaleLayout tiled = to.with_format(ScaleFormat::kCublasLt);
+    const dim3 grid = special_grid(ceil_div(tiled.padded_rows(), kStrip) * ceil_div(tiled.padded_kblocks(), kChunk),
+                                   row_offsets, groups);
+    auto* kernel = to_tiled ? &tiled_relayout_kernel<true, RT> : &tiled_relayout_kernel<false, RT>;
+    SCALEMM_LAUNCH(kernel, grid, dim3(kThreads), stream)(op.from, static_cast<const uint8_t*>(src), op.to,
+                                                         static_cast<uint8_t*>(dst), row_offsets, groups);
+    return true;
+  } else if constexpr ((K == Kind::kRelayout && RT == Recipe::kMxfp8_32x32) || K == Kind::kBroadcast) {
+    if (!to_tiled || (K == Kind::kRelayout && op.from.format != ScaleFormat::kCompact)) return false;
+    // Broadcast words: the four K-blocks of a word must share one source scale.
+    if (K == Kind::kBroadcast && op.from.block_k() % (4 * op.to.block_k()) != 0) return false;
+    auto* kernel = &tiled_fill_kernel<K, RF, RT>;
+    SCALEMM_LAUNCH(kernel, special_grid(tiled_units, row_offsets, groups), dim3(kThreads), stream)(
+        op.from, src, op.to, static_cast<uint8_t*>(dst), row_offsets, groups, inexact_count);
+    return true;
+  }
+  (void)to_tiled;
+  (void)tiled_units;
+  (void)inexact_count;
+  return false;
+}
+
 template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td, class Op>
 void launch(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
             unsigned long long* inexact_count, cudaStream_t stream) {
   if (row_offsets ? groups <= 0 : op.to.size() == 0) return;
+  if (launch_special<K, RF, RT, Ts, Td>(op, src, dst, row_offsets, groups, rows_hint, inexact_count, stream)) {
+    check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
+    return;
+  }
   if constexpr (K == Kind::kBroadcast) {
     // Four E8M0 codes per word when each aligned quad of K-blocks lies in one source block.
     const ScaleLayout& to = op.to;

@@ -83,6 +83,52 @@ TEST_CASE("the padded grid maps one-to-one onto every buffer, and offset is incr
         }
 }
 
+// Properties of offset() that the specialised GPU kernels (layouts/cuda/convert.cu) rely on; they take
+// bases and strides from offset() and these tests keep them honest.
+TEST_CASE("compact buffers and block1x128 / block128x128 buffers are affine in the padded grid", "[layouts][property]") {
+  std::vector<int64_t> ks(kKs.begin(), kKs.end());
+  ks.push_back(32 * 300 + 16);
+  for (Recipe rc : kAllRecipes)
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt}) {
+      const bool affine = f == ScaleFormat::kCompact || rc == Recipe::kBlock1x128 || rc == Recipe::kBlock128x128 ||
+                          rc == Recipe::kRowwise || rc == Recipe::kTensorwise;
+      if (!affine) continue;
+      for (int64_t R : kRows)
+        for (int64_t K : ks) {
+          const ScaleLayout l(rc, R, K, f);
+          CAPTURE(l.to_string());
+          const int64_t o = l.padded_offset(0, 0), sp = l.padded_offset(1, 0) - o, sc = l.padded_offset(0, 1) - o;
+          // Compact buffers are row-major with K-blocks adjacent (the byte kernels read 16 at a time).
+          if (f == ScaleFormat::kCompact && l.kblocks() > 1) REQUIRE(sc == 1);
+          for (int64_t p = 0; p < l.padded_rows(); ++p)
+            for (int64_t c = 0; c < l.padded_kblocks(); ++c) REQUIRE(l.padded_offset(p, c) == o + p * sp + c * sc);
+        }
+    }
+}
+
+TEST_CASE("a 128-row strip of a 128x4-tiled buffer is one run of 512-byte tiles, lane-major", "[layouts][property]") {
+  // padded_offset(p0 + t + 32j, c0 + 4q + i) == padded_offset(p0, c0) + 512q + 16t + 4j + i for
+  // p0 % 128 == 0, c0 % 128 == 0 (the kernels' units), t < 32, j < 4, i < 4.
+  std::vector<int64_t> ks(kKs.begin(), kKs.end());
+  ks.push_back(32 * 300 + 16);
+  ks.push_back(16 * 129);
+  for (Recipe rc : {Recipe::kMxfp8, Recipe::kMxfp8_32x32, Recipe::kNvfp4})
+    for (int64_t R : kRows)
+      for (int64_t K : ks) {
+        const ScaleLayout l(rc, R, K, ScaleFormat::kCublasLt);
+        CAPTURE(l.to_string());
+        REQUIRE(l.row_step() == 1);
+        REQUIRE(l.padded_rows() % 128 == 0);
+        REQUIRE(l.padded_kblocks() % 4 == 0);
+        for (int64_t p = 0; p < l.padded_rows(); ++p)
+          for (int64_t c = 0; c < l.padded_kblocks(); ++c) {
+            const int64_t x = p % 128, y = c % 128;
+            REQUIRE(l.padded_offset(p, c) ==
+                    l.padded_offset(p - x, c - y) + 512 * (y / 4) + 16 * (x % 32) + 4 * (x / 32) + y % 4);
+          }
+      }
+}
+
 TEST_CASE("buffer sizes match the cuBLASLt contract formulas", "[layouts]") {
   auto cd = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   auto ru = [&](int64_t a, int64_t b) { return cd(a, b) * b; };

@@ -127,6 +127,95 @@ void grouped(std::mt19937_64& g) {
     }
 }
 
+// The specialised kernels (affine fp32 tiles, 128x4 strips, tiled fills): odd row counts, scale
+// counts that are not multiples of 4 or 16, several 128-column chunks, pointers off 16-byte alignment
+// on either side, and grouped operands with empty groups.
+void special_paths(std::mt19937_64& g) {
+  const std::vector<int64_t> rows = {1, 3, 5, 127, 129, 257};
+  const std::vector<std::pair<Recipe, std::vector<int64_t>>> cases = {
+      {Recipe::kBlock1x128, {128, 128 * 3, 128 * 70, 128 * 129 + 5}},
+      {Recipe::kBlock128x128, {128 * 3, 128 * 70, 128 * 129}},
+      {Recipe::kMxfp8, {32 * 5, 32 * 130, 32 * 259, 32 * 512}},
+      {Recipe::kNvfp4, {16 * 7, 16 * 257, 16 * 512}},
+      {Recipe::kMxfp8_32x32, {32 * 5, 32 * 130, 32 * 259}}};
+  for (const auto& [rc, ks] : cases)
+    for (int64_t R : rows)
+      for (int64_t K : ks)
+        for (int dir = 0; dir < 2; ++dir)
+          for (int mis : {0, 1, 3}) {
+            if (mis && R != 5 && R != 129) continue;  // keep the run short
+            const ScaleLayout c(rc, R, K, ScaleFormat::kCompact), l = c.with_format(ScaleFormat::kCublasLt);
+            const ScaleLayout from = dir ? l : c, to = dir ? c : l;
+            auto src = random_bytes(size_t(c.bytes()), g);
+            if (dir) src = to_cublaslt(c, src.data());
+            std::vector<uint8_t> want(size_t(to.bytes()));
+            convert(from, src.data(), to, want.data());
+            const size_t eb = size_t(from.scale_bytes());
+            Buf bs(src.size(), mis * eb), bd(want.size(), (mis ? 4 - mis : 0) * eb);
+            std::memcpy(bs.p(), src.data(), src.size());
+            gpu::convert(from, bs.p(), to, bd.p(), nullptr);
+            check(std::memcmp(bd.p(), want.data(), want.size()) == 0 && bd.p()[want.size()] == 0xCD,
+                  "special " + from.to_string() + " -> " + to.to_string() + " mis " + std::to_string(mis));
+          }
+  // Transposes of block128x128 (affine tiles) with odd extents.
+  for (int64_t R : {1, 129, 257})
+    for (int64_t K : {128 * 3, 128 * 70 + 1})
+      for (ScaleFormat ff : kFormats)
+        for (ScaleFormat tf : kFormats) {
+          const ScaleLayout from(Recipe::kBlock128x128, R * 128 - 1, K, ff), to = transposed(from, tf);
+          auto src = random_bytes(size_t(from.bytes()), g);
+          if (ff == ScaleFormat::kCublasLt) src = to_cublaslt(from.with_format(ScaleFormat::kCompact), src.data());
+          std::vector<uint8_t> want(size_t(to.bytes()));
+          transpose(from, src.data(), to, want.data());
+          Buf bs(src.size(), 4), bd(want.size(), 8);
+          std::memcpy(bs.p(), src.data(), src.size());
+          gpu::transpose(from, bs.p(), to, bd.p(), nullptr);
+          check(std::memcmp(bd.p(), want.data(), want.size()) == 0 && bd.p()[want.size()] == 0xCD,
+                "special transpose " + from.to_string() + " -> " + to.to_string());
+        }
+  // Broadcasts: odd R, S not a multiple of 4, a misaligned destination, inexact scales counted.
+  for (Recipe target : {Recipe::kMxfp8, Recipe::kMxfp8_32x32})
+    for (int64_t R : {3, 129, 257})
+      for (int64_t K : {32 * 5, 32 * 259})
+        for (int mis : {0, 5}) {
+          const ScaleLayout b(Recipe::kBlock128x128, R, K, ScaleFormat::kCompact);
+          const ScaleLayout m = mxfp8_layout_for(b, target, ScaleFormat::kCublasLt);
+          std::vector<float> s(size_t(b.size()));
+          for (auto& v : s) v = g() % 5 == 0 ? 0.75f : std::ldexp(1.0f, int(g() % 60) - 30);
+          std::vector<uint8_t> want(size_t(m.bytes()));
+          const BroadcastResult res = broadcast_block128_to_mxfp8(b, s.data(), m, want.data());
+          Buf bd(want.size(), size_t(mis));
+          unsigned long long n = 0;
+          gpu::broadcast_block128_to_mxfp8(b, s.data(), m, bd.p(), &n, nullptr);
+          check(std::memcmp(bd.p(), want.data(), want.size()) == 0 && bd.p()[want.size()] == 0xCD &&
+                    int64_t(n) == res.inexact,
+                "special broadcast " + m.to_string() + " mis " + std::to_string(mis));
+        }
+  // Grouped: empty groups first, in the middle and last; odd sizes; both directions.
+  const std::vector<int64_t> offs = {0, 0, 129, 129, 130, 387, 392, 392};
+  const int G = int(offs.size()) - 1;
+  for (Recipe rc : kAllRecipes)
+    for (int64_t K : {int64_t(128 * 3), int64_t(32 * 130), int64_t(16 * 259)}) {
+      const auto co = grouped_offsets(rc, K, ScaleFormat::kCompact, offs.data(), G);
+      const auto lo = grouped_offsets(rc, K, ScaleFormat::kCublasLt, offs.data(), G);
+      const int eb = ScaleLayout(rc, 1, K, ScaleFormat::kCompact).scale_bytes();
+      const auto src = random_bytes(size_t(co.back() * eb), g);
+      std::vector<uint8_t> want(size_t(lo.back() * eb));
+      convert_grouped(rc, K, offs.data(), G, ScaleFormat::kCompact, src.data(), ScaleFormat::kCublasLt, want.data());
+      Buf bs(src.size(), size_t(eb)), bd(want.size(), 0), back(src.size(), 3 * size_t(eb));
+      std::memcpy(bs.p(), src.data(), src.size());
+      gpu::convert_grouped(rc, K, offs.data(), G, offs.back(), ScaleFormat::kCompact, bs.p(), ScaleFormat::kCublasLt,
+                           bd.p(), nullptr);
+      const std::string what = std::string(to_string(rc)) + " K=" + std::to_string(K);
+      check(std::memcmp(bd.p(), want.data(), want.size()) == 0 && bd.p()[want.size()] == 0xCD,
+            "special grouped " + what);
+      gpu::convert_grouped(rc, K, offs.data(), G, 0, ScaleFormat::kCublasLt, bd.p(), ScaleFormat::kCompact,
+                           back.p(), nullptr);
+      check(std::memcmp(back.p(), src.data(), src.size()) == 0 && back.p()[src.size()] == 0xCD,
+            "special grouped back " + what);
+    }
+}
+
 void contents(std::mt19937_64& g) {
   for (Recipe rc : kAllRecipes)
     for (ScaleFormat f : kFormats) {
@@ -158,6 +247,7 @@ int main() {
   transposes(g);
   broadcasts(g);
   grouped(g);
+  special_paths(g);
   contents(g);
   std::printf("%d checks, %d failed\n", g_runs, g_fails);
   return g_fails == 0 ? 0 : 1;
