@@ -1,4 +1,7 @@
-// GPU scale conversions and content checks. One generic tile kernel serves every conversion:
+// GPU scale conversions and content checks. The large conversions run specialised kernels shaped after
+// their structure (see "specialised kernels" below: an affine fp32 tile transpose, 128-row strips of
+// 128x4 tiles, tiled fills from tiny sources); launch_special() picks one on the host. Every other
+// conversion runs one generic tile kernel:
 //
 //  * it walks the DESTINATION's padded grid in tiles of (2^log_tr stored rows) x (2^log_tk K-blocks),
 //    asking a detail::*Op for the source index of each position (or -1 = padding, written as 0) and
@@ -463,7 +466,9 @@ __global__ void __launch_bounds__(kThreads) affine_kernel(ScaleLayout from, cons
       // real region, so that the store writes destination padding as zero.
       if (rp > 0 && rc > 0) {
         const uint32_t* sb = s + (s00 + p0 * sp + c0 * sc);
-        for (int i = threadIdx.x; i < kAT * kAT / 4; i += kThreads) {
+        #pragma unroll
+        for (int it = 0; it < kAT * kAT / 4 / kThreads; ++it) {
+          const int i = it * kThreads + threadIdx.x;
           const int a = (i & 15) * 4, b = i >> 4;
           const int pp = s_cfast ? b : a, cc = s_cfast ? a : b;
           const uint32_t* gp = sb + (int64_t(pp) * sp + int64_t(cc) * sc);
@@ -485,7 +490,9 @@ __global__ void __launch_bounds__(kThreads) affine_kernel(ScaleLayout from, cons
       __syncthreads();
       // Store: 4 consecutive elements along the destination's unit-stride axis per step.
       uint32_t* db = d + (d00 + p0 * dp + c0 * dc);
-      for (int i = threadIdx.x; i < kAT * kAT / 4; i += kThreads) {
+      #pragma unroll
+        for (int it = 0; it < kAT * kAT / 4 / kThreads; ++it) {
+          const int i = it * kThreads + threadIdx.x;
         const int a = (i & 15) * 4, b = i >> 4;
         const int pp = d_cfast ? b : a, cc = d_cfast ? a : b;
         if (pp >= np || cc >= nc) continue;
@@ -589,7 +596,9 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
       // Tiled word i: tile i / 32, lane i % 32; a warp writes one 512-byte tile.
       if (kToTiled) {
         const uint8_t* cb = s + cbase;
-        for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+        #pragma unroll
+        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+          const int i = it * kThreads + threadIdx.x;
           const int rr = i >> 3, cc = (i & 7) * 16;
           uint32_t w[4] = {0, 0, 0, 0};
           if (rr < su.rows && cc < su.cols) load16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
@@ -597,7 +606,9 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
         }
         __syncthreads();
         uint8_t* tb = d + tbase;
-        for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+        #pragma unroll
+        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+          const int i = it * kThreads + threadIdx.x;
           const int q = i >> 5, lane = i & 31;
           if (q >= su.tiles) continue;
           uint32_t w[4];
@@ -606,7 +617,9 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
         }
       } else {
         const uint8_t* tb = s + tbase;
-        for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+        #pragma unroll
+        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+          const int i = it * kThreads + threadIdx.x;
           const int q = i >> 5, lane = i & 31;
           if (q >= su.tiles) continue;
           uint32_t w[4];
@@ -615,7 +628,9 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
         }
         __syncthreads();
         uint8_t* cb = d + cbase;
-        for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
+        #pragma unroll
+        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+          const int i = it * kThreads + threadIdx.x;
           const int rr = i >> 3, cc = (i & 7) * 16;
           if (rr >= su.rows || cc >= su.cols) continue;
           uint32_t w[4];
@@ -630,15 +645,18 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
 
 // 128x4-tiled destinations computed from a tiny source: mxfp8-32x32 compact -> cublaslt (each scale
 // replicated to its 32 rows) and block128x128 -> mxfp8 / mxfp8-32x32 cublaslt (broadcast, E8M0). The
-// write is all that matters: each lane produces whole 16-byte words (rows lane + 32j, 4 scales), the
-// source index coming from the op once per word row (Op::src, i.e. offset()). Relies on the tiled
-// property above and, within a word row, on four consecutive K-blocks c..c+3 (c % 4 == 0) reading
-// either consecutive source bytes (compact mxfp8-32x32: offset(r, c + i) = offset(r, c) + i) or one
-// source scale (broadcast: the host checks that 4 * to.block_k() divides from.block_k()).
+// write is all that matters. Relies on the tiled property above and on the source: a 32-row group
+// starting at a multiple of 32 reads one source row (offset(r, kb) == offset(r - r % 32, kb) for
+// block_rows() >= 32), and four K-blocks c..c+3 (c % 4 == 0) read consecutive source bytes (compact:
+// offset(r, c + i) = offset(r, c) + i) or one source scale (broadcast: the host checks that
+// 4 * to.block_k() divides from.block_k()). So a unit has only 4 x 32 distinct 32-bit words: 128
+// threads compute them (source index from Op::src, i.e. offset()) into shared memory, then every lane
+// writes whole 16-byte words (rows lane + 32j, j < 4), zeroing rows >= R.
 template <Kind K, Recipe RF, Recipe RT>
 __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, const void* src, ScaleLayout to,
                                                               uint8_t* dst, const int64_t* row_offsets, int groups,
                                                               unsigned long long* inexact_count) {
+  __shared__ uint32_t words[4 * 32];
   __shared__ GroupBase gb;
   from.recipe = RF;
   to.recipe = RT;
@@ -656,34 +674,44 @@ __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, 
     }
     using Op = typename OpFor<K, RF, RT>::type;
     const Op op{f, t};
-    const int64_t S = t.kblocks(), S4 = t.padded_kblocks();
+    const int64_t S = t.kblocks(), S4 = t.padded_kblocks(), Rr = t.real_rows();
     const int64_t chunks = ceil_div(S4, kChunk), units = (t.padded_rows() / kStrip) * chunks;
     for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-      const StripUnit su = strip_unit(u, chunks, t.real_rows(), S, S4);
-      uint8_t* tb = d + t.padded_offset(su.p0, su.c0);
-      for (int i = threadIdx.x; i < kStrip * kChunk / 16; i += kThreads) {
-        const int q = i >> 5, lane = i & 31;
-        if (q >= su.tiles) continue;
-        const int n = su.cols - 4 * q;  // real scales in this word row (may be <= 0 or > 4)
-        uint32_t w[4] = {0, 0, 0, 0};
-        for (int j = 0; j < 4; ++j) {
-          const int64_t p = su.p0 + lane + 32 * j, c = su.c0 + 4 * q;
-          const int64_t si = op.src(p, c);  // -1: padding row or column
-          if (si < 0) continue;
+      const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
+      // Stage the unit's distinct words: row group j (rows p0 + 32j ..) x tile q, 4 scales each.
+      if (threadIdx.x < 4 * kChunk / 4) {
+        const int j = threadIdx.x >> 5, q = threadIdx.x & 31;
+        const int64_t p = su.p0 + 32 * j, c = su.c0 + 4 * q;
+        const int n = su.cols - 4 * q;  // real scales in this word (may be <= 0 or > 4)
+        const int64_t si = q < su.tiles ? op.src(p, c) : -1;  // -1: padding row or column
+        uint32_t w = 0;
+        if (si >= 0) {
           if constexpr (K == Kind::kBroadcast) {
             bool exact = true;
             const uint32_t code = detail::e8m0_from_pow2(__ldg(reinterpret_cast<const uint32_t*>(s) + si), &exact);
-            w[j] = (n >= 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1u) & (code * 0x01010101u);
+            w = (n >= 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1u) & (code * 0x01010101u);
             // Count each source scale once, at the first destination block it covers (as the host).
             if (!exact && (p * t.row_step()) % f.block_rows() == 0 && (c * t.block_k()) % f.block_k() == 0) ++inexact;
           } else {
             const uint8_t* b = s + si;
-            w[j] = n >= 4 && (reinterpret_cast<uintptr_t>(b) & 3) == 0 ? __ldg(reinterpret_cast<const uint32_t*>(b))
-                                                                         : load_word(b, n);
+            w = n >= 4 && (reinterpret_cast<uintptr_t>(b) & 3) == 0 ? __ldg(reinterpret_cast<const uint32_t*>(b))
+                                                                    : load_word(b, n);
           }
         }
+        words[j * 32 + q] = w;
+      }
+      __syncthreads();
+      uint8_t* tb = d + t.padded_offset(su.p0, su.c0);
+#pragma unroll
+      for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+        const int i = it * kThreads + threadIdx.x;
+        const int q = i >> 5, lane = i & 31;
+        if (q >= su.tiles) continue;
+        uint32_t w[4];
+        for (int j = 0; j < 4; ++j) w[j] = su.p0 + lane + 32 * j < Rr ? words[j * 32 + q] : 0u;
         store16(tb + (q * 512 + lane * 16), 16, w);
       }
+      __syncthreads();
     }
   }
   if constexpr (K == Kind::kBroadcast) {

@@ -106,6 +106,22 @@ TEST_CASE("compact buffers and block1x128 / block128x128 buffers are affine in t
     }
 }
 
+TEST_CASE("the rows of a 32x32 or 128x128 block read one scale", "[layouts][property]") {
+  // The tiled fills compute one word per aligned 32-row group: offset(r, kb) == offset(r - r % 32, kb).
+  for (Recipe rc : {Recipe::kMxfp8_32x32, Recipe::kBlock128x128})
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt}) {
+      if (rc == Recipe::kMxfp8_32x32 && f == ScaleFormat::kCublasLt) continue;  // replicated buffer: never a fill source
+      for (int64_t R : kRows)
+        for (int64_t K : kKs) {
+          const ScaleLayout l(rc, R, K, f);
+          CAPTURE(l.to_string());
+          REQUIRE(l.block_rows() % 32 == 0);
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t kb = 0; kb < l.kblocks(); ++kb) REQUIRE(l.offset(r, kb) == l.offset(r - r % 32, kb));
+        }
+    }
+}
+
 TEST_CASE("a 128-row strip of a 128x4-tiled buffer is one run of 512-byte tiles, lane-major", "[layouts][property]") {
   // padded_offset(p0 + t + 32j, c0 + 4q + i) == padded_offset(p0, c0) + 512q + 16t + 4j + i for
   // p0 % 128 == 0, c0 % 128 == 0 (the kernels' units), t < 32, j < 4, i < 4.
