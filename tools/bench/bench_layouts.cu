@@ -206,6 +206,10 @@ int main(int argc, char** argv) {
   }
   for (Recipe rc : {Recipe::kBlock1x128, Recipe::kMxfp8, Recipe::kNvfp4})
     for (int G : {8, 64}) bench_grouped(rc, 65536, 7168, G, g, st);
+  // Odd shapes: R not a multiple of 128 and S = 515 scales per row (compact rows not 16-byte aligned),
+  // so the specialised kernels take their word/byte paths on part of each unit.
+  for (bool to_lt : {true, false}) bench_relayout(Recipe::kMxfp8, 65535, 32 * 515, to_lt, g, st);
+  bench_relayout(Recipe::kBlock1x128, 65535, 128 * 129, true, g, st);
 
   std::printf("\nnotes: small buffers (block128x128, rowwise, transposes of 128x128 grids) are launch-bound, and so is\n"
               "their copy; the 80%% target applies to the large block1x128/mxfp8/nvfp4 rows.\n");
