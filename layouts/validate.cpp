@@ -64,17 +64,18 @@ int64_t view_span(const TensorRef& t) {
 
 void check_structure(const TensorRef& t, const ScaleLayout& l, std::string_view arg, Diagnostics& out) {
   const int64_t size = l.size();
-  const std::string name = what(l);
+  // Built only when a diagnostic needs it: validate() runs on every GEMM call.
+  const auto name = [&l] { return what(l); };
   const bool tiled = is_tiled_buffer(l);
   if (t.rank == 0) {
     if (size != 1)
-      out.push_back(make(arg, rules::kShape, name + " is a buffer of " + str(size) + " elements, not a scalar",
+      out.push_back(make(arg, rules::kShape, name() + " is a buffer of " + str(size) + " elements, not a scalar",
                          "rank 1 or 2", "rank 0", fix_for(l)));
     return;
   }
   if (t.rank == 1) {
     if (t.shape[0] > 1 && t.strides[0] != 1) {
-      out.push_back(make(arg, rules::kStrides, name + " as a flat buffer must be contiguous", "stride 1",
+      out.push_back(make(arg, rules::kStrides, name() + " as a flat buffer must be contiguous", "stride 1",
                          "stride " + str(t.strides[0]), "Pass a contiguous buffer."));
       return;
     }
@@ -82,19 +83,19 @@ void check_structure(const TensorRef& t, const ScaleLayout& l, std::string_view 
     const ScaleLayout compact = l.with_format(ScaleFormat::kCompact);
     if (l.format == ScaleFormat::kCublasLt && l.recipe == Recipe::kBlock128x128 && t.shape[0] == compact.size()) {
       out.push_back(make(arg, rules::kBlk128KBlockStride,
-                         name + " needs its K-block stride padded to a multiple of 4 (K=" + str(l.k) + " -> " +
+                         name() + " needs its K-block stride padded to a multiple of 4 (K=" + str(l.k) + " -> " +
                              str(l.kblocks()) + " K-blocks -> " + str(l.padded_kblocks()) + ")",
                          str(size) + " elements", str(t.shape[0]), fix_for(l)));
       return;
     }
-    std::string msg = name + " (" + l.shape_stride_string() + ") holds " + str(size) + " elements";
+    std::string msg = name() + " (" + l.shape_stride_string() + ") holds " + str(size) + " elements";
     if (tiled && t.shape[0] == compact.size())
       msg += "; this looks like the compact grid: cuBLASLt needs full 128x4 tiles, zero-filled";
     out.push_back(make(arg, rules::kElementCount, msg, str(size), str(t.shape[0]), fix_for(l)));
     return;
   }
   if (t.rank != 2) {
-    out.push_back(make(arg, rules::kShape, name + " is a rank-1 or rank-2 tensor", "rank 1 or 2",
+    out.push_back(make(arg, rules::kShape, name() + " is a rank-1 or rank-2 tensor", "rank 1 or 2",
                        "rank " + str(t.rank) + " " + t.shape_string(), "Reshape the scale tensor."));
     return;
   }
@@ -102,12 +103,12 @@ void check_structure(const TensorRef& t, const ScaleLayout& l, std::string_view 
     const bool full = t.shape[0] == l.padded_rows() && t.shape[1] == l.padded_kblocks();
     if (full && t.is_contiguous()) return;
     if (full) {
-      out.push_back(make(arg, rules::kStrides, name + " (128x4 tiles) must be contiguous",
+      out.push_back(make(arg, rules::kStrides, name() + " (128x4 tiles) must be contiguous",
                          "strides (" + str(l.padded_kblocks()) + ", 1)",
                          "strides (" + str(t.strides[0]) + ", " + str(t.strides[1]) + ")", "Pass a contiguous buffer."));
       return;
     }
-    std::string msg = name + " needs full 128x4 tiles: rows rounded up to 128 and scale columns to 4";
+    std::string msg = name() + " needs full 128x4 tiles: rows rounded up to 128 and scale columns to 4";
     if (t.shape[0] == l.real_rows() && t.shape[1] == l.kblocks())
       msg += "; this is the shape of the compact grid";
     out.push_back(make(arg, rules::kShape, msg, pair_str(l.padded_rows(), l.padded_kblocks()), t.shape_string(),
@@ -131,7 +132,7 @@ void check_structure(const TensorRef& t, const ScaleLayout& l, std::string_view 
     if (l.padded_rows() != l.real_rows() || l.padded_kblocks() != l.kblocks())
       expected += " or " + pair_str(l.padded_rows(), l.padded_kblocks());
     expected += " (stored rows x K-blocks, or its transpose)";
-    out.push_back(make(arg, rules::kShape, name + " is a grid of stored rows x K-blocks", expected, t.shape_string(),
+    out.push_back(make(arg, rules::kShape, name() + " is a grid of stored rows x K-blocks", expected, t.shape_string(),
                        fix_for(l)));
     return;
   }
@@ -150,7 +151,7 @@ void check_structure(const TensorRef& t, const ScaleLayout& l, std::string_view 
   if (r.kb_stride == 1 && want.kb != 1 && want.row == 1) {
     const bool vec = l.recipe == Recipe::kBlock1x128;
     out.push_back(make(arg, vec ? rules::kVec128KMajor : rules::kMajorOrder,
-                       name + (vec ? " (VEC128_32F) is outer-major: scales of consecutive rows are adjacent, "
+                       name() + (vec ? " (VEC128_32F) is outer-major: scales of consecutive rows are adjacent, "
                                      "K-blocks " + str(want.kb) + " apart; this tensor is K-major (row-major (R, L), "
                                      "as a per-token-group quantizer writes it)"
                                    : " is outer-major; this tensor is K-major"),
@@ -160,7 +161,7 @@ void check_structure(const TensorRef& t, const ScaleLayout& l, std::string_view 
   if (r.row_stride == 1 && want.row != 1 && want.kb == 1) {
     const bool blk = l.recipe == Recipe::kBlock128x128;
     out.push_back(make(arg, blk ? rules::kBlk128MMajor : rules::kMajorOrder,
-                       name + (blk ? " (BLK128x128_32F) is K-major: the K-blocks of one 128-row block are adjacent; "
+                       name() + (blk ? " (BLK128x128_32F) is K-major: the K-blocks of one 128-row block are adjacent; "
                                      "this tensor is M/N-major"
                                    : " is K-major; this tensor is outer-major"),
                        expected_axes, got_axes, fix_for(l)));
@@ -169,12 +170,12 @@ void check_structure(const TensorRef& t, const ScaleLayout& l, std::string_view 
   if (l.recipe == Recipe::kBlock128x128 && l.format == ScaleFormat::kCublasLt && r.kb_stride == 1 &&
       r.row_stride == l.kblocks() && want.row != r.row_stride) {
     out.push_back(make(arg, rules::kBlk128KBlockStride,
-                       name + " needs its K-block stride padded to a multiple of 4 (K=" + str(l.k) + " -> " +
+                       name() + " needs its K-block stride padded to a multiple of 4 (K=" + str(l.k) + " -> " +
                            str(l.kblocks()) + " K-blocks -> " + str(l.padded_kblocks()) + ")",
                        str(want.row), str(r.row_stride), fix_for(l)));
     return;
   }
-  out.push_back(make(arg, rules::kStrides, name + " (" + l.shape_stride_string() + ") has fixed strides",
+  out.push_back(make(arg, rules::kStrides, name() + " (" + l.shape_stride_string() + ") has fixed strides",
                      expected_axes, got_axes + " (" + got + ")", fix_for(l)));
 }
 
@@ -291,11 +292,12 @@ Diagnostics content_diagnostics(const ScaleLayout& l, const ContentReport& rep, 
 Diagnostics validate_scale(const TensorRef& t, const ScaleLayout& l, std::string_view arg,
                            const ValidateOptions& opt) {
   Diagnostics out;
-  const std::string name = what(l);
+  // Built only when a diagnostic needs it: validate() runs on every GEMM call.
+  const auto name = [&l] { return what(l); };
   const DType want = l.scale_dtype();
   const bool dtype_ok = t.dtype == want || (l.scale_bytes() == 1 && t.dtype == DType::kU8);
   if (!dtype_ok)
-    out.push_back(make(arg, rules::kDType, name + " holds " + std::string(to_string(want)) + " scales",
+    out.push_back(make(arg, rules::kDType, name() + " holds " + std::string(to_string(want)) + " scales",
                        std::string(to_string(want)), std::string(to_string(t.dtype)),
                        want == DType::kF32 ? "Pass float32 scales." : "Pass the raw scale bytes as " +
                                                                           std::string(to_string(want)) + " or u8."));
@@ -304,7 +306,7 @@ Diagnostics validate_scale(const TensorRef& t, const ScaleLayout& l, std::string
   const bool structure_ok = out.size() == before && dtype_ok;
 
   if (t.data == nullptr && l.size() > 0) {
-    out.push_back(make(arg, rules::kNull, name + " needs a buffer", "non-null pointer", "null", "Pass the scale buffer."));
+    out.push_back(make(arg, rules::kNull, name() + " needs a buffer", "non-null pointer", "null", "Pass the scale buffer."));
     return out;
   }
   const bool need_align = opt.require_alignment.value_or(l.format == ScaleFormat::kCublasLt);
@@ -313,12 +315,12 @@ Diagnostics validate_scale(const TensorRef& t, const ScaleLayout& l, std::string
     std::ostringstream got;
     got << "address 0x" << std::hex << addr << " (" << std::dec << (addr % 16) << " mod 16)";
     out.push_back(make(arg, rules::kAlignment,
-                       name + " must start at a 16-byte aligned address (cuBLASLt accepts the heuristic "
+                       name() + " must start at a 16-byte aligned address (cuBLASLt accepts the heuristic "
                               "but fails at matmul otherwise)",
                        "0 mod 16", got.str(), "Allocate scales with cudaMalloc or copy them to an aligned buffer."));
   }
   if (opt.required_space && t.space != *opt.required_space)
-    out.push_back(make(arg, rules::kMemorySpace, name + " must be in " + std::string(to_string(*opt.required_space)) + " memory",
+    out.push_back(make(arg, rules::kMemorySpace, name() + " must be in " + std::string(to_string(*opt.required_space)) + " memory",
                        std::string(to_string(*opt.required_space)), std::string(to_string(t.space)),
                        t.space == MemorySpace::kHost ? "Copy the scales to the device." : "Copy the scales to the host."));
 

@@ -115,19 +115,20 @@ int current_device() {
 namespace {
 
 void launch(cublasLtHandle_t handle, Prepared& p, const cublasLtMatmulAlgo_t& algo, const LtCall& c, void* workspace,
-            size_t workspace_bytes, Stream stream, const std::string& ctx) {
+            size_t workspace_bytes, Stream stream, const char* note = "") {
+  // SCALEMM_LT evaluates its context argument only on failure: nothing is formatted per call.
   // Per-call pointers (cheap attribute writes; the descriptor is owned by this serialised context).
-  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.b_scale, sizeof(void*)), ctx);
-  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.a_scale, sizeof(void*)), ctx);
+  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.b_scale, sizeof(void*)), describe(c) + note);
+  SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.a_scale, sizeof(void*)), describe(c) + note);
   if (c.bias)
-    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(void*)), ctx);
+    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(void*)), describe(c) + note);
   const float beta = 0.0f;
   const void* alpha = c.alpha_device ? static_cast<const void*>(c.alpha_device) : static_cast<const void*>(&c.alpha);
   const void* beta_ptr = &beta;
   if (c.alpha_device) beta_ptr = c.alpha_device + 1;  // device mode: beta lives right after alpha (zero)
   SCALEMM_LT(cublasLtMatmul(handle, p.desc, alpha, c.b, p.a, c.a, p.b, beta_ptr, c.d, p.d, c.d, p.d, &algo,
                             workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream)),
-             ctx);
+             describe(c) + note);
 }
 
 int tuned_choice(cublasLtHandle_t handle, const Key& key, Prepared& p, const LtCall& c,
@@ -145,7 +146,6 @@ int tuned_choice(cublasLtHandle_t handle, const Key& key, Prepared& p, const LtC
     return 0;  // timing is impossible inside a capture: the heuristic's first choice, not remembered
   // Time each candidate on the call's own buffers (its output is rewritten by the real call right
   // after): 2 warm-ups, median of 5. One host synchronisation per new problem, then never again.
-  const std::string ctx = describe(c) + " (autotune)";
   cudaEvent_t ev[2];
   if (cudaEventCreate(&ev[0]) != cudaSuccess) return 0;
   if (cudaEventCreate(&ev[1]) != cudaSuccess) {
@@ -161,7 +161,7 @@ int tuned_choice(cublasLtHandle_t handle, const Key& key, Prepared& p, const LtC
     for (int rep = 0; rep < 7 && ok; ++rep) {
       cudaEventRecord(ev[0], cs);
       try {
-        launch(handle, p, results[i].algo, c, workspace, workspace_bytes, stream, ctx);
+        launch(handle, p, results[i].algo, c, workspace, workspace_bytes, stream, " (autotune)");
       } catch (const Error&) {
         ok = false;  // a candidate that fails to launch is skipped, not fatal
       }
@@ -199,8 +199,8 @@ size_t LtContext::cached_problems() const { return impl_->cache.size(); }
 void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes, Stream stream) {
   const Key key = key_of(c);
   auto it = impl_->cache.find(key);
-  const std::string ctx = describe(c);
   if (it == impl_->cache.end()) {
+    const std::string ctx = describe(c);
     auto p = std::make_unique<Prepared>();
     SCALEMM_LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), ctx);
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -264,7 +264,7 @@ void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes,
     p->chosen = pick;
     it = impl_->cache.emplace(key, std::move(p)).first;
   }
-  launch(impl_->handle, *it->second, it->second->algo, c, workspace, workspace_bytes, stream, ctx);
+  launch(impl_->handle, *it->second, it->second->algo, c, workspace, workspace_bytes, stream);
 }
 
 
