@@ -262,12 +262,15 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
       need += align256(emulation::gemm_device_workspace_bytes(dispatch::as_quantized(args.a, args.m, args.k),
                                                               dispatch::as_quantized(args.b, args.n, args.k)));
     arena.reserve(need, stream);
-    if (impl_->verify_mode == verify::Mode::kSample) {
-      if (!arena.sampler) arena.sampler = std::make_unique<verify::AsyncSampler>();
-      arena.sampler->poll();  // an earlier call on this stream that failed its check is reported now
-    }
+    if (impl_->verify_mode == verify::Mode::kSample && !arena.sampler)
+      arena.sampler = std::make_unique<verify::AsyncSampler>();
     impl_->run_device(args, plan, arena, stream);
-    if (impl_->verify_mode == verify::Mode::kSample) arena.sampler->enqueue(args, plan, stream);
+    if (impl_->verify_mode == verify::Mode::kSample) {
+      // After the launches, so that polling never delays the GEMM: an earlier call on this stream
+      // that failed its check is reported now (this call's result is already on its way).
+      arena.sampler->poll();
+      arena.sampler->enqueue(args, plan, stream);
+    }
   }
   if (impl_->verify_mode == verify::Mode::kFull) verify::check(args, plan, impl_->verify_mode, stream);
 }

@@ -75,50 +75,75 @@ struct NeedArgs {
   layouts::ScaleLayout layout[2];
   DType dtype[2];
   bool e8m0[2];
+  bool flat[2];  // compact 1x32 scales: the buffer is the logical grid itself, scanned as bytes
 };
 
 // The shift an E8M0 scale's block needs (low bound minus code; blocks under code 3 are read to see
 // whether they hold subnormal, normal or no nonzero values), and the largest code. Both operands in one
 // launch (blockIdx.y); the last block to finish chooses the shifts, so prepare is two small launches.
-// Each thread reads four consecutive K-blocks of a row: they are adjacent in both formats (compact rows;
-// the s % 4 lane of a 128x4 tile), which the kernel checks through offset() before one 32-bit load.
+// Compact mxfp8 scales (the common case) are scanned as a flat byte buffer, 16 codes per load: every
+// byte is a real scale, and the rare block that needs its data read finds (row, K-block) by division,
+// checked against offset(). Other formats walk (row, K-block) and read four adjacent codes at once
+// (adjacent in both formats: compact rows, and the s % 4 lane of a 128x4 tile; checked through
+// offset() before one 32-bit load).
 __global__ void __launch_bounds__(256) e8m0_need_kernel(NeedArgs a, EmulatedShifts* s) {
   __shared__ int need_s[8], max_s[8];
   __shared__ bool last;
   const int which = blockIdx.y;
   int need = kNoNeed, hi = -1;
-  if (a.e8m0[which]) {
-    const layouts::ScaleLayout& l = a.layout[which];
-    const uint8_t* scales = a.scales[which];
-    const DType dtype = a.dtype[which];
+  const layouts::ScaleLayout l = a.layout[which];
+  const uint8_t* scales = a.scales[which];
+  const DType dtype = a.dtype[which];
+  const int low_code = low_code_subnormal(dtype);
+  auto visit = [&](int c, int64_t r, int64_t kb) {
+    if (c == 255) return;  // NaN scales stay NaN whatever the shift
+    hi = max(hi, c);
+    if (c >= low_code) {
+      need = max(need, low_code - c);  // conservative: as if subnormals were present
+      return;
+    }
+    int low = kNoNeed;  // rare: look at the block's elements
+    const int64_t k_end = min(l.k, (kb + 1) * 32);
+    for (int64_t kk = kb * 32; kk < k_end; ++kk) {
+      const uint8_t v = a.data[which][r * l.k + kk];
+      if ((v & 0x7F) == 0) continue;
+      low = max(low, fp8_is_subnormal_nonzero(v, dtype) ? low_code : 0);
+    }
+    if (low != kNoNeed) need = max(need, low - c);
+  };
+  if (a.e8m0[which] && a.flat[which]) {
+    const int64_t n = l.size(), kbs = l.kblocks();
+    auto visit_flat = [&](int c, int64_t idx) {
+      if (c >= low_code && c != 255) {  // the common case, without locating the block
+        hi = max(hi, c);
+        need = max(need, low_code - c);
+        return;
+      }
+      const int64_t r = idx / kbs, kb = idx - r * kbs;
+      if (l.offset(r, kb) == idx) visit(c, r, kb);
+    };
+    const bool vec = (reinterpret_cast<uintptr_t>(scales) & 15) == 0;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i * 16 < n; i += int64_t(gridDim.x) * blockDim.x) {
+      if (vec && i * 16 + 16 <= n) {
+        const uint4 w = *reinterpret_cast<const uint4*>(scales + i * 16);
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int q = 0; q < 16; ++q) visit_flat(int((words[q / 4] >> (8 * (q % 4))) & 0xFF), i * 16 + q);
+      } else {
+        for (int64_t idx = i * 16; idx < min(n, i * 16 + 16); ++idx) visit_flat(scales[idx], idx);
+      }
+    }
+  } else if (a.e8m0[which]) {
     const int64_t kb_count = l.kblocks();
     for (int64_t r = blockIdx.x; r < l.rows; r += gridDim.x)
       for (int64_t kb0 = int64_t(threadIdx.x) * 4; kb0 < kb_count; kb0 += int64_t(blockDim.x) * 4) {
         const int64_t o = l.offset(r, kb0);
         const int n = kb_count - kb0 < 4 ? int(kb_count - kb0) : 4;
-        uint8_t c4[4];
         if (n == 4 && (o & 3) == 0 && l.offset(r, kb0 + 3) == o + 3) {
           const uint32_t w = *reinterpret_cast<const uint32_t*>(scales + o);
-          c4[0] = uint8_t(w), c4[1] = uint8_t(w >> 8), c4[2] = uint8_t(w >> 16), c4[3] = uint8_t(w >> 24);
+          for (int q = 0; q < 4; ++q) visit(int((w >> (8 * q)) & 0xFF), r, kb0 + q);
         } else {
-          for (int q = 0; q < n; ++q) c4[q] = scales[l.offset(r, kb0 + q)];
-        }
-        for (int q = 0; q < n; ++q) {
-          const int c = c4[q];
-          if (c == 255) continue;  // NaN scales stay NaN whatever the shift
-          hi = max(hi, c);
-          if (c >= low_code_subnormal(dtype)) {
-            need = max(need, low_code_subnormal(dtype) - c);  // conservative: as if subnormals were present
-            continue;
-          }
-          int low = kNoNeed;  // rare: look at the block's elements
-          const int64_t kb = kb0 + q, k_end = min(l.k, (kb + 1) * 32);
-          for (int64_t kk = kb * 32; kk < k_end; ++kk) {
-            const uint8_t v = a.data[which][r * l.k + kk];
-            if ((v & 0x7F) == 0) continue;
-            low = max(low, fp8_is_subnormal_nonzero(v, dtype) ? low_code_subnormal(dtype) : 0);
-          }
-          if (low != kNoNeed) need = max(need, low - c);
+          for (int q = 0; q < n; ++q) visit(scales[l.offset(r, kb0 + q)], r, kb0 + q);
         }
       }
   }
@@ -130,7 +155,7 @@ __global__ void __launch_bounds__(256) e8m0_need_kernel(NeedArgs a, EmulatedShif
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < int(blockDim.x / 32); ++w) need = max(need, need_s[w]), hi = max(hi, max_s[w]);
-    if (a.e8m0[which]) {
+    if (a.e8m0[which] && (need != kNoNeed || hi >= 0)) {  // one atomic pair per block that saw a scale
       atomicMax(&s->need[which], need);
       atomicMax(&s->max_code[which], hi);
     }
@@ -260,17 +285,19 @@ void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, Emulat
   init_shifts_kernel<<<1, 1, 0, cs>>>(shifts);
   NeedArgs na{};
   const EmulatedOperand* ops[2] = {&a, &b};
-  int64_t rows = 1;
+  int64_t blocks = 1;
   for (int i = 0; i < 2; ++i) {
+    const layouts::ScaleLayout& l = ops[i]->layout;
     na.data[i] = static_cast<const uint8_t*>(ops[i]->data);
     na.scales[i] = static_cast<const uint8_t*>(ops[i]->scales);
-    na.layout[i] = ops[i]->layout;
+    na.layout[i] = l;
     na.dtype[i] = ops[i]->dtype;
-    na.e8m0[i] = ops[i]->layout.scale_dtype() == DType::kE8M0;
-    if (na.e8m0[i]) rows = std::max(rows, ops[i]->layout.rows);
+    na.e8m0[i] = l.scale_dtype() == DType::kE8M0;
+    na.flat[i] = l.recipe == Recipe::kMxfp8 && l.format == ScaleFormat::kCompact;
+    if (na.e8m0[i]) blocks = std::max(blocks, na.flat[i] ? (l.size() + 4095) / 4096 : l.rows);
   }
-  // Enough blocks to fill the GPU twice over without making the last-block handoff long.
-  const dim3 grid(unsigned(std::min<int64_t>(rows, 1024)), 2);
+  // Flat scans: 4096 codes per block; row walks: one row per block. At most 1024 blocks per operand.
+  const dim3 grid(unsigned(std::min<int64_t>(blocks, 1024)), 2);
   e8m0_need_kernel<<<grid, 256, 0, cs>>>(na, shifts);
   check_launch("emulated_prepare");
 }

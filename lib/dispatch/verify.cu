@@ -168,74 +168,62 @@ struct Verdict {
   unsigned long long worst_i, worst_j;
 };
 
-// One block (blockDim.x == kDotThreads): tolerance from the samples' magnitude, then violations and the
-// worst one.
-__device__ void judge_samples(const float* ref, const float* test, int count, double atol_per_scale, double rtol,
-                              int64_t m, int64_t n, uint64_t seed, volatile Verdict* out) {
-  __shared__ float scale_s[kDotThreads];
-  __shared__ float excess_s[kDotThreads];
-  __shared__ int idx_s[kDotThreads];
-  __shared__ unsigned viol_s[kDotThreads], nonfin_s[kDotThreads];
-  float sc = 0.0f;
-  for (int s = threadIdx.x; s < count; s += blockDim.x)
-    if (isfinite(ref[s])) sc = fmaxf(sc, fabsf(ref[s]));
-  scale_s[threadIdx.x] = sc;
+// Block-wide reductions by warp shuffles and one shared slot per warp (blockDim.x == kDotThreads).
+template <class T, class Op>
+__device__ T block_reduce(T v, Op op, T* slots) {
+  for (int off = 16; off; off /= 2) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+  __syncthreads();  // slots may still be read from a previous reduction
+  if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = v;
   __syncthreads();
-  for (int w = blockDim.x / 2; w; w /= 2) {
-    if (threadIdx.x < w) scale_s[threadIdx.x] = fmaxf(scale_s[threadIdx.x], scale_s[threadIdx.x + w]);
-    __syncthreads();
-  }
-  const float ref_scale = scale_s[0];
+  v = slots[0];
+  for (int w = 1; w < kDotThreads / 32; ++w) v = op(v, slots[w]);
+  return v;
+}
+
+// One block: tolerance from the samples' magnitude, then violations and the worst one (count <= blockDim).
+__device__ void judge_samples(const float* ref, const float* test, int count, double atol_per_scale, double rtol,
+                              int64_t m, int64_t n, uint64_t seed, Verdict* out) {
+  __shared__ float fslots[kDotThreads / 32];
+  __shared__ unsigned uslots[kDotThreads / 32];
+  __shared__ unsigned long long kslots[kDotThreads / 32];
+  const int s = threadIdx.x;
+  // Written by other blocks of this grid: read through L2, never a stale L1 line.
+  const float r = s < count ? __ldcg(ref + s) : 0.0f, t = s < count ? __ldcg(test + s) : 0.0f;
+  const float ref_scale =
+      block_reduce(s < count && isfinite(r) ? fabsf(r) : 0.0f, [](float x, float y) { return fmaxf(x, y); }, fslots);
   const double atol = atol_per_scale * ref_scale;
   unsigned viol = 0, nonfin = 0;
-  float worst = -1.0f;
-  int worst_idx = -1;
-  for (int s = threadIdx.x; s < count; s += blockDim.x) {
-    const float r = ref[s], t = test[s];
-    if (isfinite(r) != isfinite(t) || (isnan(r) != isnan(t))) {
-      ++nonfin;
-      ++viol;
-      if (worst < 3.4e38f) worst = 3.4e38f, worst_idx = s;
-      continue;
-    }
-    if (!isfinite(r)) continue;
-    const double err = fabs(double(t) - double(r)), tol = atol + rtol * fabs(double(r));
-    if (err > tol) {
-      ++viol;
-      if (float(err - tol) > worst) worst = float(err - tol), worst_idx = s;
+  float excess = -1.0f;
+  if (s < count) {
+    if (isfinite(r) != isfinite(t) || isnan(r) != isnan(t)) {
+      nonfin = viol = 1;
+      excess = 3.4e38f;
+    } else if (isfinite(r)) {
+      const double err = fabs(double(t) - double(r)), tol = atol + rtol * fabs(double(r));
+      if (err > tol) viol = 1, excess = float(err - tol);
     }
   }
-  excess_s[threadIdx.x] = worst;
-  idx_s[threadIdx.x] = worst_idx;
-  viol_s[threadIdx.x] = viol;
-  nonfin_s[threadIdx.x] = nonfin;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w; w /= 2) {
-    if (threadIdx.x < w) {
-      viol_s[threadIdx.x] += viol_s[threadIdx.x + w];
-      nonfin_s[threadIdx.x] += nonfin_s[threadIdx.x + w];
-      if (excess_s[threadIdx.x + w] > excess_s[threadIdx.x]) {
-        excess_s[threadIdx.x] = excess_s[threadIdx.x + w];
-        idx_s[threadIdx.x] = idx_s[threadIdx.x + w];
-      }
-    }
-    __syncthreads();
-  }
+  // Worst sample: the largest excess as (float bits << 32 | index); excess >= 0 orders like its bits.
+  const unsigned long long key =
+      excess >= 0.0f ? (static_cast<unsigned long long>(__float_as_uint(excess)) << 32) | unsigned(s) : 0ull;
+  const unsigned long long worst_key = block_reduce(key, [](auto x, auto y) { return x > y ? x : y; }, kslots);
+  const unsigned total_viol = block_reduce(viol, [](unsigned x, unsigned y) { return x + y; }, uslots);
+  const unsigned total_nonfin = block_reduce(nonfin, [](unsigned x, unsigned y) { return x + y; }, uslots);
   if (threadIdx.x == 0) {
     Verdict v{};
-    v.violations = viol_s[0];
-    v.nonfinite = nonfin_s[0];
-    v.worst = idx_s[0];
+    v.violations = total_viol;
+    v.nonfinite = total_nonfin;
+    v.worst = total_viol ? int(worst_key & 0xFFFFFFFFu) : -1;
     v.ref_scale = ref_scale;
     if (v.worst >= 0) {
       const uint64_t h = mix64(seed + uint64_t(v.worst) * 0x9E3779B97F4A7C15ull);
       v.worst_i = (h >> 32) % uint64_t(m);
       v.worst_j = (h & 0xFFFFFFFFu) % uint64_t(n);
-      v.worst_ref = ref[v.worst];
-      v.worst_test = test[v.worst];
+      v.worst_ref = __ldcg(ref + v.worst);
+      v.worst_test = __ldcg(test + v.worst);
       v.worst_tol = float(atol + rtol * fabs(double(v.worst_ref)));
     }
-    *const_cast<Verdict*>(out) = v;
+    *out = v;
   }
 }
 
@@ -265,10 +253,9 @@ __global__ void __launch_bounds__(kDotThreads) sample_and_judge(OperandView a, O
   if (!last) return;
   __threadfence();
   judge_samples(ref_out, test_out, count, atol_per_scale, rtol, m, n, seed, verdict);
-  if (threadIdx.x == 0) {
-    *blocks_done = 0;  // ready for the next check on this slot
-    __threadfence_system();
-  }
+  // No system fence: the host reads the verdict only after the stream event behind this kernel has
+  // completed, which orders it after every write of the kernel.
+  if (threadIdx.x == 0) *blocks_done = 0;  // ready for the next check on this slot
 }
 
 __global__ void widen(const void* d, DType t, float* out, int64_t count) {
@@ -467,7 +454,8 @@ struct AsyncSampler::Impl {
     Verdict* verdict_d = nullptr;     // its device address
     cudaEvent_t done = nullptr;
     bool pending = false;
-    std::string what;  // the call, for the report
+    GemmProblem problem;  // the call, for the report (formatted only on failure)
+    Backend backend = Backend::kNative;
   };
   Slot slots[kSlots];
   int next = 0;
@@ -478,7 +466,8 @@ struct AsyncSampler::Impl {
     const Verdict& v = *s.verdict_h;
     if (v.violations == 0) return;
     std::ostringstream os;
-    os << "verification failed (sample mode, reported after the call returned) for " << s.what << ": "
+    os << "verification failed (sample mode, reported after the call returned) for " << s.problem.to_string()
+       << " on backend " << to_string(s.backend) << ": "
        << v.violations << " of " << kSamples << " sampled elements outside tolerance";
     if (v.nonfinite) os << " (" << v.nonfinite << " NaN/Inf mismatches)";
     if (v.worst >= 0)
@@ -506,7 +495,7 @@ AsyncSampler::~AsyncSampler() {
   for (auto& s : impl_->slots) {
     if (s.pending && cudaEventSynchronize(s.done) == cudaSuccess && s.verdict_h->violations)
       std::fprintf(stderr, "scalemm: an unreported sample verification failed for %s (%u elements)\n",
-                   s.what.c_str(), s.verdict_h->violations);
+                   s.problem.to_string().c_str(), s.verdict_h->violations);
     cudaFree(s.ref);
     cudaFree(s.test);
     cudaFree(s.blocks_done);
@@ -553,7 +542,8 @@ void AsyncSampler::enqueue(const GemmArgs& args, const Plan& plan, Stream stream
   cuda_check(cudaGetLastError(), "sample check launch");
   cuda_check(cudaEventRecord(s.done, cs), "sample event");
   s.pending = true;
-  s.what = GemmProblem::from(args).to_string() + " on backend " + std::string(to_string(plan.backend));
+  s.problem = GemmProblem::from(args);
+  s.backend = plan.backend;
 }
 
 }  // namespace scalemm::verify
