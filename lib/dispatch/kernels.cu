@@ -204,10 +204,10 @@ __global__ void __launch_bounds__(kDqThreads) dequant_bf16_kernel(const uint8_t*
       else scale[u] = formats::decode_ue4m3(code) * pow2f(shift);
       const uint8_t* src = data + (r * k + k0[u]) * kBytes / kDqPer;
       if constexpr (kBytes == 8) {
-        const uint2 v = *reinterpret_cast<const uint2*>(src);
+        const uint2 v = __ldcs(reinterpret_cast<const uint2*>(src));
         w[u][0] = v.x, w[u][1] = v.y;
       } else {
-        w[u][0] = *reinterpret_cast<const uint32_t*>(src);
+        w[u][0] = __ldcs(reinterpret_cast<const unsigned int*>(src));
       }
     }
 #pragma unroll
@@ -228,7 +228,9 @@ __global__ void __launch_bounds__(kDqThreads) dequant_bf16_kernel(const uint8_t*
         const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale[u], f.y * scale[u]);
         o[j / 2] = *reinterpret_cast<const uint32_t*>(&b);
       }
-      *reinterpret_cast<uint4*>(out + r * k + k0[u]) = make_uint4(o[0], o[1], o[2], o[3]);
+      // Streaming store: the BF16 copy is read once, by the GEMM that follows, and should not sit in
+      // L2 as dirty lines when that GEMM starts.
+      __stcs(reinterpret_cast<uint4*>(out + r * k + k0[u]), make_uint4(o[0], o[1], o[2], o[3]));
     }
   }
 }
