@@ -110,6 +110,10 @@ struct Plan {
   /// call (false when they already are in it, or when the compact buffer is the same layout).
   bool convert_scale_a = false;
   bool convert_scale_b = false;
+  /// Convert-native plans for VEC128/BLK128x128 pairs with M not a multiple of 4 (e.g. M = 1 in
+  /// decoding): cuBLASLt runs M rounded up to 4, on a copy of A with zero rows appended, into a
+  /// scratch D whose first M rows are copied out. 0 when not padding.
+  int64_t padded_m = 0;
 
   /// "mxfp8 x mxfp8 on sm_90: cuBLASLt VEC32_UE8M0 needs sm_100 -> emulated: exact dequantization ..."
   std::string explain() const;

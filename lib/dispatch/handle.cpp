@@ -125,6 +125,56 @@ void Handle::Impl::run_host_reference(const GemmArgs& args) {
   emulation::gemm_host(dispatch::as_quantized(args.a, args.m, args.k), dispatch::as_quantized(args.b, args.n, args.k), args.d, opt);
 }
 
+namespace {
+
+size_t out_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// The native cuBLASLt call of a GEMM whose A may be a padded copy (a_data, m).
+backends::LtCall native_call(const GemmArgs& args, const void* const scale_ptr[2], const void* a_data, int64_t m,
+                             void* d, float alpha) {
+  backends::LtCall c;
+  c.m = m, c.n = args.n, c.k = args.k;
+  c.a_dtype = args.a.dtype, c.b_dtype = args.b.dtype, c.d_dtype = args.d_dtype;
+  c.a_scale_mode = dispatch::recipe_scale_mode(args.a.recipe);
+  c.b_scale_mode = dispatch::recipe_scale_mode(args.b.recipe);
+  c.a = a_data, c.b = args.b.data, c.d = d, c.bias = args.bias;
+  c.a_scale = scale_ptr[0], c.b_scale = scale_ptr[1];
+  c.alpha = alpha;
+  return c;
+}
+
+// Converts the scale buffers the plan marks from compact to cuBLASLt format into scratch and points
+// scale_ptr at the results: small buffers (both operands) in one launch, large ones through the
+// bandwidth kernels of layouts::gpu.
+template <class Take>
+void convert_scales(const GemmArgs& args, const Plan& plan, const void* scale_ptr[2], Take& take, Stream stream) {
+  const GemmOperand* ops[2] = {&args.a, &args.b};
+  const int64_t rows[2] = {args.m, args.n};
+  const bool convert[2] = {plan.convert_scale_a, plan.convert_scale_b};
+  dispatch::ScaleConversion small[2];
+  int n_small = 0;
+  int64_t small_elems = 0;
+  for (int i = 0; i < 2; ++i) {
+    const GemmOperand& op = *ops[i];
+    if (!convert[i]) continue;
+    const layouts::ScaleLayout from(op.recipe, rows[i], args.k, ScaleFormat::kCompact);
+    const layouts::ScaleLayout to = from.with_format(ScaleFormat::kCublasLt);
+    void* dst = take(static_cast<size_t>(to.bytes()));
+    scale_ptr[i] = dst;
+    small[n_small++] = {from, to, op.scale, dst};
+    small_elems += to.size();
+  }
+  if (small_elems <= dispatch::kSmallConversionElements) {
+    dispatch::convert_scales_small(small, n_small, stream);
+  } else {
+    for (int i = 0; i < n_small; ++i)
+      layouts::gpu::convert(small[i].from, small[i].src, small[i].to, small[i].dst,
+                            reinterpret_cast<cudaStream_t>(stream));
+  }
+}
+
+}  // namespace
+
 void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamArena& arena, Stream stream) {
   const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
   char* scratch = arena.scratch;
@@ -138,40 +188,27 @@ void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamAren
   switch (plan.backend) {
     case Backend::kNative: {
       const void* scale_ptr[2] = {args.a.scale, args.b.scale};
-      const GemmOperand* ops[2] = {&args.a, &args.b};
-      const int64_t rows[2] = {args.m, args.n};
-      const bool convert[2] = {plan.convert_scale_a, plan.convert_scale_b};
-      dispatch::ScaleConversion small[2];
-      int n_small = 0;
-      int64_t small_elems = 0;
-      for (int i = 0; i < 2; ++i) {
-        const GemmOperand& op = *ops[i];
-        if (!convert[i]) continue;
-        const layouts::ScaleLayout from(op.recipe, rows[i], args.k, ScaleFormat::kCompact);
-        const layouts::ScaleLayout to = from.with_format(ScaleFormat::kCublasLt);
-        void* dst = take(static_cast<size_t>(to.bytes()));
-        scale_ptr[i] = dst;
-        small[n_small++] = {from, to, op.scale, dst};
-        small_elems += to.size();
-      }
-      // Small buffers: both conversions in one launch. Large ones: the bandwidth kernels.
-      if (small_elems <= dispatch::kSmallConversionElements) {
-        dispatch::convert_scales_small(small, n_small, stream);
-      } else {
-        for (int i = 0; i < n_small; ++i) layouts::gpu::convert(small[i].from, small[i].src, small[i].to, small[i].dst, cs);
-      }
-      backends::LtCall c;
-      c.m = args.m, c.n = args.n, c.k = args.k;
-      c.a_dtype = args.a.dtype, c.b_dtype = args.b.dtype, c.d_dtype = args.d_dtype;
-      c.a_scale_mode = dispatch::recipe_scale_mode(args.a.recipe);
-      c.b_scale_mode = dispatch::recipe_scale_mode(args.b.recipe);
-      c.a = args.a.data, c.b = args.b.data, c.d = args.d, c.bias = args.bias;
-      c.a_scale = scale_ptr[0], c.b_scale = scale_ptr[1];
-      c.alpha = alpha;
-      arena.lt.matmul(c, arena.lt_workspace, arena.lt_bytes, stream);
+      convert_scales(args, plan, scale_ptr, take, stream);
+      arena.lt.matmul(native_call(args, scale_ptr, args.a.data, args.m, args.d, alpha), arena.lt_workspace,
+                      arena.lt_bytes, stream);
       return;
     }
     case Backend::kConvertNative: {
+      if (plan.padded_m) {
+        // A with zero rows appended, the GEMM on padded_m rows into scratch, then D's first M rows.
+        const void* scale_ptr[2] = {args.a.scale, args.b.scale};
+        convert_scales(args, plan, scale_ptr, take, stream);
+        const size_t row_a = static_cast<size_t>(args.k), row_d = static_cast<size_t>(args.n) * out_bytes(args.d_dtype);
+        const size_t pad_rows = static_cast<size_t>(plan.padded_m - args.m);
+        char* a_pad = take(row_a * size_t(plan.padded_m));
+        char* d_pad = take(row_d * size_t(plan.padded_m));
+        cuda_check(cudaMemcpyAsync(a_pad, args.a.data, row_a * size_t(args.m), cudaMemcpyDeviceToDevice, cs), "pad A");
+        cuda_check(cudaMemsetAsync(a_pad + row_a * size_t(args.m), 0, row_a * pad_rows, cs), "pad A");
+        arena.lt.matmul(native_call(args, scale_ptr, a_pad, plan.padded_m, d_pad, alpha), arena.lt_workspace,
+                        arena.lt_bytes, stream);
+        cuda_check(cudaMemcpyAsync(args.d, d_pad, row_d * size_t(args.m), cudaMemcpyDeviceToDevice, cs), "copy out D");
+        return;
+      }
       const bool a_is_tw = args.a.recipe == Recipe::kTensorwise;
       const int64_t len = a_is_tw ? args.m : args.n;
       auto* vec = reinterpret_cast<float*>(take(static_cast<size_t>(len) * 4));

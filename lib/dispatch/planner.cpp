@@ -13,6 +13,7 @@ namespace {
 constexpr const char* kArrow = " \xE2\x86\x92 ";  // " → "
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+size_t dtype_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 // True when two layouts of one operand place every scale at the same offset in buffers of the same
 // size (e.g. block128x128 with a K-block count divisible by 4: compact and cuBLASLt coincide). Walks
@@ -68,8 +69,39 @@ Candidate try_native(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
                     "\xC3\x97" + dispatch::scale_mode_name(plan.cublas_scale_mode_b) + " on " + t.to_string()};
 }
 
+bool block_fp32(Recipe r) { return r == Recipe::kBlock1x128 || r == Recipe::kBlock128x128; }
+
+// VEC128/BLK128x128 need M and N multiples of 4. M = 1..3 (decoding) pads exactly: zero rows of A give
+// zero rows of D, and A's scale buffer in cuBLASLt format already has roundup(M, 4) rows (VEC128:
+// kb * roundup(M,4) + r; BLK128x128: one grid row per 128 rows), so only A's data and D are copied.
+Candidate try_pad_m(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
+  GemmProblem q = p;
+  q.m = layouts::round_up(p.m, 4);
+  const std::string blocker = dispatch::native_blocker(q, t);
+  if (!blocker.empty()) return {false, "padded to M=" + std::to_string(q.m) + ": " + blocker};
+  const layouts::ScaleLayout a_lt(p.a_recipe, p.m, p.k, ScaleFormat::kCublasLt);
+  if (a_lt.size() != layouts::ScaleLayout(p.a_recipe, q.m, p.k, ScaleFormat::kCublasLt).size())
+    return {false, "scale_a's cuBLASLt buffer does not cover M=" + std::to_string(q.m)};
+  plan.workspace_bytes = add_scale_conversions(p, plan);
+  const size_t a_bytes = static_cast<size_t>(q.m * p.k), d_bytes = static_cast<size_t>(q.m * p.n) * dtype_bytes(p.d_dtype);
+  plan.conversions.push_back({"a: M=" + std::to_string(p.m) + " -> " + std::to_string(q.m) + " rows (zero rows appended)",
+                              int64_t(a_bytes)});
+  plan.conversions.push_back({"d: first " + std::to_string(p.m) + " of " + std::to_string(q.m) + " rows copied out",
+                              int64_t(d_bytes)});
+  plan.workspace_bytes += align256(a_bytes) + align256(d_bytes);
+  plan.padded_m = q.m;
+  plan.cublas_scale_mode_a = dispatch::recipe_scale_mode(p.b_recipe);
+  plan.cublas_scale_mode_b = dispatch::recipe_scale_mode(p.a_recipe);
+  return {true, "convert-then-native: A padded to M=" + std::to_string(q.m) + " with zero rows (exact), cuBLASLt " +
+                    dispatch::scale_mode_name(plan.cublas_scale_mode_a) + "\xC3\x97" +
+                    dispatch::scale_mode_name(plan.cublas_scale_mode_b)};
+}
+
 // Recipe conversions that turn an unsupported pair into a native one, exactly.
 Candidate try_convert_native(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
+  if (block_fp32(p.a_recipe) && block_fp32(p.b_recipe) && p.m % 4 != 0 && p.space == MemorySpace::kDevice &&
+      t.has_gpu())
+    return try_pad_m(p, t, plan);
   // tensorwise x rowwise (either way): broadcast the single scale to a vector -> OUTER_VEC_32F pair.
   const bool tw_rw = (p.a_recipe == Recipe::kTensorwise && p.b_recipe == Recipe::kRowwise) ||
                      (p.a_recipe == Recipe::kRowwise && p.b_recipe == Recipe::kTensorwise);

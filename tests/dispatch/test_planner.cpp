@@ -123,10 +123,17 @@ TEST_CASE("shape and type rules of the native contracts send a problem elsewhere
     p.d_dtype = DType::kF32;
     CHECK(plan(p, h200).backend == Backend::kNative);
   }
-  SECTION("VEC128 needs M and N multiples of 4") {
+  SECTION("VEC128 needs M and N multiples of 4: M is padded, N is not") {
     const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 130, 256, 512), h200);
-    CHECK(p.backend == Backend::kReference);
+    CHECK(p.backend == Backend::kConvertNative);
+    CHECK(p.padded_m == 132);
     CHECK_THAT(p.explain(), Catch::Contains("needs M and N multiples of 4, got M=130"));
+    CHECK_THAT(p.explain(), Catch::Contains("A padded to M=132 with zero rows"));
+    GemmProblem n130 = problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 256, 130, 512);
+    n130.d_dtype = DType::kF32;
+    const Plan q = plan(n130, h200);
+    CHECK(q.backend == Backend::kReference);
+    CHECK_THAT(q.explain(), Catch::Contains("N=130 is not a multiple of 4"));
   }
   SECTION("e5m2 x e5m2") {
     GemmProblem p = problem(Recipe::kTensorwise, Recipe::kTensorwise);
@@ -135,6 +142,22 @@ TEST_CASE("shape and type rules of the native contracts send a problem elsewhere
     p.b_dtype = DType::kE4M3;
     CHECK(plan(p, h200).backend == Backend::kNative);
   }
+}
+
+TEST_CASE("blockwise decoding (M = 1..3) runs natively on A padded to 4 rows", "[dispatch][planner]") {
+  const auto h200 = DeviceTarget::simulated(90, 130100);
+  for (int64_t m : {1, 2, 3}) {
+    const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, m, 7168, 2048), h200);
+    CAPTURE(m, p.explain());
+    CHECK(p.backend == Backend::kConvertNative);
+    CHECK(p.padded_m == 4);
+    // A's scales still need their compact -> cuBLASLt conversion; the padded copies are in the workspace.
+    CHECK(p.convert_scale_a);
+    CHECK(p.workspace_bytes >= size_t(4 * 2048 + 4 * 7168 * 2));
+  }
+  // Not on a device without blockwise support, and not for host memory.
+  CHECK(plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 1, 7168, 2048), DeviceTarget::simulated(100, 130100))
+            .backend == Backend::kReference);
 }
 
 TEST_CASE("tensorwise with rowwise is made native by broadcasting the single scale", "[dispatch][planner]") {
