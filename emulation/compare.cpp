@@ -142,9 +142,14 @@ double sqnr_db(const float* ref, const float* test, int64_t n) { return compare(
 
 Tolerance gemm_tolerance(int64_t k, DType in_dtype, DType out_dtype, double ref_scale) {
   const double u_acc = std::ldexp(1.0, -24);
-  const double u_out = out_dtype == DType::kBF16 ? std::ldexp(1.0, -8)
+  // Unit roundoff of the output: half a unit in the last place (FP8 outputs: e4m3 3, e5m2 2 mantissa
+  // bits; their subnormal floor is covered by the u_out * ref_scale term when d_scale maps the output's
+  // amax near the format's maximum, as delayed and current scaling do).
+  const double u_out = out_dtype == DType::kBF16  ? std::ldexp(1.0, -8)
                        : out_dtype == DType::kF16 ? std::ldexp(1.0, -11)
-                                                  : u_acc;
+                       : out_dtype == DType::kE4M3 ? std::ldexp(1.0, -4)
+                       : out_dtype == DType::kE5M2 ? std::ldexp(1.0, -3)
+                                                   : u_acc;
   const double u_in = in_dtype == DType::kE2M1 ? std::ldexp(1.0, -23) : u_acc;
   Tolerance t;
   t.rtol = 2 * u_out + 2 * u_in;

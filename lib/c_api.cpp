@@ -79,6 +79,10 @@ scalemm::GemmArgs args_from(const scalemm_gemm_t* g) {
   a.bias = g->bias;
   a.alpha = g->alpha;
   a.space = checked_enum<scalemm::MemorySpace>(g->memory_space, 0, 1, "gemm.memory_space");
+  if (g->struct_size >= offsetof(scalemm_gemm_t, d_amax) + sizeof(float*)) {
+    a.d_scale = g->d_scale;
+    a.d_amax = g->d_amax;
+  }
   return a;
 }
 

@@ -36,15 +36,27 @@ struct GemmOperand {
 };
 
 /// D (M,N) = alpha * A (M,K) * B^T (+ bias[N]). All pointers in `space`.
+///
+/// FP8 output (d_dtype e4m3 or e5m2) needs `d_scale`: D = fp8(d_scale * (alpha * A * B^T + bias)),
+/// rounded to nearest even and saturated to the format's largest finite value, as cuBLASLt does with
+/// D_SCALE_POINTER. `d_amax`, when given, receives max |alpha * A * B^T + bias| over D (before d_scale:
+/// the amax a delayed-scaling recipe feeds into the next d_scale). cuBLASLt runs FP8 output natively
+/// only with tensorwise scales on both operands; every other pair goes through an fp32 D and one
+/// quantizing pass (the plan says so).
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
   void* d = nullptr;
-  DType d_dtype = DType::kBF16;  ///< bf16, f16 or f32
+  DType d_dtype = DType::kBF16;  ///< bf16, f16, f32, or e4m3/e5m2 with d_scale
   const void* bias = nullptr;    ///< optional bf16 [N]
   float alpha = 1.0f;
   MemorySpace space = MemorySpace::kDevice;
+  const float* d_scale = nullptr;  ///< FP8 output only: fp32 scalar multiplier applied before conversion
+  float* d_amax = nullptr;         ///< FP8 output only, optional: fp32 scalar receiving the output's amax
 };
+
+/// True for the output types that need a D scale.
+constexpr bool is_fp8_output(DType t) { return t == DType::kE4M3 || t == DType::kE5M2; }
 
 /// Where a GEMM runs, in the order they are tried.
 enum class Backend : uint8_t {
@@ -79,6 +91,7 @@ struct GemmProblem {
   ScaleFormat a_format = ScaleFormat::kCompact, b_format = ScaleFormat::kCompact;
   DType d_dtype = DType::kBF16;
   bool has_bias = false;
+  bool has_amax = false;  ///< FP8 output with d_amax
   MemorySpace space = MemorySpace::kDevice;
 
   static GemmProblem from(const GemmArgs& args);
@@ -114,6 +127,9 @@ struct Plan {
   /// decoding): cuBLASLt runs M rounded up to 4, on a copy of A with zero rows appended, into a
   /// scratch D whose first M rows are copied out. 0 when not padding.
   int64_t padded_m = 0;
+  /// FP8 output on a backend other than native: the backend writes an fp32 D of this many bytes at
+  /// the end of the workspace, and one pass applies d_scale, records the amax and converts. 0 otherwise.
+  size_t staged_output_bytes = 0;
 
   /// "mxfp8 x mxfp8 on sm_90: cuBLASLt VEC32_UE8M0 needs sm_100 -> emulated: exact dequantization ..."
   std::string explain() const;

@@ -108,10 +108,14 @@ typedef struct scalemm_gemm_t {
   int64_t m, n, k;
   scalemm_operand_t a, b;
   void* d;
-  int32_t d_dtype;      /* SCALEMM_DTYPE_BF16, _F16 or _F32 */
+  int32_t d_dtype;      /* SCALEMM_DTYPE_BF16, _F16, _F32, or _E4M3/_E5M2 with d_scale */
   const void* bias;     /* optional bf16 [N] */
   float alpha;
   int32_t memory_space; /* scalemm_memory_space_t: all pointers live there */
+  /* Added in 0.2 (read when struct_size covers them). FP8 output: D = fp8(*d_scale * result),
+   * saturating; *d_amax (optional) receives max |result| before d_scale. Both null otherwise. */
+  const float* d_scale;
+  float* d_amax;
 } scalemm_gemm_t;
 
 /* Handle options. strict != 0 refuses anything but the native backend; force_backend >= 0 runs exactly

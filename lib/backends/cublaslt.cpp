@@ -52,12 +52,12 @@ int alignment_class(const void* p) {
 }
 
 // Everything that decides descriptors and the algorithm (pointers excluded, alignment classes in).
-using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool, bool, int, int, int, int>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool, bool, int, int, int, int, bool>;
 
 Key key_of(const LtCall& c) {
   return Key{c.m, c.n, c.k, int(c.a_dtype), int(c.b_dtype), int(c.d_dtype), c.a_scale_mode, c.b_scale_mode,
              c.bias != nullptr, c.alpha_device != nullptr, alignment_class(c.a), alignment_class(c.b),
-             alignment_class(c.d), alignment_class(c.bias)};
+             alignment_class(c.d), alignment_class(c.bias), c.d_amax != nullptr};
 }
 
 std::string describe(const LtCall& c) {
@@ -72,6 +72,7 @@ std::string describe(const LtCall& c) {
 struct Prepared {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatrixLayout_t c = nullptr;  // C's own layout when D is FP8 (cuBLASLt wants a bf16 C then)
   cublasLtMatmulAlgo_t algo{};
   size_t algo_workspace = 0;
   int candidates = 1;  // heuristic results considered (1 unless autotuning)
@@ -81,6 +82,7 @@ struct Prepared {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
     if (d) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
     if (desc) cublasLtMatmulDescDestroy(desc);
   }
 };
@@ -122,11 +124,16 @@ void launch(cublasLtHandle_t handle, Prepared& p, const cublasLtMatmulAlgo_t& al
   SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.a_scale, sizeof(void*)), describe(c) + note);
   if (c.bias)
     SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(void*)), describe(c) + note);
+  if (c.d_scale)
+    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &c.d_scale, sizeof(void*)), describe(c) + note);
+  if (c.d_amax)
+    SCALEMM_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &c.d_amax, sizeof(void*)), describe(c) + note);
   const float beta = 0.0f;
   const void* alpha = c.alpha_device ? static_cast<const void*>(c.alpha_device) : static_cast<const void*>(&c.alpha);
   const void* beta_ptr = &beta;
   if (c.alpha_device) beta_ptr = c.alpha_device + 1;  // device mode: beta lives right after alpha (zero)
-  SCALEMM_LT(cublasLtMatmul(handle, p.desc, alpha, c.b, p.a, c.a, p.b, beta_ptr, c.d, p.d, c.d, p.d, &algo,
+  // beta = 0: C is not read (cuBLAS: C need not be valid then); with an FP8 D it is described as bf16.
+  SCALEMM_LT(cublasLtMatmul(handle, p.desc, alpha, c.b, p.a, c.a, p.b, beta_ptr, c.d, p.c ? p.c : p.d, c.d, p.d, &algo,
                             workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream)),
              describe(c) + note);
 }
@@ -232,10 +239,16 @@ void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes,
       SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.a_scale, sizeof(void*)), ctx);
     if (c.bias)
       SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(void*)), ctx);
+    if (c.d_scale)
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &c.d_scale, sizeof(void*)), ctx);
+    if (c.d_amax)
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &c.d_amax, sizeof(void*)), ctx);
 
     SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->a, cuda_type(c.b_dtype), uint64_t(c.k), uint64_t(c.n), int64_t(c.k)), ctx);
     SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->b, cuda_type(c.a_dtype), uint64_t(c.k), uint64_t(c.m), int64_t(c.k)), ctx);
     SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->d, cuda_type(c.d_dtype), uint64_t(c.n), uint64_t(c.m), int64_t(c.n)), ctx);
+    if (c.d_dtype == DType::kE4M3 || c.d_dtype == DType::kE5M2)
+      SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, uint64_t(c.n), uint64_t(c.m), int64_t(c.n)), ctx);
 
     cublasLtMatmulPreference_t pref = nullptr;
     SCALEMM_LT(cublasLtMatmulPreferenceCreate(&pref), ctx);
@@ -250,7 +263,7 @@ void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes,
     cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates]{};
     int found = 0;
     const int wanted = impl_->autotune ? kAutotuneCandidates : 1;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(impl_->handle, p->desc, p->a, p->b, p->d, p->d, pref,
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(impl_->handle, p->desc, p->a, p->b, p->c ? p->c : p->d, p->d, pref,
                                                              wanted, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || found == 0)

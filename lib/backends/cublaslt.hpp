@@ -30,6 +30,8 @@ struct LtCall {
   const void* bias = nullptr;  ///< bf16 [N]
   float alpha = 1.0f;
   const float* alpha_device = nullptr;  ///< when set, alpha is read from device memory at run time
+  const float* d_scale = nullptr;       ///< FP8 D: D_SCALE_POINTER (device fp32)
+  float* d_amax = nullptr;              ///< FP8 D, optional: AMAX_D_POINTER (device fp32)
 };
 
 /// A cuBLASLt handle plus a cache of prepared descriptors and heuristic results per problem key.

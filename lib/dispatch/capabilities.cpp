@@ -130,8 +130,16 @@ std::string native_blocker(const GemmProblem& p, const DeviceTarget& t) {
     if (p.a_dtype == DType::kE5M2 && p.b_dtype == DType::kE5M2)
       return "e5m2\xC3\x97" "e5m2 is not supported by cuBLASLt (cuBLAS docs FP8 type table; " + std::string(kMeasured90) + ")";
   }
-  if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF16 && p.d_dtype != DType::kF32)
-    return "output " + std::string(to_string(p.d_dtype)) + ": scalemm runs bf16, f16 or f32 outputs";
+  if (is_fp8_output(p.d_dtype)) {
+    if (p.a_recipe != Recipe::kTensorwise || p.b_recipe != Recipe::kTensorwise)
+      return "FP8 output with " + mode + " scales: cuBLASLt takes an E4M3/E5M2 D only with tensorwide (SCALAR_32F) "
+             "scales on both operands (cuBLAS docs output types; D=E4M3 with VEC128 INVALID_VALUE " +
+             std::string(kMeasured90) + ")";
+    if (p.d_dtype == DType::kE5M2 && p.a_dtype != DType::kE5M2 && p.b_dtype != DType::kE5M2)
+      return "E5M2 output needs an E5M2 input (cuBLAS docs FP8 type table: e4m3 x e4m3 gives e4m3 D)";
+  } else if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF16 && p.d_dtype != DType::kF32) {
+    return "output " + std::string(to_string(p.d_dtype)) + ": scalemm runs bf16, f16, f32 or FP8 outputs";
+  }
   if (fp4 && p.d_dtype == DType::kF16)
     return "nvfp4 with f16 output is not supported (TransformerEngine: 'FP4 GEMM does not support FP16 output')";
 
@@ -141,7 +149,7 @@ std::string native_blocker(const GemmProblem& p, const DeviceTarget& t) {
            "(cuBLAS docs tensor-core usage; K=520 NOT_SUPPORTED " + std::string(kMeasured90) + ")";
   if (fp4 && p.k % 32 != 0)
     return "K=" + std::to_string(p.k) + " is not a multiple of 32: packed FP4 rows must be 16-byte aligned";
-  const int64_t n_align = p.d_dtype == DType::kF32 ? 4 : 8;
+  const int64_t n_align = p.d_dtype == DType::kF32 ? 4 : is_fp8_output(p.d_dtype) ? 16 : 8;
   if (p.n % n_align != 0)
     return "N=" + std::to_string(p.n) + " is not a multiple of " + std::to_string(n_align) + ": " +
            std::string(to_string(p.d_dtype)) + " output rows must be 16-byte aligned (cuBLASLt m = N; M=260 with BF16 "

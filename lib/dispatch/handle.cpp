@@ -1,6 +1,7 @@
 // Handle: plan cache, per-stream resources, execution of a plan, optional verification.
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -12,6 +13,7 @@
 #include "kernels.cuh"
 #include "operands.hpp"
 #include "scalemm/emulation/emulation.hpp"
+#include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
@@ -116,13 +118,28 @@ void Handle::Impl::run_host_reference(const GemmArgs& args) {
   emulation::GemmOptions opt;
   opt.alpha = args.alpha * args.a.global_scale * args.b.global_scale;
   opt.out_dtype = args.d_dtype;
+  std::vector<float> staged;
+  if (is_fp8_output(args.d_dtype)) {  // fp32 D, then the FP8 conversion (as finish_fp8_output)
+    staged.resize(static_cast<size_t>(args.m * args.n));
+    opt.out_dtype = DType::kF32;
+  }
   if (args.bias) {
     bias.resize(static_cast<size_t>(args.n));
     const auto* b = static_cast<const uint16_t*>(args.bias);
     for (int64_t i = 0; i < args.n; ++i) bias[size_t(i)] = formats::decode_bf16(b[i]);
     opt.bias = bias.data();
   }
-  emulation::gemm_host(dispatch::as_quantized(args.a, args.m, args.k), dispatch::as_quantized(args.b, args.n, args.k), args.d, opt);
+  emulation::gemm_host(dispatch::as_quantized(args.a, args.m, args.k), dispatch::as_quantized(args.b, args.n, args.k),
+                       staged.empty() ? args.d : staged.data(), opt);
+  if (staged.empty()) return;
+  const float ds = *args.d_scale;
+  float amax = 0.0f;
+  auto* d = static_cast<uint8_t*>(args.d);
+  for (size_t i = 0; i < staged.size(); ++i) {
+    amax = std::fmax(amax, std::fabs(staged[i]));
+    d[i] = args.d_dtype == DType::kE4M3 ? formats::encode_e4m3(ds * staged[i]) : formats::encode_e5m2(ds * staged[i]);
+  }
+  if (args.d_amax) *args.d_amax = amax;
 }
 
 namespace {
@@ -140,6 +157,7 @@ backends::LtCall native_call(const GemmArgs& args, const void* const scale_ptr[2
   c.a = a_data, c.b = args.b.data, c.d = d, c.bias = args.bias;
   c.a_scale = scale_ptr[0], c.b_scale = scale_ptr[1];
   c.alpha = alpha;
+  c.d_scale = args.d_scale, c.d_amax = args.d_amax;
   return c;
 }
 
@@ -298,10 +316,24 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
     if (plan.backend == Backend::kReference)
       need += align256(emulation::gemm_device_workspace_bytes(dispatch::as_quantized(args.a, args.m, args.k),
                                                               dispatch::as_quantized(args.b, args.n, args.k)));
+    // A staged FP8 output lives after everything the backend takes from the front of the scratch.
+    const size_t staged_at = need;
+    need += align256(plan.staged_output_bytes);
     arena.reserve(need, stream);
     if (impl_->verify_mode == verify::Mode::kSample && !arena.sampler)
       arena.sampler = std::make_unique<verify::AsyncSampler>();
-    impl_->run_device(args, plan, arena, stream);
+    if (plan.staged_output_bytes) {
+      GemmArgs staged = args;
+      staged.d = arena.scratch + staged_at;
+      staged.d_dtype = DType::kF32;
+      staged.d_scale = nullptr;
+      staged.d_amax = nullptr;
+      impl_->run_device(staged, plan, arena, stream);
+      dispatch::finish_fp8_output(static_cast<const float*>(staged.d), args.d, args.d_dtype, args.m * args.n,
+                                  args.d_scale, args.d_amax, stream);
+    } else {
+      impl_->run_device(args, plan, arena, stream);
+    }
     if (impl_->verify_mode == verify::Mode::kSample) {
       // After the launches, so that polling never delays the GEMM: an earlier call on this stream
       // that failed its check is reported now (this call's result is already on its way).

@@ -262,6 +262,23 @@ __global__ void __launch_bounds__(256) convert_small_kernel(SmallConversions sc)
   }
 }
 
+// FP8 output of a staged GEMM: D = fp8(d_scale * v), saturating, and amax = max |v| (NaN ignored).
+// Non-negative floats order as their bit patterns, so the amax is an atomicMax on the bits.
+template <DType kOut>
+__global__ void __launch_bounds__(256) finish_fp8_kernel(const float* __restrict__ src, uint8_t* __restrict__ d,
+                                                         int64_t count, const float* d_scale, float* amax) {
+  const float s = *d_scale;
+  float local = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = src[i];
+    local = fmaxf(local, fabsf(v));
+    d[i] = kOut == DType::kE4M3 ? formats::encode_e4m3(s * v) : formats::encode_e5m2(s * v);
+  }
+  if (!amax) return;
+  for (int off = 16; off; off /= 2) local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, off));
+  if (threadIdx.x % 32 == 0) atomicMax(reinterpret_cast<unsigned*>(amax), __float_as_uint(local));
+}
+
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
@@ -336,6 +353,18 @@ void convert_scales_small(const ScaleConversion* conv, int count, Stream stream)
   const unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 1024)));
   convert_small_kernel<<<blocks, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(sc);
   check_launch("convert_scales_small");
+}
+
+void finish_fp8_output(const float* src, void* d, DType d_dtype, int64_t count, const float* d_scale, float* d_amax,
+                       Stream stream) {
+  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  if (d_amax && cudaMemsetAsync(d_amax, 0, sizeof(float), cs) != cudaSuccess) check_launch("finish_fp8_output amax");
+  const unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((count + 255) / 256, 2048)));
+  if (d_dtype == DType::kE4M3)
+    finish_fp8_kernel<DType::kE4M3><<<blocks, 256, 0, cs>>>(src, static_cast<uint8_t*>(d), count, d_scale, d_amax);
+  else
+    finish_fp8_kernel<DType::kE5M2><<<blocks, 256, 0, cs>>>(src, static_cast<uint8_t*>(d), count, d_scale, d_amax);
+  check_launch("finish_fp8_output");
 }
 
 }  // namespace scalemm::dispatch

@@ -30,6 +30,11 @@ constexpr int64_t kSmallConversionElements = int64_t(1) << 18;
 /// written as zero). Byte-identical to layouts::to_cublaslt / layouts::gpu::convert.
 void convert_scales_small(const ScaleConversion* conv, int count, Stream stream);
 
+/// FP8 output of a staged GEMM: d[i] = fp8(*d_scale * src[i]) (round to nearest even, saturating to
+/// the largest finite value, NaN to NaN), and *d_amax = max |src[i]| when d_amax is set.
+void finish_fp8_output(const float* src, void* d, DType d_dtype, int64_t count, const float* d_scale, float* d_amax,
+                       Stream stream);
+
 /// An operand of the emulated backend: FP8/FP4 data (rows, K) and its E8M0/UE4M3 block scales.
 struct EmulatedOperand {
   const void* data;

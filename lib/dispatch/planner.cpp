@@ -127,7 +127,7 @@ Candidate try_emulated(const GemmProblem& p, const DeviceTarget& t, Plan& plan) 
   std::string why;
   if (!dispatch::exact_in_bf16(p, &why)) return {false, why};
   if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF16 && p.d_dtype != DType::kF32)
-    return {false, "output " + std::string(to_string(p.d_dtype)) + " is not bf16/f16/f32"};
+    return {false, "output " + std::string(to_string(p.d_dtype)) + " is not bf16/f16/f32"};  // FP8: staged
   if (p.k % 8 != 0)
     return {false, "the exact BF16 dequantization writes 16-byte rows: K must be a multiple of 8, got K=" +
                        std::to_string(p.k)};
@@ -192,10 +192,35 @@ std::string Plan::explain() const {
 Plan plan(const GemmProblem& p, const DeviceTarget& t, const PlanOptions& options) {
   Plan result;
   std::vector<std::string> passed;
+  const bool fp8_out = is_fp8_output(p.d_dtype);
   for (const auto& entry : kBackends) {
     if (options.force && *options.force != entry.backend) continue;
     Plan attempt;
-    Candidate c = entry.try_fn(p, t, attempt);
+    // FP8 output beyond the native path: the backend writes an fp32 D, one pass quantizes it.
+    // The native entry first tries cuBLASLt's own FP8 epilogue (tensorwise pairs only).
+    GemmProblem q = p;
+    bool staged = fp8_out && entry.backend != Backend::kNative;
+    if (staged) q.d_dtype = DType::kF32, q.has_amax = false;
+    Candidate c = entry.try_fn(q, t, attempt);
+    if (!c.ok && fp8_out && entry.backend == Backend::kNative) {
+      q.d_dtype = DType::kF32, q.has_amax = false;
+      Plan retry;
+      Candidate f32 = entry.try_fn(q, t, retry);
+      if (f32.ok) {
+        attempt = std::move(retry);
+        f32.reason = c.reason + "; " + f32.reason;
+        c = std::move(f32);
+        staged = true;
+      }
+    }
+    if (c.ok && staged) {
+      attempt.staged_output_bytes = static_cast<size_t>(p.m * p.n) * 4;
+      attempt.workspace_bytes += align256(attempt.staged_output_bytes);
+      attempt.conversions.push_back({"d: f32 -> " + std::string(to_string(p.d_dtype)) + " with d_scale" +
+                                         (p.has_amax ? " and amax" : "") + " (one pass)",
+                                     p.m * p.n});
+      c.reason += "; fp32 D, then " + std::string(to_string(p.d_dtype)) + " with d_scale";
+    }
     if (c.ok && options.strict && entry.backend != Backend::kNative) {
       passed.push_back("strict mode refuses " + std::string(to_string(entry.backend)));
       break;

@@ -22,6 +22,7 @@ GemmProblem GemmProblem::from(const GemmArgs& a) {
   p.b_format = a.b.scale_format;
   p.d_dtype = a.d_dtype;
   p.has_bias = a.bias != nullptr;
+  p.has_amax = a.d_amax != nullptr;
   p.space = a.space;
   return p;
 }
@@ -29,14 +30,14 @@ GemmProblem GemmProblem::from(const GemmArgs& a) {
 bool GemmProblem::operator==(const GemmProblem& o) const {
   return m == o.m && n == o.n && k == o.k && a_dtype == o.a_dtype && b_dtype == o.b_dtype &&
          a_recipe == o.a_recipe && b_recipe == o.b_recipe && a_format == o.a_format && b_format == o.b_format &&
-         d_dtype == o.d_dtype && has_bias == o.has_bias && space == o.space;
+         d_dtype == o.d_dtype && has_bias == o.has_bias && has_amax == o.has_amax && space == o.space;
 }
 
 std::string GemmProblem::to_string() const {
   std::ostringstream os;
   os << scalemm::to_string(a_recipe) << '(' << scalemm::to_string(a_dtype) << ")\xC3\x97"
      << scalemm::to_string(b_recipe) << '(' << scalemm::to_string(b_dtype) << ") -> "
-     << scalemm::to_string(d_dtype) << (has_bias ? " +bias" : "") << ", M=" << m << " N=" << n << " K=" << k;
+     << scalemm::to_string(d_dtype) << (has_amax ? " +amax" : "") << (has_bias ? " +bias" : "") << ", M=" << m << " N=" << n << " K=" << k;
   return os.str();
 }
 
@@ -133,9 +134,23 @@ Diagnostics validate(const GemmArgs& a) {
   if (!out.empty()) return out;
   check_operand(out, "a", "scale_a", a.a, a.m, a.k, a.space);
   check_operand(out, "b", "scale_b", a.b, a.n, a.k, a.space);
-  if (a.d_dtype != DType::kBF16 && a.d_dtype != DType::kF16 && a.d_dtype != DType::kF32)
-    add(out, "d", "out-dtype", "output must be bf16, f16 or f32", "bf16, f16 or f32",
-        std::string(to_string(a.d_dtype)), "");
+  const bool fp8_out = is_fp8_output(a.d_dtype);
+  if (a.d_dtype != DType::kBF16 && a.d_dtype != DType::kF16 && a.d_dtype != DType::kF32 && !fp8_out)
+    add(out, "d_dtype", "out-dtype", "output must be bf16, f16, f32, or e4m3/e5m2 with a D scale",
+        "bf16, f16, f32, e4m3 or e5m2", std::string(to_string(a.d_dtype)), "");
+  if (fp8_out && !a.d_scale)
+    add(out, "d_scale", "fp8-out-d-scale", "FP8 output needs a D scale (D = fp8(d_scale * result))",
+        "a pointer to one fp32 scale", "nullptr",
+        "Pass d_scale (e.g. 448 / amax of the previous step's output), or ask for bf16 output.");
+  if (!fp8_out && (a.d_scale || a.d_amax))
+    add(out, a.d_scale ? "d_scale" : "d_amax", "d-scale-without-fp8-out",
+        "a D scale and a D amax only apply to FP8 output", "e4m3 or e5m2 output with d_scale",
+        std::string(to_string(a.d_dtype)) + " output with " + (a.d_scale ? "d_scale" : "d_amax") + " set",
+        "Set d_dtype to e4m3/e5m2, or leave d_scale and d_amax null.");
+  for (auto [name, ptr] : {std::pair<const char*, const void*>{"d_scale", a.d_scale}, {"d_amax", a.d_amax}})
+    if (ptr && (reinterpret_cast<uintptr_t>(ptr) & 3u) != 0)
+      add(out, name, "scalar-alignment", std::string(name) + " must be 4-byte aligned (one fp32)", "address % 4 == 0",
+          std::to_string(reinterpret_cast<uintptr_t>(ptr) % 4) + " bytes past 4", "Point it at a float.");
   if (!a.d) add(out, "d", "null-pointer", "output pointer is null", "a valid pointer", "nullptr", "");
   if (!(a.alpha == a.alpha) || a.alpha == __builtin_huge_valf() || a.alpha == -__builtin_huge_valf())
     add(out, "alpha", "finite-alpha", "alpha must be finite", "a finite float", std::to_string(a.alpha), "");

@@ -35,12 +35,22 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(p); }
 };
 
-__device__ float load_out(const void* d, DType t, int64_t i) {
+// Output element i in the unscaled domain: FP8 outputs are divided by their D scale.
+__device__ float load_out(const void* d, DType t, int64_t i, const float* d_scale = nullptr) {
   switch (t) {
     case DType::kF32: return static_cast<const float*>(d)[i];
     case DType::kBF16: return formats::decode_bf16(static_cast<const uint16_t*>(d)[i]);
+    case DType::kE4M3: return formats::decode_e4m3(static_cast<const uint8_t*>(d)[i]) / *d_scale;
+    case DType::kE5M2: return formats::decode_e5m2(static_cast<const uint8_t*>(d)[i]) / *d_scale;
     default: return formats::decode_f16(static_cast<const uint16_t*>(d)[i]);
   }
+}
+
+// The reference as an FP8 output represents it: saturated at the format's largest finite value.
+__host__ __device__ inline float saturate_like_output(float v, DType t, float d_scale) {
+  if (t != DType::kE4M3 && t != DType::kE5M2) return v;
+  const float lim = (t == DType::kE4M3 ? 448.0f : 57344.0f) / d_scale;
+  return v > lim ? lim : (v < -lim ? -lim : v);
 }
 
 // The dequantized value of element (r, kk) of an operand, located through the layout contract.
@@ -134,9 +144,9 @@ __device__ float block_dot(const OperandView& a, const OperandView& b, int64_t i
 }
 
 // One warp per sampled output element: fp32 dot product, dequantizing on the fly.
-__global__ void sampled_dot(OperandView a, OperandView b, const void* d, DType d_dtype, int64_t n, int64_t k,
-                            const int64_t* rows, const int64_t* cols, int64_t count, float alpha, const uint16_t* bias,
-                            float* ref_out, float* test_out) {
+__global__ void sampled_dot(OperandView a, OperandView b, const void* d, DType d_dtype, const float* d_scale,
+                            int64_t n, int64_t k, const int64_t* rows, const int64_t* cols, int64_t count, float alpha,
+                            const uint16_t* bias, float* ref_out, float* test_out) {
   const int64_t s = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (s >= count) return;
@@ -147,8 +157,8 @@ __global__ void sampled_dot(OperandView a, OperandView b, const void* d, DType d
   if (lane == 0) {
     float v = alpha * acc;
     if (bias) v += formats::decode_bf16(bias[j]);
-    ref_out[s] = v;
-    test_out[s] = load_out(d, d_dtype, i * n + j);
+    ref_out[s] = d_scale ? saturate_like_output(v, d_dtype, *d_scale) : v;
+    test_out[s] = load_out(d, d_dtype, i * n + j, d_scale);
   }
 }
 
@@ -230,7 +240,8 @@ __device__ void judge_samples(const float* ref, const float* test, int count, do
 // One launch per check: block s recomputes sample s; the last block to finish judges them all and
 // writes the verdict straight into mapped pinned host memory (no copy, no second launch).
 __global__ void __launch_bounds__(kDotThreads) sample_and_judge(OperandView a, OperandView b, const void* d,
-                                                                DType d_dtype, int64_t m, int64_t n, int64_t k,
+                                                                DType d_dtype, const float* d_scale, int64_t m,
+                                                                int64_t n, int64_t k,
                                                                 uint64_t seed, int count, float alpha,
                                                                 const uint16_t* bias, float* ref_out,
                                                                 float* test_out, unsigned* blocks_done,
@@ -244,8 +255,8 @@ __global__ void __launch_bounds__(kDotThreads) sample_and_judge(OperandView a, O
   if (threadIdx.x == 0) {
     float v = alpha * acc;
     if (bias) v += formats::decode_bf16(bias[j]);
-    ref_out[s] = v;
-    test_out[s] = load_out(d, d_dtype, i * n + j);
+    ref_out[s] = d_scale ? saturate_like_output(v, d_dtype, *d_scale) : v;
+    test_out[s] = load_out(d, d_dtype, i * n + j, d_scale);
     __threadfence();
     last = atomicAdd(blocks_done, 1u) == unsigned(count - 1);
   }
@@ -258,9 +269,9 @@ __global__ void __launch_bounds__(kDotThreads) sample_and_judge(OperandView a, O
   if (threadIdx.x == 0) *blocks_done = 0;  // ready for the next check on this slot
 }
 
-__global__ void widen(const void* d, DType t, float* out, int64_t count) {
+__global__ void widen(const void* d, DType t, const float* d_scale, float* out, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = load_out(d, t, i);
+    out[i] = load_out(d, t, i, d_scale);
 }
 
 }  // namespace
@@ -324,12 +335,17 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
     const size_t ws = emulation::gemm_device_workspace_bytes(qa, qb);
     DeviceBuffer<char> w(ws);
     emulation::gemm_device(qa, qb, ref_d.p, opt, w.p, ws, cs);
-    widen<<<1024, 256, 0, cs>>>(args.d, args.d_dtype, test_d.p, int64_t(count));
+    widen<<<1024, 256, 0, cs>>>(args.d, args.d_dtype, args.d_scale, test_d.p, int64_t(count));
     ref.resize(count);
     test.resize(count);
     cuda_check(cudaMemcpyAsync(ref.data(), ref_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
     cuda_check(cudaMemcpyAsync(test.data(), test_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
     cuda_check(cudaStreamSynchronize(cs), "full reference");
+    if (args.d_scale) {  // FP8 output: compare with the reference as the output saturates it
+      float ds = 1.0f;
+      cuda_check(cudaMemcpy(&ds, args.d_scale, sizeof(float), cudaMemcpyDeviceToHost), "d_scale copy");
+      for (float& v : ref) v = saturate_like_output(v, args.d_dtype, ds);
+    }
   } else {
     // Every row for a few columns and every column for a few rows, seeded by the shape.
     std::mt19937_64 rng(uint64_t(args.m) * 1000003u ^ uint64_t(args.n) * 7919u ^ uint64_t(args.k));
@@ -350,7 +366,7 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
     cuda_check(cudaMemcpyAsync(cols_d.p, cols.data(), count * 8, cudaMemcpyHostToDevice, cs), "indices");
     const int64_t threads = int64_t(count) * 32;
     sampled_dot<<<unsigned((threads + 255) / 256), 256, 0, cs>>>(
-        a_view, b_view, args.d, args.d_dtype, args.n, args.k, rows_d.p, cols_d.p, int64_t(count), alpha,
+        a_view, b_view, args.d, args.d_dtype, args.d_scale, args.n, args.k, rows_d.p, cols_d.p, int64_t(count), alpha,
         static_cast<const uint16_t*>(args.bias), ref_d.p, test_d.p);
     ref.resize(count);
     test.resize(count);
@@ -417,9 +433,10 @@ std::string dump_call(const GemmArgs& args, const Plan& plan, const std::string&
     io::write_npy(dir + "/bias.npy", b);
   }
   io::NpyArray d;
-  d.descr = args.d_dtype == DType::kF32 ? "<f4" : args.d_dtype == DType::kF16 ? "<f2" : "<u2";
+  const bool fp8_out = is_fp8_output(args.d_dtype);
+  d.descr = args.d_dtype == DType::kF32 ? "<f4" : args.d_dtype == DType::kF16 ? "<f2" : fp8_out ? "|u1" : "<u2";
   d.shape = {args.m, args.n};
-  d.data = fetch(args.d, size_t(args.m * args.n) * (args.d_dtype == DType::kF32 ? 4 : 2));
+  d.data = fetch(args.d, size_t(args.m * args.n) * (args.d_dtype == DType::kF32 ? 4 : fp8_out ? 1 : 2));
   io::write_npy(dir + "/d.npy", d);
 
   nlohmann::json j;
@@ -434,6 +451,12 @@ std::string dump_call(const GemmArgs& args, const Plan& plan, const std::string&
                {"global_scale", op->global_scale}};
   }
   j["d_dtype"] = std::string(to_string(args.d_dtype));
+  if (args.d_scale) {  // FP8 output: the D scale's value (the amax pointer is an output, not recorded)
+    float ds = 0.0f;
+    const auto got = fetch(args.d_scale, sizeof(float));
+    std::memcpy(&ds, got.data(), sizeof(float));
+    j["d_scale"] = ds;
+  }
   j["bias"] = args.bias != nullptr;
   j["backend"] = std::string(to_string(plan.backend));
   j["plan"] = plan.explain();
@@ -536,7 +559,8 @@ void AsyncSampler::enqueue(const GemmArgs& args, const Plan& plan, Stream stream
                            layouts::ScaleLayout(args.b.recipe, args.n, args.k, args.b.scale_format)};
   const uint64_t seed = 0x5CA1E000ull + impl_->calls++;
   const emulation::Tolerance unit = tolerance_for(args, plan, 1.0);  // linear in the reference's scale
-  sample_and_judge<<<kSamples, kDotThreads, 0, cs>>>(a_view, b_view, args.d, args.d_dtype, args.m, args.n, args.k,
+  sample_and_judge<<<kSamples, kDotThreads, 0, cs>>>(a_view, b_view, args.d, args.d_dtype, args.d_scale, args.m,
+                                                     args.n, args.k,
                                                      seed, kSamples, alpha, static_cast<const uint16_t*>(args.bias),
                                                      s.ref, s.test, s.blocks_done, unit.atol, unit.rtol, s.verdict_d);
   cuda_check(cudaGetLastError(), "sample check launch");

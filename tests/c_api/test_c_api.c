@@ -1,5 +1,6 @@
 /* Compiled as strict C99: proves scalemm.h is a C header and the ABI answers from C. */
 #include <scalemm/scalemm.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -95,7 +96,52 @@ int main(void) {
         fprintf(stderr, "%d of %d outputs differ from 64 (d[0] = %g)\n", wrong, M * N, (double)d[0]);
         ++failures;
       }
+      /* FP8 output: D = e4m3(0.25 * 64) = 16.0 (0x58), amax 64. */
+      {
+        unsigned char d8[M * N];
+        float ds = 0.25f, amax = -1.0f;
+        int bad = 0;
+        memset(d8, 0, sizeof d8);
+        g.d = d8, g.d_dtype = SCALEMM_DTYPE_E4M3, g.d_scale = &ds, g.d_amax = &amax;
+        if (scalemm_gemm(h, &g, NULL) != SCALEMM_STATUS_OK) {
+          fprintf(stderr, "FP8 output failed: %s\n", scalemm_last_error_message());
+          ++failures;
+        }
+        for (i = 0; i < M * N; ++i) bad += d8[i] != 0x58;
+        if (bad || amax != 64.0f) {
+          fprintf(stderr, "FP8 output: %d codes differ from 0x58, amax %g\n", bad, (double)amax);
+          ++failures;
+        }
+        /* A struct from before d_scale existed: FP8 output is then a named error, nothing written. */
+        memset(d8, 0, sizeof d8);
+        g.struct_size = offsetof(scalemm_gemm_t, d_scale);
+        if (scalemm_gemm(h, &g, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT ||
+            strstr(scalemm_last_error_message(), "fp8-out-d-scale") == NULL || d8[0] != 0) {
+          fprintf(stderr, "FP8 output without a D scale: %s\n", scalemm_last_error_message());
+          ++failures;
+        }
+        g.struct_size = sizeof g;
+        g.d = d, g.d_dtype = SCALEMM_DTYPE_F32, g.d_scale = NULL, g.d_amax = NULL;
+      }
       if (scalemm_handle_destroy(h) != SCALEMM_STATUS_OK) ++failures;
+    }
+    {
+      scalemm_handle_options_t o;
+      scalemm_handle_t h2 = NULL;
+      memset(&o, 0, sizeof o);
+      o.struct_size = sizeof o, o.force_backend = -1, o.autotune = 7;
+      if (scalemm_handle_create(&h2, &o) != SCALEMM_STATUS_INVALID_ARGUMENT ||
+          strstr(scalemm_last_error_message(), "options.autotune") == NULL) {
+        fprintf(stderr, "autotune 7 was accepted: %s\n", scalemm_last_error_message());
+        ++failures;
+      }
+      o.autotune = 1;
+      if (scalemm_handle_create(&h2, &o) != SCALEMM_STATUS_OK || h2 == NULL) {
+        fprintf(stderr, "autotune off was refused: %s\n", scalemm_last_error_message());
+        ++failures;
+      } else {
+        scalemm_handle_destroy(h2);
+      }
     }
   }
 

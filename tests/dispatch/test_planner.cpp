@@ -1,12 +1,15 @@
 // Planner decisions, checked without a GPU against simulated devices.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "../../lib/dispatch/capabilities.hpp"
+#include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
 
 using namespace scalemm;
@@ -160,6 +163,54 @@ TEST_CASE("blockwise decoding (M = 1..3) runs natively on A padded to 4 rows", "
             .backend == Backend::kReference);
 }
 
+TEST_CASE("FP8 output is native only with tensorwise scales; other pairs stage an fp32 D", "[dispatch][planner]") {
+  const auto h200 = DeviceTarget::simulated(90, 130100);
+  GemmProblem tw = problem(Recipe::kTensorwise, Recipe::kTensorwise);
+  tw.d_dtype = DType::kE4M3;
+  tw.has_amax = true;
+  const Plan p = plan(tw, h200);
+  CHECK(p.backend == Backend::kNative);
+  CHECK(p.staged_output_bytes == 0);
+  GemmProblem e5 = tw;
+  e5.d_dtype = DType::kE5M2;  // e4m3 x e4m3 cannot give an e5m2 D from cuBLASLt: native with fp32 D
+  const Plan q = plan(e5, h200);
+  CHECK(q.backend == Backend::kNative);
+  CHECK_THAT(q.explain(), Catch::Contains("E5M2 output needs an E5M2 input"));
+  CHECK(q.staged_output_bytes == size_t(256 * 256 * 4));
+  for (auto [ra, rb] : {std::pair{Recipe::kBlock1x128, Recipe::kBlock128x128}, {Recipe::kRowwise, Recipe::kRowwise},
+                        {Recipe::kMxfp8, Recipe::kMxfp8}}) {
+    GemmProblem x = problem(ra, rb);
+    x.d_dtype = DType::kE4M3;
+    const Plan r = plan(x, h200);
+    CAPTURE(r.explain());
+    CHECK(r.backend == (ra == Recipe::kMxfp8 ? Backend::kEmulated : Backend::kNative));  // all with fp32 D
+    CHECK(r.staged_output_bytes == size_t(256 * 256 * 4));
+    CHECK_THAT(r.explain(), Catch::Contains("fp32 D, then e4m3 with d_scale"));
+    CHECK(r.workspace_bytes >= r.staged_output_bytes);
+  }
+}
+
+TEST_CASE("FP8 output on the host reference: saturating conversion with d_scale, amax before it", "[dispatch]") {
+  // A = B = 1.0 (e4m3 0x38) with scales 1: every output is K = 64; d_scale 8 -> 512 saturates to 448.
+  std::vector<uint8_t> a(16 * 64, 0x38), b(32 * 64, 0x38), d(16 * 32, 0);
+  float sa = 1.0f, sb = 1.0f, amax = -1.0f;
+  for (float ds : {0.25f, 8.0f}) {
+    GemmArgs args;
+    args.m = 16, args.n = 32, args.k = 64;
+    args.a = {a.data(), DType::kE4M3, Recipe::kTensorwise, &sa, ScaleFormat::kCompact, 1.0f};
+    args.b = {b.data(), DType::kE4M3, Recipe::kTensorwise, &sb, ScaleFormat::kCompact, 1.0f};
+    args.d = d.data(), args.d_dtype = DType::kE4M3, args.d_scale = &ds, args.d_amax = &amax;
+    args.space = MemorySpace::kHost;
+    Handle h;
+    h.gemm(args);
+    const uint8_t want = formats::encode_e4m3(ds * 64.0f);
+    CAPTURE(ds);
+    CHECK(formats::decode_e4m3(want) == std::min(448.0f, ds * 64.0f));
+    for (uint8_t v : d) REQUIRE(v == want);
+    CHECK(amax == 64.0f);
+  }
+}
+
 TEST_CASE("tensorwise with rowwise is made native by broadcasting the single scale", "[dispatch][planner]") {
   const Plan p = plan(problem(Recipe::kTensorwise, Recipe::kRowwise), DeviceTarget::simulated(90, 130100));
   CHECK(p.backend == Backend::kConvertNative);
@@ -259,8 +310,19 @@ TEST_CASE("bad GEMM arguments are named and the output is left untouched", "[dis
   }
   {
     auto bad = args;
-    bad.d_dtype = DType::kE4M3;
+    bad.d_dtype = DType::kE2M1;
     expect_rule(bad, "out-dtype");
+  }
+  {
+    auto bad = args;
+    bad.d_dtype = DType::kE4M3;  // FP8 output without its D scale
+    expect_rule(bad, "fp8-out-d-scale");
+  }
+  {
+    auto bad = args;
+    const float ds = 2.0f;
+    bad.d_scale = &ds;  // a D scale with bf16/f32 output
+    expect_rule(bad, "d-scale-without-fp8-out");
   }
   {
     auto bad = args;
