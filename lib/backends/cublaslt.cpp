@@ -132,8 +132,11 @@ void launch(cublasLtHandle_t handle, Prepared& p, const cublasLtMatmulAlgo_t& al
   const void* alpha = c.alpha_device ? static_cast<const void*>(c.alpha_device) : static_cast<const void*>(&c.alpha);
   const void* beta_ptr = &beta;
   if (c.alpha_device) beta_ptr = c.alpha_device + 1;  // device mode: beta lives right after alpha (zero)
-  // beta = 0: C is not read (cuBLAS: C need not be valid then); with an FP8 D it is described as bf16.
-  SCALEMM_LT(cublasLtMatmul(handle, p.desc, alpha, c.b, p.a, c.a, p.b, beta_ptr, c.d, p.c ? p.c : p.d, c.d, p.d, &algo,
+  // beta = 0: C is not read. With an FP8 D, C is described as bf16 (the only C types cuBLASLt pairs
+  // with an FP8 D) and passed as null: since CUDA 13 cuBLASLt rejects C == D with different
+  // descriptors (INVALID_VALUE, measured on H100 with cuBLASLt 13.1).
+  const void* c_ptr = p.c ? nullptr : c.d;
+  SCALEMM_LT(cublasLtMatmul(handle, p.desc, alpha, c.b, p.a, c.a, p.b, beta_ptr, c_ptr, p.c ? p.c : p.d, c.d, p.d, &algo,
                             workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream)),
              describe(c) + note);
 }
