@@ -517,9 +517,13 @@ TEST_CASE("FP8 output with a D scale and amax equals the reference bit for bit o
     }
 }
 
-// Random data: native FP8 accumulation differs from the fp32 reference by ~2^-13, so a few outputs
-// round to the neighbouring FP8 value; none may be further than one step away.
-TEST_CASE("FP8 output on random data is within one FP8 step of the reference (e4m3 and e5m2)", "[gpu][dispatch]") {
+// Random data: native FP8 accumulation differs from the fp32 reference by ~2^-13 of the output's
+// magnitude, so some outputs round to a neighbouring FP8 value. Bound per element, in the scaled
+// domain (d_scale maps the amax to the format's maximum): one FP8 step at the element's magnitude
+// (relative 2^-3 e4m3, 2^-2 e5m2) plus the accumulation bound 2^-10 of the maximum (near zero the FP8
+// subnormal steps are finer than the accumulation difference).
+TEST_CASE("FP8 output on random data is within one FP8 step plus the accumulation bound of the reference",
+          "[gpu][dispatch]") {
   auto rng = scalemm::testing::rng(0xF9);
   Handle h;
   for (DType out : {DType::kE4M3, DType::kE5M2}) {
@@ -528,24 +532,28 @@ TEST_CASE("FP8 output on random data is within one FP8 step of the reference (e4
     auto b = scalemm::testing::random_operand(Recipe::kTensorwise, 512, 1024, ScaleFormat::kCompact, rng);
     // d_scale from the reference's amax, as current scaling would choose it.
     const Fp8Out probe = run_fp8_out(h, a, b, out, 1.0f);
-    const float ds = (out == DType::kE4M3 ? 448.0f : 57344.0f) / probe.ref_amax;
+    const float fmax = out == DType::kE4M3 ? 448.0f : 57344.0f;
+    const float ds = fmax / probe.ref_amax;
     const Fp8Out r = run_fp8_out(h, a, b, out, ds);
-    int64_t off_by_one = 0, worse = 0;
+    const double step = out == DType::kE4M3 ? 0.125 : 0.25, acc = std::ldexp(double(fmax), -10);
+    int64_t differ = 0, worse = 0;
+    double worst = 0.0;
     for (size_t i = 0; i < r.gpu.size(); ++i) {
       if (r.gpu[i] == r.ref[i]) continue;
-      // Adjacent codes of the same sign are one FP8 step apart.
-      const bool same_sign = (r.gpu[i] & 0x80) == (r.ref[i] & 0x80);
-      const int step = std::abs(int(r.gpu[i] & 0x7F) - int(r.ref[i] & 0x7F));
-      if (same_sign && step == 1) ++off_by_one;
-      else if (fp8_value(r.gpu[i], out) != fp8_value(r.ref[i], out)) ++worse;  // +0 vs -0 is not an error
+      ++differ;
+      const double vg = fp8_value(r.gpu[i], out), vr = fp8_value(r.ref[i], out);
+      const double err = std::fabs(vg - vr), bound = step * std::max(std::fabs(vg), std::fabs(vr)) + acc;
+      worst = std::max(worst, err / bound);
+      worse += err > bound;
     }
-    std::printf("FP8 output %s, %s: %lld of %zu outputs one step from the reference, amax %.6g vs %.6g\n",
-                std::string(to_string(out)).c_str(), std::string(to_string(r.backend)).c_str(),
-                (long long)off_by_one, r.gpu.size(), r.gpu_amax, r.ref_amax);
-    CAPTURE(to_string(out), to_string(r.backend), off_by_one, worse);
+    std::printf("FP8 output %s, %s: %lld of %zu outputs differ from the reference (worst at %.2f of the bound), "
+                "amax %.6g vs %.6g\n",
+                std::string(to_string(out)).c_str(), std::string(to_string(r.backend)).c_str(), (long long)differ,
+                r.gpu.size(), worst, r.gpu_amax, r.ref_amax);
+    CAPTURE(to_string(out), to_string(r.backend), differ, worse, worst);
     CHECK(r.backend == Backend::kNative);
     CHECK(worse == 0);
-    CHECK(off_by_one * 100 < int64_t(r.gpu.size()));  // well under 1%
+    CHECK(differ * 50 < int64_t(r.gpu.size()));  // under 2%
     CHECK(std::fabs(r.gpu_amax - r.ref_amax) <= 1e-3f * r.ref_amax);
   }
 }
