@@ -101,6 +101,21 @@ __device__ void group_setup(int g, const int64_t* row_offsets, ScaleLayout& f, S
   __syncthreads();  // sh is reused by the next group
 }
 
+// Runs body(f, t, src_base, dst_base) for each group this block owns (blockIdx.y strides over the
+// groups; a single operand is one group with row_offsets == nullptr, bases 0). f and t carry the
+// group's row count; the bases are element offsets into the source and destination buffers.
+template <Recipe RF, Recipe RT, class Body>
+__device__ __forceinline__ void for_each_group(const ScaleLayout& from, const ScaleLayout& to,
+                                               const int64_t* row_offsets, int groups, GroupBase& gb, Body body) {
+  const int ngroups = row_offsets ? groups : 1;
+  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+    ScaleLayout f = from, t = to;
+    int64_t sb = 0, db = 0;
+    if (row_offsets) group_setup<RF, RT>(g, row_offsets, f, t, sb, db, gb);
+    body(f, t, sb, db);
+  }
+}
+
 struct Shared {
   alignas(16) unsigned char src_img[kTile * 4 + 32];
   alignas(16) unsigned char dst_img[(kTile + kTransposePad) * 4 + 32];
@@ -383,18 +398,11 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
   __shared__ Shared sh;
   from.recipe = RF;  // compile-time recipes: offset() folds to shifts and multiplies
   to.recipe = RT;
-  const int ngroups = row_offsets ? groups : 1;
-  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
-    ScaleLayout f = from, t = to;
-    const Ts* s = src;
-    Td* d = dst;
-    if (row_offsets) {
-      int64_t sb = 0, db = 0;
-      group_setup<RF, RT>(g, row_offsets, f, t, sb, db, sh.gb);
-      // Group buffers start at multiples of 4 elements whenever quads are in use (launch() checks).
-      s = src + sb / (kQuad ? 4 : 1);
-      d = dst + db / (kQuad ? 4 : 1);
-    }
+  for_each_group<RF, RT>(from, to, row_offsets, groups, sh.gb, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                   int64_t sb, int64_t db) {
+    // Group buffers start at multiples of 4 elements whenever quads are in use (launch() checks).
+    const Ts* s = src + sb / (kQuad ? 4 : 1);
+    Td* d = dst + db / (kQuad ? 4 : 1);
     using Op = typename OpFor<K, RF, RT>::type;
     using View = ViewFor<K, kQuad, Op>;
     const View op{Op{f, t}};
@@ -405,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
       const int64_t tp = tile / tiles_c, tc = tile - tp * tiles_c;
       run_tile<K>(op, s, d, tp << pl.log_tr, tc << pl.log_tk, pl, sh, inexact_count);
     }
-  }
+  });
 }
 
 // ---- specialised kernels ----------------------------------------------------------------------------
@@ -436,17 +444,10 @@ __global__ void __launch_bounds__(kThreads) affine_kernel(ScaleLayout from, cons
   __shared__ GroupBase gb;
   from.recipe = R;
   to.recipe = R;
-  const int ngroups = row_offsets ? groups : 1;
-  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
-    ScaleLayout f = from, t = to;
-    const uint32_t* s = src;
-    uint32_t* d = dst;
-    if (row_offsets) {
-      int64_t sb = 0, db = 0;
-      group_setup<R, R>(g, row_offsets, f, t, sb, db, gb);
-      s += sb;
-      d += db;
-    }
+  for_each_group<R, R>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                               int64_t sb, int64_t db) {
+    const uint32_t* s = src + sb;
+    uint32_t* d = dst + db;
     // Source position of destination grid position (p, c): (p, c), or (c, p) for a transpose.
     auto soff = [&](int64_t p, int64_t c) { return K == Kind::kTranspose ? f.padded_offset(c, p) : f.padded_offset(p, c); };
     const int64_t s00 = soff(0, 0), d00 = t.padded_offset(0, 0);
@@ -510,7 +511,7 @@ __global__ void __launch_bounds__(kThreads) affine_kernel(ScaleLayout from, cons
       }
       __syncthreads();
     }
-  }
+  });
 }
 
 // ---- 128x4-tiled one-byte scales ---------------------------------------------------------------------
@@ -573,17 +574,10 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
   __shared__ GroupBase gb;
   from.recipe = R;
   to.recipe = R;
-  const int ngroups = row_offsets ? groups : 1;
-  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
-    ScaleLayout f = from, t = to;
-    const uint8_t* s = src;
-    uint8_t* d = dst;
-    if (row_offsets) {
-      int64_t sb = 0, db = 0;
-      group_setup<R, R>(g, row_offsets, f, t, sb, db, gb);
-      s += sb;
-      d += db;
-    }
+  for_each_group<R, R>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                               int64_t sb, int64_t db) {
+    const uint8_t* s = src + sb;
+    uint8_t* d = dst + db;
     const ScaleLayout& cl = kToTiled ? f : t;  // compact side
     const ScaleLayout& tl = kToTiled ? t : f;  // tiled side
     const int64_t pitch = cl.padded_offset(1, 0) - cl.padded_offset(0, 0);
@@ -640,7 +634,7 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
       }
       __syncthreads();
     }
-  }
+  });
 }
 
 // 128x4-tiled destinations computed from a tiny source: mxfp8-32x32 compact -> cublaslt (each scale
@@ -660,18 +654,11 @@ __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, 
   __shared__ GroupBase gb;
   from.recipe = RF;
   to.recipe = RT;
-  const int ngroups = row_offsets ? groups : 1;
   int inexact = 0;
-  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
-    ScaleLayout f = from, t = to;
-    const uint8_t* s = static_cast<const uint8_t*>(src);
-    uint8_t* d = dst;
-    if (row_offsets) {
-      int64_t sb = 0, db = 0;
-      group_setup<RF, RT>(g, row_offsets, f, t, sb, db, gb);
-      s += sb * f.scale_bytes();
-      d += db;
-    }
+  for_each_group<RF, RT>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                int64_t sb, int64_t db) {
+    const uint8_t* s = static_cast<const uint8_t*>(src) + sb * f.scale_bytes();
+    uint8_t* d = dst + db;
     using Op = typename OpFor<K, RF, RT>::type;
     const Op op{f, t};
     const int64_t S = t.kblocks(), S4 = t.padded_kblocks(), Rr = t.real_rows();
@@ -713,7 +700,7 @@ __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, 
       }
       __syncthreads();
     }
-  }
+  });
   if constexpr (K == Kind::kBroadcast) {
     for (int o = 16; o > 0; o >>= 1) inexact += __shfl_xor_sync(0xffffffffu, inexact, o);
     if ((threadIdx.x & 31) == 0 && inexact > 0 && inexact_count != nullptr)
