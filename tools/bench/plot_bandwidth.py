@@ -37,8 +37,17 @@ def emulation_rows(path):
     return rows
 
 
-def main():
-    layouts, emulation, out = sys.argv[1], sys.argv[2], sys.argv[3]
+def device_name(path):
+    """The GPU named on the first line of a bench_layouts/bench_emulation log ("... on NAME (sm_..")."""
+    try:
+        with open(path) as f:
+            m = re.search(r" on (.+?) \(sm_", f.readline())
+        return m.group(1) if m else "GPU"
+    except OSError:
+        return "GPU"
+
+
+def plot(layouts, emulation, out):
     rows = layouts_rows(layouts) + emulation_rows(emulation)
     fig, ax = plt.subplots(figsize=(12, 0.32 * len(rows) + 1.5))
     names = [r[0] for r in rows]
@@ -51,11 +60,17 @@ def main():
     ax.set_yticklabels(names, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("GB/s (bytes read + written)")
-    ax.set_title("Layout conversions and quantizers vs a same-run copy (H200); target: 80% of copy")
+    ax.set_title(f"Layout conversions and quantizers vs a same-run copy ({device_name(layouts)}); "
+                 "target: 80% of copy")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
+    plt.close(fig)
     print(f"wrote {out}: {len(rows)} kernels")
+
+
+def main():
+    plot(sys.argv[1], sys.argv[2], sys.argv[3])
 
 
 if __name__ == "__main__":

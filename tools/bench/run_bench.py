@@ -682,6 +682,44 @@ def plots(rows, outdir):
     return made
 
 
+def run_bandwidth(bench_dir, outdir, quick):
+    """bench_layouts and bench_emulation (beside bench_gemm), same GPU, right after the GEMM part: their
+    logs, the bandwidth-vs-copy plot and a Markdown section for results.md ("" when neither exists)."""
+    logs = {}
+    for name in ("bench_layouts", "bench_emulation"):
+        exe = os.path.join(bench_dir, name)
+        if not os.access(exe, os.X_OK):
+            continue
+        path = os.path.join(outdir, name + ".log")
+        cmd = [exe] + (["--quick"] if quick else [])
+        log("running " + " ".join(cmd))
+        try:
+            with open(path, "w") as f:
+                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=180).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout (180 s)"
+        logs[name] = (path, rc)
+    if not logs:
+        return ""
+    L = ["## Memory-bound kernels vs a same-run copy", ""]
+    if len(logs) == 2:
+        try:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import plot_bandwidth
+            png = os.path.join(outdir, "bandwidth_vs_copy.png")
+            plot_bandwidth.plot(logs["bench_layouts"][0], logs["bench_emulation"][0], png)
+            L += ["![bandwidth vs copy](bandwidth_vs_copy.png)", ""]
+        except Exception as e:  # matplotlib missing or a log cut short: the tables still stand
+            L += [f"(plot skipped: {type(e).__name__}: {e})", ""]
+    for name, (path, rc) in logs.items():
+        with open(path) as f:
+            text = f.read().rstrip()
+        fence = name == "bench_layouts"  # bench_emulation prints Markdown tables itself
+        L += [f"<details><summary>{name}{' --quick' if quick else ''} (exit {rc})</summary>", ""]
+        L += (["```", text, "```"] if fence else [text]) + ["</details>", ""]
+    return "\n".join(L)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bench", help="path to the bench_gemm executable")
@@ -689,6 +727,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small subset, for iteration (passed to bench_gemm)")
     ap.add_argument("--iters", type=int, default=None, help="timed calls per case (>= 30; default 30)")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch anchors")
+    ap.add_argument("--no-bandwidth", action="store_true", help="skip bench_layouts and bench_emulation (run "
+                    "after the GEMM part when they are built beside bench_gemm)")
     ap.add_argument("--no-autotune", action="store_true", help="scalemm and raw cuBLASLt on cuBLASLt's first "
                     "heuristic choice (default: both on the autotuned algorithm, HandleOptions::autotune)")
     ap.add_argument("--bench-timeout", type=float, default=None, help="seconds for bench_gemm (default 420, quick 150)")
@@ -714,9 +754,10 @@ def main():
         if tor.get("error"):
             log(tor["error"])
 
+    bw = "" if a.no_bandwidth else run_bandwidth(os.path.dirname(os.path.abspath(a.bench)), a.outdir, a.quick)
     rows = merge(cpp, tor)
     tg = targets(cpp, rows, tor)
-    md = markdown(env, cpp, tor, rows, tg, status)
+    md = markdown(env, cpp, tor, rows, tg, status) + ("\n" + bw if bw else "")
     with open(os.path.join(a.outdir, "results.md"), "w") as f:
         f.write(md)
     pngs = plots(rows, a.outdir)
