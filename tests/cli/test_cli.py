@@ -515,6 +515,61 @@ def replay_bad_dump():
     run("replay", t.path("does-not-exist"), expect=1)
 
 
+@case("gemm with an FP8 output applies --d-scale, saturates, and names a missing or misplaced D scale")
+def gemm_fp8_output():
+    rng = np.random.default_rng(21)
+    t = Tmp()
+    m, n, k = 16, 32, 128
+    files, A, B, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", m, n, k, "e4m3", "e4m3")
+    ref = t.path("ref.npy")
+    run(*gemm_args("mxfp8", "mxfp8", k, files, ref, None, None, "--backend", "reference", "--out-dtype", "f32"),
+        expect=0)
+    v = np.load(ref).astype(np.float32)
+    for od, np_t, fmax in (("e4m3", ml_dtypes.float8_e4m3fn, 448.0), ("e5m2", ml_dtypes.float8_e5m2, 57344.0)):
+        for ds in (fmax / float(np.abs(v).max()), 4 * fmax / float(np.abs(v).max())):  # in range; saturating
+            out = t.path(f"d_{od}.npy")
+            p = run(*gemm_args("mxfp8", "mxfp8", k, files, out, None, None, "--backend", "reference",
+                               "--out-dtype", od, "--d-scale", ds), expect=0)
+            assert "FP8 raw bits" in p.stdout, p.stdout
+            d = np.load(out)
+            assert d.dtype == np.uint8 and d.shape == (m, n), (d.dtype, d.shape)
+            # The f32 reference scaled, saturated at the largest finite value, rounded to nearest even.
+            want = np.clip(np.float32(ds) * v, -fmax, fmax).astype(np_t).view(np.uint8)
+            assert np.array_equal(d, want), (od, ds, int(np.sum(d != want)))
+    out = t.path("d_bad.npy")
+    p = run(*gemm_args("mxfp8", "mxfp8", k, files, out, None, None, "--out-dtype", "e4m3"), expect=1)
+    assert "fp8-out-d-scale" in p.stderr, p.stderr
+    p = run(*gemm_args("mxfp8", "mxfp8", k, files, out, None, None, "--out-dtype", "bf16", "--d-scale", 2), expect=1)
+    assert "d-scale-without-fp8-out" in p.stderr, p.stderr
+    assert not os.path.exists(out)
+
+
+@case("replay re-runs a dumped FP8-output call with its recorded D scale")
+def replay_fp8_output():
+    t = Tmp()
+    rng = np.random.default_rng(22)
+    d = make_dump(t, rng)
+    files = {"--a": os.path.join(d, "a.npy"), "--b": os.path.join(d, "b.npy")}
+    sa, sb = np.load(os.path.join(d, "scale_a.npy")), np.load(os.path.join(d, "scale_b.npy"))
+    files["--scale-a"] = t.save("sa2.npy", sa.reshape(32, -1))
+    files["--scale-b"] = t.save("sb2.npy", sb.reshape(24, -1))
+    run(*gemm_args("mxfp8", "mxfp8", 128, files, t.path("d8.npy"), None, None, "--out-dtype", "e4m3",
+                   "--d-scale", 0.5), expect=0)
+    np.save(os.path.join(d, "d.npy"), np.load(t.path("d8.npy")))
+    with open(os.path.join(d, "call.json")) as f:
+        call = json.load(f)
+    call["d_dtype"], call["d_scale"] = "e4m3", 0.5
+    with open(os.path.join(d, "call.json"), "w") as f:
+        json.dump(call, f)
+    j = json.loads(run("replay", d, "--json", expect=0).stdout)
+    assert j["agree"] and j["comparisons"][0]["comparison"]["within_tolerance"], j
+    # A D scale the output was not made with is a disagreement, not a crash.
+    call["d_scale"] = 4.0
+    with open(os.path.join(d, "call.json"), "w") as f:
+        json.dump(call, f)
+    run("replay", d, expect=1)
+
+
 @case("layout render writes an SVG that parses and covers the buffer")
 def render_svg():
     t = Tmp()

@@ -63,13 +63,19 @@ struct DeviceBuffer {
   }
 };
 
-size_t out_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+size_t out_bytes(DType t) { return t == DType::kF32 ? 4 : is_fp8_output(t) ? 1 : 2; }
+
+/// .npy element type of an output: f32 <f4, f16 <f2, bf16 raw bits <u2, FP8 raw bits |u1.
+std::string out_descr(DType t) {
+  return t == DType::kF32 ? "<f4" : t == DType::kF16 ? "<f2" : is_fp8_output(t) ? "|u1" : "<u2";
+}
 
 struct HostCall {
   GemmArgs args;               ///< host pointers into the vectors below (space = host)
   std::vector<uint8_t> a, b;   ///< data bytes
   std::vector<uint8_t> sa, sb;  ///< scale buffers, layout.bytes() each
   std::vector<uint8_t> bias;   ///< bf16 bits, or empty
+  float d_scale = 1.0f;        ///< FP8 output: the D scale (args.d_scale points here on the host)
 };
 
 struct RunResult {
@@ -85,6 +91,9 @@ RunResult run_call(const HostCall& call, DType d_dtype, std::optional<Backend> f
   Handle handle(options);
   GemmArgs args = call.args;
   args.d_dtype = d_dtype;
+  float d_scale = call.d_scale;
+  args.d_scale = is_fp8_output(d_dtype) ? &d_scale : nullptr;  // f32 reference runs carry no D scale
+  args.d_amax = nullptr;
   RunResult r;
   r.d.assign(size_t(args.m * args.n) * out_bytes(d_dtype), 0);
   if (!gpu) {
@@ -94,7 +103,7 @@ RunResult run_call(const HostCall& call, DType d_dtype, std::optional<Backend> f
     handle.gemm(args);
     return r;
   }
-  DeviceBuffer a, b, sa, sb, bias, d;
+  DeviceBuffer a, b, sa, sb, bias, d, ds;
   args.space = MemorySpace::kDevice;
   args.a.data = a.upload(call.a.data(), call.a.size());
   args.b.data = b.upload(call.b.data(), call.b.size());
@@ -102,6 +111,7 @@ RunResult run_call(const HostCall& call, DType d_dtype, std::optional<Backend> f
   args.b.scale = sb.upload(call.sb.data(), call.sb.size());
   args.bias = call.bias.empty() ? nullptr : bias.upload(call.bias.data(), call.bias.size());
   args.d = d.alloc(r.d.size());
+  if (args.d_scale) args.d_scale = static_cast<const float*>(ds.upload(&d_scale, sizeof(float)));
   r.plan = handle.plan(args);
   handle.gemm(args, nullptr);
   cuda_ok(cudaDeviceSynchronize(), "GEMM");
@@ -145,11 +155,14 @@ nlohmann::json comparison_json(const emulation::Comparison& c) {
           {"within_tolerance", c.within_tolerance()}, {"summary", c.to_string()}};
 }
 
-std::vector<float> widen(const std::vector<uint8_t>& d, DType t) {
+/// D as floats; FP8 outputs are divided by their D scale (the unscaled domain verify compares in).
+std::vector<float> widen(const std::vector<uint8_t>& d, DType t, float d_scale = 1.0f) {
   const size_t n = d.size() / out_bytes(t);
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
-    if (t == DType::kF32) {
+    if (is_fp8_output(t)) {
+      out[i] = (t == DType::kE4M3 ? formats::decode_e4m3(d[i]) : formats::decode_e5m2(d[i])) / d_scale;
+    } else if (t == DType::kF32) {
       std::memcpy(&out[i], d.data() + 4 * i, 4);
     } else {
       uint16_t h;
@@ -167,6 +180,8 @@ struct GemmCli {
   int64_t k = 0;
   std::string scale_format = "compact", out_dtype = "bf16", backend = "auto", a_dtype = "e4m3", b_dtype = "e4m3";
   float alpha = 1.0f;
+  float d_scale = 1.0f;
+  CLI::Option* d_scale_opt = nullptr;
   CLI::Option* a_dtype_opt = nullptr;
   CLI::Option* b_dtype_opt = nullptr;
 };
@@ -221,6 +236,8 @@ void run_gemm(const GemmCli& g) {
   args.d_dtype = td;
   args.alpha = g.alpha;
   args.space = MemorySpace::kHost;
+  call.d_scale = g.d_scale;
+  args.d_scale = g.d_scale_opt && g.d_scale_opt->count() ? &call.d_scale : nullptr;
   static uint8_t placeholder_d[16];
   args.d = placeholder_d;  // replaced by run_call; validate() wants a pointer
   if (diags.empty()) {
@@ -247,12 +264,12 @@ void run_gemm(const GemmCli& g) {
   }
   std::printf("plan: %s\n", r.plan.explain().c_str());
   io::NpyArray d;
-  d.descr = td == DType::kF32 ? "<f4" : td == DType::kF16 ? "<f2" : "<u2";
+  d.descr = out_descr(td);
   d.shape = {m, n};
   d.data = std::move(r.d);
   io::write_npy(g.out, d);
   std::printf("wrote %s: %s%s\n", g.out.c_str(), d.describe().c_str(),
-              td == DType::kBF16 ? " (bf16 raw bits)" : "");
+              td == DType::kBF16 ? " (bf16 raw bits)" : is_fp8_output(td) ? " (FP8 raw bits)" : "");
 }
 
 // ---- replay -----------------------------------------------------------------------------------------
@@ -299,7 +316,7 @@ Outcome compare_with(const std::string& name, const std::string& note, const Gem
   Plan p;
   p.backend = backend;
   o.tol = verify::tolerance_for(args, p, ref_scale);
-  const std::vector<float> test = widen(d, args.d_dtype);
+  const std::vector<float> test = widen(d, args.d_dtype, args.d_scale ? *args.d_scale : 1.0f);
   o.cmp = emulation::compare(ref.data(), test.data(), int64_t(ref.size()), &o.tol);
   o.worst = worst_elements(ref, test, 5);
   o.bit_diffs = emulation::compare(ref_out.data(), d.data(), args.d_dtype, int64_t(ref.size())).bit_mismatches;
@@ -339,6 +356,10 @@ void run_replay(const std::string& dir, bool json_out) {
       op->global_scale = o.value("global_scale", 1.0f);
     }
     args.d_dtype = parse_dtype_or_throw(j.at("d_dtype").get<std::string>(), "d_dtype");
+    if (j.contains("d_scale")) {  // FP8 output: the D scale's value at the time of the dump
+      call.d_scale = j.at("d_scale").get<float>();
+      args.d_scale = &call.d_scale;
+    }
     has_bias = j.value("bias", false);
     recorded_backend = j.value("backend", "");
     recorded_plan = j.value("plan", "");
@@ -371,7 +392,7 @@ void run_replay(const std::string& dir, bool json_out) {
   diags.insert(diags.end(), sa.diagnostics.begin(), sa.diagnostics.end());
   diags.insert(diags.end(), sb.diagnostics.begin(), sb.diagnostics.end());
   const io::NpyArray d = io::read_npy(dir + "/d.npy");
-  const std::string want_d = args.d_dtype == DType::kF32 ? "<f4" : args.d_dtype == DType::kF16 ? "<f2" : "<u2";
+  const std::string want_d = out_descr(args.d_dtype);
   if (d.descr != want_d || d.shape != std::vector<int64_t>{args.m, args.n})
     diags.push_back({"d", "data-shape", "d.npy is the (M, N) result in d_dtype",
                      io::npy_type_name(want_d) + "[" + std::to_string(args.m) + ", " + std::to_string(args.n) + "]",
@@ -415,7 +436,11 @@ void run_replay(const std::string& dir, bool json_out) {
   const bool gpu = have_gpu();
   // The reference: host emulator through host pointers, f32 output (as verify mode compares).
   const RunResult ref_run = run_call(call, DType::kF32, Backend::kReference, false);
-  const std::vector<float> ref = widen(ref_run.d, DType::kF32);
+  std::vector<float> ref = widen(ref_run.d, DType::kF32);
+  if (is_fp8_output(args.d_dtype)) {  // an FP8 output saturates at the format's largest finite value
+    const float lim = (args.d_dtype == DType::kE4M3 ? 448.0f : 57344.0f) / call.d_scale;
+    for (float& v : ref) v = std::isfinite(v) ? std::min(lim, std::max(-lim, v)) : v;
+  }
   const std::vector<uint8_t> ref_out = run_call(call, args.d_dtype, Backend::kReference, false).d;
   double ref_scale = 0;
   for (float v : ref)
@@ -531,10 +556,14 @@ void register_gemm_commands(CLI::App& app) {
   gemm->add_option("--scale-a", g.scale_a, "Scales of A (.npy float32 or uint8)")->required();
   gemm->add_option("--scale-b", g.scale_b, "Scales of B (.npy float32 or uint8)")->required();
   gemm->add_option("--k", g.k, "Reduction length K in elements")->required()->check(CLI::PositiveNumber);
-  gemm->add_option("--out", g.out, "Output D (.npy (M, N): f32 <f4, f16 <f2, bf16 <u2 raw bits)")->required();
+  gemm->add_option("--out", g.out, "Output D (.npy (M, N): f32 <f4, f16 <f2, bf16 <u2 raw bits, e4m3/e5m2 |u1 raw bits)")
+      ->required();
   gemm->add_option("--scale-format", g.scale_format, "Format of both scale files (default compact)")
       ->check(CLI::IsMember({"compact", "cublaslt"}));
-  gemm->add_option("--out-dtype", g.out_dtype, "Output type (default bf16)")->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  gemm->add_option("--out-dtype", g.out_dtype, "Output type (default bf16; e4m3/e5m2 need --d-scale)")
+      ->check(CLI::IsMember({"bf16", "f16", "f32", "e4m3", "e5m2"}));
+  g.d_scale_opt = gemm->add_option("--d-scale", g.d_scale,
+                                   "FP8 output only: D = fp8(d_scale * alpha * A * B^T), saturating");
   gemm->add_option("--backend", g.backend, "Backend (default auto)")
       ->check(CLI::IsMember({"auto", "native", "emulated", "reference"}));
   gemm->add_option("--alpha", g.alpha, "Scalar alpha (default 1; fold NVFP4 global scales in here)");
