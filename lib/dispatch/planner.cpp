@@ -13,7 +13,6 @@ namespace {
 constexpr const char* kArrow = " \xE2\x86\x92 ";  // " → "
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-size_t dtype_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 // True when two layouts of one operand place every scale at the same offset in buffers of the same
 // size (e.g. block128x128 with a K-block count divisible by 4: compact and cuBLASLt coincide). Walks
@@ -83,7 +82,7 @@ Candidate try_pad_m(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
   if (a_lt.size() != layouts::ScaleLayout(p.a_recipe, q.m, p.k, ScaleFormat::kCublasLt).size())
     return {false, "scale_a's cuBLASLt buffer does not cover M=" + std::to_string(q.m)};
   plan.workspace_bytes = add_scale_conversions(p, plan);
-  const size_t a_bytes = static_cast<size_t>(q.m * p.k), d_bytes = static_cast<size_t>(q.m * p.n) * dtype_bytes(p.d_dtype);
+  const size_t a_bytes = static_cast<size_t>(q.m * p.k), d_bytes = static_cast<size_t>(dtype_storage_bytes(p.d_dtype, q.m * p.n));
   plan.conversions.push_back({"a: M=" + std::to_string(p.m) + " -> " + std::to_string(q.m) + " rows (zero rows appended)",
                               int64_t(a_bytes)});
   plan.conversions.push_back({"d: first " + std::to_string(p.m) + " of " + std::to_string(q.m) + " rows copied out",

@@ -63,7 +63,7 @@ struct DeviceBuffer {
   }
 };
 
-size_t out_bytes(DType t) { return t == DType::kF32 ? 4 : is_fp8_output(t) ? 1 : 2; }
+size_t out_bytes(DType t) { return size_t(dtype_storage_bytes(t, 1)); }  // outputs are never packed FP4
 
 /// .npy element type of an output: f32 <f4, f16 <f2, bf16 raw bits <u2, FP8 raw bits |u1.
 std::string out_descr(DType t) {
