@@ -1,7 +1,7 @@
 // Benchmarks of the reference emulator on the GPU: quantizer and dequantizer bandwidth against a
 // same-run cudaMemcpy D2D anchor moving the same bytes, and the reference GEMM at 8192^3.
 //
-// Usage: bench_emulation [--size S] [--gemm G] [--reps N] [--gemm-reps N]
+// Usage: bench_emulation [--size S] [--gemm G] [--reps N] [--gemm-reps N] [--only SUBSTRING]
 //   --size S   quantizer matrix is S x S (default 8192)
 //   --gemm G   reference GEMM is G x G x G (default 8192; 0 skips it)
 // Timing: CUDA events around each repetition on one stream, 3 warm-up runs, median of --reps (>= 30)
@@ -75,11 +75,13 @@ void row(const std::string& name, double bytes, double ms, double anchor_ms) {
 int main(int argc, char** argv) {
   int64_t S = 8192, G = 8192;
   int reps = 30, gemm_reps = 5;
+  std::string only;  // --only: the quantizer cases whose name contains it, nothing else (profiling)
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--size")) S = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--gemm")) G = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::max(30, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--gemm-reps")) gemm_reps = std::max(5, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
   }
   cudaDeviceProp prop{};
   ck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -140,13 +142,15 @@ int main(int argc, char** argv) {
     Buf ws(ws_bytes);
     QuantizeOutputs out{data.p, sr.p, c.columnwise ? data_t.p : nullptr, c.columnwise ? sc.p : nullptr,
                         static_cast<float*>(gscale.p)};
+    const std::string name = std::string("quantize ") + std::string(to_string(c.r)) +
+                             (c.columnwise ? " row+col" : " rowwise") + " (" + to_string(c.mode) + ")";
+    if (!only.empty() && name.find(only) == std::string::npos) continue;
     const double db = double(data_bytes(cfg, S, S));
     const double bytes = double(S * S) * 2 + (c.rowwise ? db + lr.bytes() : 0) + (c.columnwise ? db + lc.bytes() : 0);
     const double ms = median_ms(s, 3, reps, [&] { quantize_device(src, cfg, out, ws.p, ws_bytes, s); });
-    row(std::string("quantize ") + std::string(to_string(c.r)) + (c.columnwise ? " row+col" : " rowwise") + " (" +
-            to_string(c.mode) + ")",
-        bytes, ms, anchor_ms(bytes));
+    row(name, bytes, ms, anchor_ms(bytes));
   }
+  if (!only.empty()) return 0;
 
   // Dequantize an MXFP8 operand to fp32.
   {

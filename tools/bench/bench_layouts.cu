@@ -39,6 +39,7 @@ namespace {
 
 int g_iters = 50;
 bool g_failed = false;
+std::string g_only;  // --only: run the cases whose "name RxK" contains it (profiling one kernel)
 
 float median_ms(const std::function<void(cudaStream_t)>& fn, cudaStream_t st) {
   for (int i = 0; i < 5; ++i) fn(st);
@@ -77,6 +78,8 @@ std::vector<uint8_t> random_bytes(size_t n, std::mt19937_64& g) {
 void row(const std::string& name, int64_t R, int64_t K, size_t src_bytes, size_t dst_bytes,
          const std::function<void(cudaStream_t)>& kernel, const std::vector<uint8_t>& want, const Dev& out,
          cudaStream_t st) {
+  if (!g_only.empty() && (name + " " + std::to_string(R) + "x" + std::to_string(K)).find(g_only) == std::string::npos)
+    return;
   // Correctness first.
   CK(cudaMemsetAsync(out.p, 0xCD, dst_bytes, st));
   kernel(st);
@@ -169,8 +172,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(30, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--iters N>=30]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--iters N>=30] [--only 'SUBSTRING of \"case RxK\"']\n", argv[0]);
       return 2;
     }
   }
