@@ -398,12 +398,17 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
 }
 
 /// Rowwise-only requests of the 1D and precomputed kinds: no shared memory, no barrier. A unit is
-/// 128 consecutive elements of one row (lane l: elements 4l..4l+3); each warp loads kUnits units
-/// before it encodes them, so that enough loads are in flight.
-constexpr int kUnits = 4;
+/// 128 consecutive elements of one row (lane l: elements 4l..4l+3); each warp loads U units before it
+/// encodes them, so that enough loads are in flight: U = 8 (64 bytes of bf16 per lane, as the fused
+/// rowwise kernel) for FP8, 4 for NVFP4, whose 16-element blocks would otherwise outnumber the lanes
+/// (the scale step gives one block to each lane: U * 128 / bk <= 32).
+constexpr int kUnits = 4;  // dequantization
+template <int E>
+constexpr int kRowUnits = E == 2 ? 4 : 8;
 
 template <int S, int E>
 __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t segs, int64_t groups) {
+  constexpr int kUnits = kRowUnits<E>;
   const int lane = int(threadIdx.x) & 31;
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t r = w / groups;  // one division per warp: the warp owns kUnits units of row r
@@ -758,7 +763,10 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out
     a.pm_step = 1;
   }
   if (!a.columnwise && a.kind != kBlocks2D) {
-    const int64_t segs = layouts::ceil_div(a.cols, kTile), groups = layouts::ceil_div(segs, kUnits);
+    // One block per lane in row_direct_kernel's scale step (FP8 1D blocks are 32 or 128 wide).
+    SCALEMM_EXPECTS(a.kind != kBlocks1D || kRowUnits<E> * (kTile / a.bk) <= 32, StatusCode::kInternal,
+                    "quantize_device: block width " + std::to_string(a.bk) + " too small for the row kernel");
+    const int64_t segs = layouts::ceil_div(a.cols, kTile), groups = layouts::ceil_div(segs, kRowUnits<E>);
     const int64_t blocks = layouts::ceil_div(a.rows * groups, 8);
     SCALEMM_EXPECTS(blocks <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize_device: matrix too large");
     row_direct_kernel<S, E><<<unsigned(blocks), 256, 0, st>>>(a, segs, groups);
