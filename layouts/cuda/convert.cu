@@ -433,12 +433,14 @@ __device__ __forceinline__ int iclamp(int64_t v, int hi) { return v < 0 ? 0 : v 
 // cublaslt is then a plain 2-D transpose (dc == 1 on one side, dp == 1 on the other), block128x128
 // a pitched copy or a transpose. Classic shared-memory tile: 64x64 fp32 (+1 column against bank
 // conflicts), loaded with float4 along the source's unit-stride axis, stored with float4 along the
-// destination's; 16 KB per tile and four 16-byte loads per thread in flight.
+// destination's; 16 KB per tile and four 16-byte loads per thread in flight. Six blocks per SM (36
+// registers, no spills): at the default 88 registers only two fit, and the transpose ran at 0.45-0.69
+// of copy for want of loads in flight.
 constexpr int kAT = 64;
 constexpr int kALd = kAT + 1;
 
 template <Kind K, Recipe R>
-__global__ void __launch_bounds__(kThreads) affine_kernel(ScaleLayout from, const uint32_t* src, ScaleLayout to,
+__global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, const uint32_t* src, ScaleLayout to,
                                                           uint32_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t tile[kAT * kALd];
   __shared__ GroupBase gb;
@@ -549,6 +551,37 @@ __device__ __forceinline__ void store16(uint8_t* g, int n, const uint32_t w[4]) 
   }
 }
 
+// Compact rows that are not 16-byte aligned (pitch % 16 != 0, e.g. 515 scales per row): a row's
+// span of n <= 128 bytes at D is covered by the 16-byte-aligned chunks k = 0..8 of
+// [D - D % 16, D + n); chunk k starts at span byte o = 16k - D % 16. A full chunk moves as one 16-byte
+// access; the partial ones at the two ends byte by byte, touching only bytes of the span.
+// stage_row: the row's staged words (byte b of the span is byte b % 4 of word b / 4).
+__device__ __forceinline__ void store_chunk(uint8_t* D, int shift, int n, int k, const uint32_t* stage_row) {
+  const int o = 16 * k - shift;
+  if (o >= n || o + 16 <= 0) return;
+  if (o >= 0 && o + 16 <= n) {
+    const int q = o >> 2, sh = 8 * (o & 3);
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = sh ? __funnelshift_r(stage_row[q + i], stage_row[q + i + 1], sh) : stage_row[q + i];
+    *reinterpret_cast<uint4*>(D + o) = uint4{w[0], w[1], w[2], w[3]};
+  } else {
+    for (int b = o < 0 ? 0 : o; b < o + 16 && b < n; ++b) D[b] = uint8_t(stage_row[b >> 2] >> (8 * (b & 3)));
+  }
+}
+__device__ __forceinline__ void load_chunk(const uint8_t* D, int shift, int n, int k, uint8_t* stage_row) {
+  const int o = 16 * k - shift;
+  if (o >= n || o + 16 <= 0) return;
+  if (o >= 0 && o + 16 <= n) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(D + o));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int b = 0; b < 16; ++b) stage_row[o + b] = uint8_t(w[b >> 2] >> (8 * (b & 3)));
+  } else {
+    for (int b = o < 0 ? 0 : o; b < o + 16 && b < n; ++b) stage_row[b] = __ldg(D + b);
+  }
+}
+
 struct StripUnit {
   int64_t p0, c0;
   int rows, cols, tiles;  // real compact rows and columns in the unit, tiles (4 columns each) to write
@@ -588,7 +621,33 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
       const int64_t cbase = cl.padded_offset(su.p0, su.c0), tbase = tl.padded_offset(su.p0, su.c0);
       // Compact granule i: row i / 8, bytes 16*(i % 8) ..; a warp covers 4 rows x 128 bytes.
       // Tiled word i: tile i / 32, lane i % 32; a warp writes one 512-byte tile.
-      if (kToTiled) {
+      // Every compact row of the unit starts 16-byte aligned, or none need be (odd pitch).
+      const bool rows16 = pitch % 16 == 0 && aligned16(kToTiled ? s + cbase : d + cbase);
+      if (kToTiled && !rows16) {
+        const uint8_t* cb = s + cbase;
+        for (int i = threadIdx.x; i < kStrip * kWLd; i += kThreads) stage[i] = 0;  // padding reads as zero
+        __syncthreads();
+        for (int i = threadIdx.x; i < kStrip * 8; i += kThreads) {
+          const int rr = i >> 3, j = i & 7;
+          if (rr >= su.rows) continue;
+          const uint8_t* D = cb + int64_t(rr) * pitch;
+          const int shift = int(reinterpret_cast<uintptr_t>(D) & 15);
+          uint8_t* srow = reinterpret_cast<uint8_t*>(stage + rr * kWLd);
+          load_chunk(D, shift, su.cols, j, srow);
+          if (j == 7) load_chunk(D, shift, su.cols, 8, srow);
+        }
+        __syncthreads();
+        uint8_t* tb = d + tbase;
+        #pragma unroll
+        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+          const int i = it * kThreads + threadIdx.x;
+          const int q = i >> 5, lane = i & 31;
+          if (q >= su.tiles) continue;
+          uint32_t w[4];
+          for (int j = 0; j < 4; ++j) w[j] = stage[(lane + 32 * j) * kWLd + q];
+          store16(tb + (q * 512 + lane * 16), 16, w);
+        }
+      } else if (kToTiled) {
         const uint8_t* cb = s + cbase;
         #pragma unroll
         for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
@@ -622,14 +681,25 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
         }
         __syncthreads();
         uint8_t* cb = d + cbase;
-        #pragma unroll
-        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
-          const int i = it * kThreads + threadIdx.x;
-          const int rr = i >> 3, cc = (i & 7) * 16;
-          if (rr >= su.rows || cc >= su.cols) continue;
-          uint32_t w[4];
-          for (int k = 0; k < 4; ++k) w[k] = stage[rr * kWLd + cc / 4 + k];
-          store16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
+        if (!rows16) {
+          for (int i = threadIdx.x; i < kStrip * 8; i += kThreads) {
+            const int rr = i >> 3, j = i & 7;
+            if (rr >= su.rows) continue;
+            uint8_t* D = cb + int64_t(rr) * pitch;
+            const int shift = int(reinterpret_cast<uintptr_t>(D) & 15);
+            store_chunk(D, shift, su.cols, j, stage + rr * kWLd);
+            if (j == 7) store_chunk(D, shift, su.cols, 8, stage + rr * kWLd);
+          }
+        } else {
+          #pragma unroll
+          for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+            const int i = it * kThreads + threadIdx.x;
+            const int rr = i >> 3, cc = (i & 7) * 16;
+            if (rr >= su.rows || cc >= su.cols) continue;
+            uint32_t w[4];
+            for (int k = 0; k < 4; ++k) w[k] = stage[rr * kWLd + cc / 4 + k];
+            store16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
+          }
         }
       }
       __syncthreads();

@@ -118,6 +118,9 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int o) {
   T out; memcpy(&out, &r, sizeof(T)); return out;
 }
 template <class T> T __ldg(const T* p) { return *p; }
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
+  return unsigned(((static_cast<unsigned long long>(hi) << 32) | lo) >> (s & 31));
+}
 template <class T> T atomicAdd(T* p, T v) { T o = *p; *p += v; return o; }
 template <class T> T atomicMin(T* p, T v) { T o = *p; if (v < *p) *p = v; return o; }
 template <class T> T atomicMax(T* p, T v) { T o = *p; if (v > *p) *p = v; return o; }
