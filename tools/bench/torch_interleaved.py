@@ -85,7 +85,12 @@ def operand(data, recipe, scale, fmt):
     return Operand(data.data_ptr(), DTYPE_E4M3, RECIPE[recipe], scale.data_ptr(), fmt, 1.0)
 
 
-def make_set(recipe, M, N, K, seed):
+# Scale arguments torch._scaled_mm may accept for 1x128 x 128x128 (its expected layout has changed
+# between releases); the first that runs and agrees with scalemm is kept, as in run_bench.py.
+BLOCK_VARIANTS = ["a_outer_b_rowmajor_padK4", "a_outer_b_T", "a_outer_b_rowmajor", "a_rowmajor_b_rowmajor_padK4"]
+
+
+def make_set(recipe, M, N, K, seed, variant=BLOCK_VARIANTS[0]):
     """FP8 operands, the torch call's scale arguments and the scalemm operand descriptors (the same
     buffers on both sides)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -115,9 +120,11 @@ def make_set(recipe, M, N, K, seed):
         kb4 = (kb + 3) // 4 * 4
         ws_pad = torch.zeros(N // 128, kb4, device="cuda")  # BLK128x128 with the K-block stride padded to 4
         ws_pad[:, :kb] = ws
-        t_args = (xs_t.t(), ws_pad[:, :kb])
+        t_args = {"a_outer_b_rowmajor_padK4": (xs_t.t(), ws_pad[:, :kb]), "a_outer_b_T": (xs_t.t(), ws.t()),
+                  "a_outer_b_rowmajor": (xs_t.t(), ws.contiguous()),
+                  "a_rowmajor_b_rowmajor_padK4": (xs.contiguous(), ws_pad[:, :kb])}[variant]
         ops = (operand(xq, "block1x128", xs_t, FORMAT_CUBLASLT), operand(wq, "block128x128", ws_pad, FORMAT_CUBLASLT))
-        keep = (xs_t, ws_pad)
+        keep = (xs_t, ws_pad, ws, xs)
     del x, w
     d_smm = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     gemm = Gemm(ctypes.sizeof(Gemm), M, N, K, ops[0], ops[1], d_smm.data_ptr(), DTYPE_BF16, None, 1.0,
@@ -159,10 +166,31 @@ def main():
         for recipe in args.recipes.split(","):
             row = {"m": M, "n": N, "k": K, "recipe": recipe}
             try:
+                variant = BLOCK_VARIANTS[0]
                 first = make_set(recipe, M, N, K, 1000)
+                if recipe == "blockwise":  # the scale layout torch accepts: runs and agrees with scalemm
+                    smm.check(smm.lib.scalemm_gemm(h_heur, ctypes.byref(first["gemm"]), ctypes.c_void_p(stream.cuda_stream)),
+                              "scalemm_gemm")
+                    ref, errs, variant = first["d_smm"].float(), {}, None
+                    for v in BLOCK_VARIANTS:
+                        try:
+                            cand = make_set(recipe, M, N, K, 1000, v)
+                            out = torch._scaled_mm(cand["xq"], cand["wq"].t(), scale_a=cand["t_args"][0],
+                                                   scale_b=cand["t_args"][1], out_dtype=torch.bfloat16).float()
+                            rel = ((out - ref).norm() / ref.norm()).item()
+                            if rel < 1e-2:
+                                variant, first = v, cand
+                                break
+                            errs[v] = f"relative difference {rel:.2e}"
+                        except Exception as e:
+                            errs[v] = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+                    if variant is None:
+                        raise RuntimeError("torch accepts none of the blockwise scale layouts: " + "; ".join(
+                            f"{k}: {v}" for k, v in errs.items()))
+                    row["torch_variant"] = variant
                 set_bytes = M * K + N * K + 2 * M * N * 2  # FP8 A, B; two bf16 outputs
                 nsets = sets_for(set_bytes, l2)
-                sets = [first] + [make_set(recipe, M, N, K, 1000 + s) for s in range(1, nsets)]
+                sets = [first] + [make_set(recipe, M, N, K, 1000 + s, variant) for s in range(1, nsets)]
                 backend, plan = smm.explain(h_heur, first["gemm"])
                 row.update(sets=nsets, backend=backend)
 
