@@ -120,6 +120,7 @@ struct TileArgs {
   uint8_t* out_r;
   uint8_t* out_c;
   bool vec_in, vec_out_r, vec_out_c;
+  bool vec16_out_c;  ///< rc_kernel: every transposed row starts 16-byte aligned (rows % 16, FP4 % 32)
 
   __device__ BlockScale scale_of(float amax) const {
     return detail::compute_scale(amax, mode, elem, eps, g ? g[1] : 1.0f, g ? g[2] : 1.0f);
@@ -700,6 +701,217 @@ __global__ void col_amax_finish_kernel(TileArgs a, const float* part, int64_t ch
   pm_c[c] = s.multiplier;
 }
 
+// ---- row + column quantization from registers (bf16 / f16 sources) --------------------------------
+// Training quantizes X and X^T from one read. A 128-thread CTA takes a 128 x 128 tile; warp w holds
+// rows r0 + 32w .. +31 and lane l columns c0 + 4l .. +3 as 32 raw 8-byte words, one coalesced
+// 256-byte load per row, so that no shared-memory transpose is needed:
+//   * magnitudes are compared on the raw 16-bit codes (two per 32-bit word, __vmaxu2): bf16 and f16
+//     decoding is monotone non-decreasing in |code| (NaN codes above Inf), so the decoded maximum code
+//     is exactly the amax detail::amax_update folds over the decoded values;
+//   * rowwise output: a row's block amax by shuffles over the block's lanes, scales lane-parallel
+//     (one block per lane, as row_direct_kernel), 4 FP8 bytes or 2 FP4 bytes per lane and row;
+//   * columnwise output: a column's 32 rows are all in one lane, so a 1x32 column block is a
+//     lane-local reduction (1x16: two per column; 1x128: four warps through shared memory), and the
+//     lane writes 32 bytes of the transposed row (two 16-byte stores; FP4: one);
+//   * 2D blocks (32x32: eight lanes of one warp; 128x128: the whole CTA) give one scale to both.
+// The per-element and per-block arithmetic is the same as everywhere (compute_scale, encode_pair,
+// store_scale -> offset()), so the bytes equal the host's.
+constexpr int kRcThreads = 128;
+
+__device__ __forceinline__ uint32_t mag2(uint32_t w) { return w & 0x7FFF7FFFu; }
+__device__ __forceinline__ uint32_t hi_lo_max(uint32_t w) { return max(w & 0xFFFFu, w >> 16); }
+template <int S>
+__device__ __forceinline__ float mag_float(uint32_t code16) {
+  return S == 1 ? fmt::decode_bf16(uint16_t(code16)) : fmt::decode_f16(uint16_t(code16));
+}
+__device__ __forceinline__ uint32_t umax_group(uint32_t m, int n) {
+  for (int off = 1; off < n; off <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  return m;
+}
+
+/// The 32 (FP8) or 16 (FP4) bytes of column j of the lane's 32 rows, rows [i0, i0 + 16) with m0 and
+/// [i0 + 16, i0 + 32) with m1, as 8 (4) words in row order.
+template <int S, int E>
+__device__ __forceinline__ void encode_column(const uint2 (&raw)[32], int j, float m0, float m1, uint32_t (&w)[8]) {
+#pragma unroll
+  for (int k = 0; k < (E == 2 ? 4 : 8); ++k) {
+    const int per = E == 2 ? 8 : 4;  // rows per word
+    uint32_t acc = 0;
+#pragma unroll
+    for (int p = 0; p < per; p += 2) {
+      const int i = k * per + p;
+      const float m = i < 16 ? m0 : m1;
+      const uint32_t c = detail::encode_pair<E>(raw_elem<S>(raw[i], j) * m, raw_elem<S>(raw[i + 1], j) * m);
+      acc |= c << (E == 2 ? 4 * p : 8 * p);
+    }
+    w[k] = acc;
+  }
+}
+
+template <int S, int E>
+__global__ void __launch_bounds__(kRcThreads, 4) rc_kernel(TileArgs a) {
+  __shared__ uint32_t xw[4][kTile];        // 1x128 columns / 128x128 tile: per-warp partial amax codes
+  __shared__ float stage[4][32 * 8];       // per warp: row block amaxes, then multipliers [row][block]
+  constexpr bool fp4 = E == 2;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
+  const int64_t r0 = tr * kTile, c0 = tc * kTile;
+  const int64_t rw = r0 + 32 * warp, cl = c0 + 4 * lane;
+  const int bk = a.bk, nb = kTile / bk, lpb = bk / 4;
+
+  uint2 raw[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) raw[i] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, rw + i, cl);
+
+  // Column magnitudes: cm[h].x = max code of columns 0/1, .y of 2/3 over rows 16h .. 16h + 15.
+  uint2 cm[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    cm[h] = make_uint2(0u, 0u);
+#pragma unroll
+    for (int i = 16 * h; i < 16 * h + 16; ++i) {
+      cm[h].x = __vmaxu2(cm[h].x, mag2(raw[i].x));
+      cm[h].y = __vmaxu2(cm[h].y, mag2(raw[i].y));
+    }
+  }
+  const auto col_code = [&](int h, int j) {  // max code of column j over rows 16h..16h+15
+    const uint32_t w = j < 2 ? cm[h].x : cm[h].y;
+    return (j & 1) ? (w >> 16) : (w & 0xFFFFu);
+  };
+
+  float mult2d = 0.0f;  // 2D: the block's multiplier, valid on every lane
+  if (a.kind == kBlocks2D) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = max(m, max(col_code(0, j), col_code(1, j)));
+    if (bk == 32) {
+      m = umax_group(m, 8);
+    } else {  // 128 x 128: the whole tile
+      m = umax_group(m, 32);
+      if (lane == 0) xw[warp][0] = m;
+      __syncthreads();
+      m = max(max(xw[0][0], xw[1][0]), max(xw[2][0], xw[3][0]));
+    }
+    const BlockScale s = a.scale_of(mag_float<S>(m));
+    mult2d = s.multiplier;
+    // Scales: rowwise grid (row, K-block), columnwise grid (column, row block), as quant_tile_kernel.
+    const int64_t gr = (bk == 32 ? rw : r0) / bk, gk = (bk == 32 ? c0 + 32 * (lane / 8) : c0) / bk;
+    if (gr * bk < a.rows && gk * bk < a.cols) {
+      if (bk == 32) {
+        if (a.rowwise)
+          for (int q = 0; q < 4; ++q) {
+            const int64_t r = rw + 4 * (lane % 8) + q;
+            if (r < a.rows) detail::store_scale(a.lr, a.scales_r, r, gk, s);
+          }
+        if (a.columnwise)
+          for (int j = 0; j < 4; ++j)
+            if (cl + j < a.cols) detail::store_scale(a.lc, a.scales_c, cl + j, gr, s);
+      } else {
+        const int64_t t = threadIdx.x;
+        if (a.rowwise && r0 + t < a.rows) detail::store_scale(a.lr, a.scales_r, r0 + t, gk, s);
+        if (a.columnwise && c0 + t < a.cols) detail::store_scale(a.lc, a.scales_c, c0 + t, gr, s);
+      }
+    }
+  }
+
+  // Rowwise output.
+  if (a.rowwise) {
+    float* st = stage[warp];
+    if (a.kind == kBlocks1D) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {  // (full unrolls: raw[] must stay in registers)
+        const uint32_t m = umax_group(hi_lo_max(__vmaxu2(mag2(raw[i].x), mag2(raw[i].y))), lpb);
+        if (lane % lpb == 0) st[i * nb + lane / lpb] = mag_float<S>(m);
+      }
+      __syncwarp();
+      for (int e = lane; e < 32 * nb; e += 32) {
+        const int64_t r = rw + e / nb, kb = c0 / bk + e % nb;
+        if (r >= a.rows || kb * bk >= a.cols) continue;
+        const BlockScale s = a.scale_of(st[e]);
+        detail::store_scale(a.lr, a.scales_r, r, kb, s);
+        st[e] = s.multiplier;
+      }
+      __syncwarp();
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int64_t r = rw + i;
+      if (r >= a.rows) continue;  // warp-uniform
+      const float m = a.kind == kBlocks1D ? st[i * nb + lane / lpb]
+                      : a.kind == kBlocks2D ? mult2d : a.pm_r[r * a.pm_step];
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[i], j);
+      store4(a.out_r, r * a.cols + cl, a.cols - cl, encode4<E>(v, 0, m), fp4, a.vec_out_r);
+    }
+  }
+
+  // Columnwise (transposed) output: column cl + j is row cl + j of the transposed operand (K = rows).
+  if (a.columnwise) {
+    float m0[4], m1[4];
+    if (a.kind == kBlocks1D && bk == 128) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xw[warp][4 * lane + j] = max(col_code(0, j), col_code(1, j));
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = 4 * lane + j;
+        const uint32_t m = max(max(xw[0][c], xw[1][c]), max(xw[2][c], xw[3][c]));
+        const BlockScale s = a.scale_of(mag_float<S>(m));
+        if (warp == 0 && cl + j < a.cols) detail::store_scale(a.lc, a.scales_c, cl + j, r0 / 128, s);
+        m0[j] = m1[j] = s.multiplier;
+      }
+    } else if (a.kind == kBlocks1D) {  // 1x32 or 1x16 along the rows
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t c = cl + j;
+        if (bk == 32) {
+          const BlockScale s = a.scale_of(mag_float<S>(max(col_code(0, j), col_code(1, j))));
+          if (c < a.cols && rw < a.rows) detail::store_scale(a.lc, a.scales_c, c, rw / 32, s);
+          m0[j] = m1[j] = s.multiplier;
+        } else {
+          const BlockScale s0 = a.scale_of(mag_float<S>(col_code(0, j)));
+          const BlockScale s1 = a.scale_of(mag_float<S>(col_code(1, j)));
+          if (c < a.cols && rw < a.rows) detail::store_scale(a.lc, a.scales_c, c, rw / 16, s0);
+          if (c < a.cols && rw + 16 < a.rows) detail::store_scale(a.lc, a.scales_c, c, rw / 16 + 1, s1);
+          m0[j] = s0.multiplier;
+          m1[j] = s1.multiplier;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t c = cl + j < a.cols ? cl + j : a.cols - 1;
+        m0[j] = m1[j] = a.kind == kBlocks2D ? mult2d : a.pm_c[c * a.pm_step];
+      }
+    }
+    // Bytes of this lane's 32 rows in a transposed row: 32 (FP8) or 16 (FP4), 16-byte aligned when
+    // rows % 16 (FP4: % 32) == 0 and the buffer is; the last tile's rows past R are not written.
+    const int64_t nrow = a.rows - rw;
+    const bool full = nrow >= 32 && a.vec16_out_c;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t c = cl + j;
+      if (c >= a.cols || nrow <= 0) continue;
+      uint32_t w[8];
+      encode_column<S, E>(raw, j, m0[j], m1[j], w);
+      const int64_t e0 = c * a.rows + rw;  // element index of the first byte
+      uint8_t* p = a.out_c + (fp4 ? e0 / 2 : e0);
+      if (full) {
+        reinterpret_cast<uint4*>(p)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        if (!fp4) reinterpret_cast<uint4*>(p)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      } else {
+        const int nbytes = int(fp4 ? (nrow < 32 ? nrow : 32) / 2 : (nrow < 32 ? nrow : 32));
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (4 * k + q < nbytes) p[4 * k + q] = uint8_t(w[k] >> (8 * q));
+      }
+    }
+  }
+}
+
 /// Scratch floats of the fast path: amax partials, 4 global scalars, per-row and per-column
 /// multipliers (rowwise recipe; 1 each for tensorwise), column chunk partials (rowwise recipe).
 struct FastPlan {
@@ -773,6 +985,11 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out
     check_cuda(cudaGetLastError(), "quantizer kernel launch");
     return;
   }
+  if constexpr (S != 0) {  // bf16 / f16: columnwise output, or 2D blocks, from registers
+    rc_kernel<S, E><<<unsigned(tiles), kRcThreads, 0, st>>>(a);
+    check_cuda(cudaGetLastError(), "quantizer kernel launch");
+    return;
+  }
   static bool attr_set = false;  // per instantiation
   if (!attr_set) {
     check_cuda(cudaFuncSetAttribute(quant_tile_kernel<S, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -827,6 +1044,7 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   a.vec_in = C % 4 == 0 && reinterpret_cast<uintptr_t>(src.data) % size_t(4 * esize) == 0;
   a.vec_out_r = C % 4 == 0 && reinterpret_cast<uintptr_t>(out.data) % 4 == 0;
   a.vec_out_c = R % 4 == 0 && reinterpret_cast<uintptr_t>(out.data_t) % 4 == 0;
+  a.vec16_out_c = R % (cfg.recipe == Recipe::kNvfp4 ? 32 : 16) == 0 && reinterpret_cast<uintptr_t>(out.data_t) % 16 == 0;
   const FastPlan p = plan_fast(src, cfg);
   const int e = a.elem == DType::kE2M1 ? 2 : a.elem == DType::kE5M2 ? 1 : 0;
   switch (src.dtype) {
