@@ -389,6 +389,7 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
     const int64_t tiles_p = ceil_div(op.rows(), int64_t(1) << pl.log_tr);
     const int64_t tiles_c = ceil_div(op.cols(), int64_t(1) << pl.log_tk);
     const int64_t tiles = tiles_p * tiles_c;
+    if (first >= tiles) return tiles;
     for (int64_t tile = first; tile < tiles; tile += gridDim.x) {
       const int64_t tp = tile / tiles_c, tc = tile - tp * tiles_c;
       run_tile<K>(op, s, d, tp << pl.log_tr, tc << pl.log_tk, pl, sh, inexact_count);
@@ -428,6 +429,11 @@ __global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, c
   to.recipe = R;
   for_each_group<R, R>(from, to, row_offsets, groups, [&](const ScaleLayout& f, const ScaleLayout& t,
                                                                int64_t sb, int64_t db, int64_t first) -> int64_t {
+    // Unit count first: a block with no unit in this group skips the offset() set-up (int64 divisions;
+    // repeated for every group of a grouped launch it would dominate).
+    const int64_t P = t.padded_rows(), C = t.padded_kblocks();
+    const int64_t tiles_c = ceil_div(C, kAT), tiles = ceil_div(P, kAT) * tiles_c;
+    if (first >= tiles) return tiles;
     const uint32_t* s = src + sb;
     uint32_t* d = dst + db;
     // Source position of destination grid position (p, c): (p, c), or (c, p) for a transpose.
@@ -435,12 +441,10 @@ __global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, c
     const int64_t s00 = soff(0, 0), d00 = t.padded_offset(0, 0);
     const int64_t sp = soff(1, 0) - s00, sc = soff(0, 1) - s00;
     const int64_t dp = t.padded_offset(1, 0) - d00, dc = t.padded_offset(0, 1) - d00;
-    const int64_t P = t.padded_rows(), C = t.padded_kblocks();
     const int64_t Pr = t.real_rows(), Cr = t.kblocks();  // is_real(p, c) <=> p < Pr && c < Cr
     // Vectors run along the unit-stride axis (the longer one when both are, e.g. L == 1).
     const bool s_cfast = sc == 1 && (sp != 1 || C >= P), s_vec = sc == 1 || sp == 1;
     const bool d_cfast = dc == 1 && (dp != 1 || C >= P), d_vec = dc == 1 || dp == 1;
-    const int64_t tiles_c = ceil_div(C, kAT), tiles = ceil_div(P, kAT) * tiles_c;
     for (int64_t u = first; u < tiles; u += gridDim.x) {
       const int64_t tp = u / tiles_c, p0 = tp * kAT, c0 = (u - tp * tiles_c) * kAT;
       const int rp = iclamp(Pr - p0, kAT), rc = iclamp(Cr - c0, kAT);  // real extent of the tile
@@ -534,8 +538,8 @@ __device__ __forceinline__ void store16(uint8_t* g, int n, const uint32_t w[4]) 
 
 // Compact rows that are not 16-byte aligned (pitch % 16 != 0, e.g. 515 scales per row): a row's
 // span of n <= 128 bytes at D is covered by the 16-byte-aligned chunks k = 0..8 of
-// [D - D % 16, D + n); chunk k starts at span byte o = 16k - D % 16. A full chunk moves as one 16-byte
-// access; the partial ones at the two ends byte by byte, touching only bytes of the span.
+// [D - D % 16, D + n); chunk k starts at span byte o = 16k - D % 16. A full chunk is one 16-byte store;
+// the partial ones at the two ends go byte by byte, touching only bytes of the span.
 // stage_row: the row's staged words (byte b of the span is byte b % 4 of word b / 4).
 __device__ __forceinline__ void store_chunk(uint8_t* D, int shift, int n, int k, const uint32_t* stage_row) {
   const int o = 16 * k - shift;
@@ -550,19 +554,6 @@ __device__ __forceinline__ void store_chunk(uint8_t* D, int shift, int n, int k,
     for (int b = o < 0 ? 0 : o; b < o + 16 && b < n; ++b) D[b] = uint8_t(stage_row[b >> 2] >> (8 * (b & 3)));
   }
 }
-__device__ __forceinline__ void load_chunk(const uint8_t* D, int shift, int n, int k, uint8_t* stage_row) {
-  const int o = 16 * k - shift;
-  if (o >= n || o + 16 <= 0) return;
-  if (o >= 0 && o + 16 <= n) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(D + o));
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int b = 0; b < 16; ++b) stage_row[o + b] = uint8_t(w[b >> 2] >> (8 * (b & 3)));
-  } else {
-    for (int b = o < 0 ? 0 : o; b < o + 16 && b < n; ++b) stage_row[b] = __ldg(D + b);
-  }
-}
-
 struct StripUnit {
   int64_t p0, c0;
   int rows, cols, tiles;  // real compact rows and columns in the unit, tiles (4 columns each) to write
@@ -593,41 +584,20 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
     uint8_t* d = dst + db;
     const ScaleLayout& cl = kToTiled ? f : t;  // compact side
     const ScaleLayout& tl = kToTiled ? t : f;  // tiled side
-    const int64_t pitch = cl.padded_offset(1, 0) - cl.padded_offset(0, 0);
-    const int64_t Rr = cl.padded_rows(), S = cl.kblocks(), S4 = tl.padded_kblocks();
+    const int64_t S4 = tl.padded_kblocks();
     const int64_t chunks = ceil_div(S4, kChunk), units = (tl.padded_rows() / kStrip) * chunks;
+    if (first >= units) return units;  // nothing here for this block (see affine_kernel)
+    const int64_t pitch = cl.padded_offset(1, 0) - cl.padded_offset(0, 0);
+    const int64_t Rr = cl.padded_rows(), S = cl.kblocks();
     for (int64_t u = first; u < units; u += gridDim.x) {
       const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
       const int64_t cbase = cl.padded_offset(su.p0, su.c0), tbase = tl.padded_offset(su.p0, su.c0);
       // Compact granule i: row i / 8, bytes 16*(i % 8) ..; a warp covers 4 rows x 128 bytes.
       // Tiled word i: tile i / 32, lane i % 32; a warp writes one 512-byte tile.
-      // Every compact row of the unit starts 16-byte aligned, or none need be (odd pitch).
+      // Compact rows that do not start 16-byte aligned take the chunked store (store_chunk). Loads of
+      // such rows keep load16's byte path: a chunked load with byte-wise staging measured slower.
       const bool rows16 = pitch % 16 == 0 && aligned16(kToTiled ? s + cbase : d + cbase);
-      if (kToTiled && !rows16) {
-        const uint8_t* cb = s + cbase;
-        for (int i = threadIdx.x; i < kStrip * kWLd; i += kThreads) stage[i] = 0;  // padding reads as zero
-        __syncthreads();
-        for (int i = threadIdx.x; i < kStrip * 8; i += kThreads) {
-          const int rr = i >> 3, j = i & 7;
-          if (rr >= su.rows) continue;
-          const uint8_t* D = cb + int64_t(rr) * pitch;
-          const int shift = int(reinterpret_cast<uintptr_t>(D) & 15);
-          uint8_t* srow = reinterpret_cast<uint8_t*>(stage + rr * kWLd);
-          load_chunk(D, shift, su.cols, j, srow);
-          if (j == 7) load_chunk(D, shift, su.cols, 8, srow);
-        }
-        __syncthreads();
-        uint8_t* tb = d + tbase;
-        #pragma unroll
-        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
-          const int i = it * kThreads + threadIdx.x;
-          const int q = i >> 5, lane = i & 31;
-          if (q >= su.tiles) continue;
-          uint32_t w[4];
-          for (int j = 0; j < 4; ++j) w[j] = stage[(lane + 32 * j) * kWLd + q];
-          store16(tb + (q * 512 + lane * 16), 16, w);
-        }
-      } else if (kToTiled) {
+      if (kToTiled) {
         const uint8_t* cb = s + cbase;
         #pragma unroll
         for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
@@ -713,6 +683,7 @@ __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, 
     const Op op{f, t};
     const int64_t S = t.kblocks(), S4 = t.padded_kblocks(), Rr = t.real_rows();
     const int64_t chunks = ceil_div(S4, kChunk), units = (t.padded_rows() / kStrip) * chunks;
+    if (first >= units) return units;
     for (int64_t u = first; u < units; u += gridDim.x) {
       const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
       // Stage the unit's distinct words: row group j (rows p0 + 32j ..) x tile q, 4 scales each.

@@ -156,7 +156,7 @@ TEST_CASE("GPU transposes and block128x128 -> mxfp8 broadcasts match the host", 
         const BroadcastResult res = broadcast_block128_to_mxfp8(b, s.data(), m, want.data());
         DevBuf ds(s.size() * 4), dd(want.size()), cnt(8);
         CUDA_REQUIRE(cudaMemcpy(ds.p(), s.data(), s.size() * 4, cudaMemcpyHostToDevice));
-        CUDA_REQUIRE(cudaMemset(cnt.p(), 0, 8));
+        CUDA_REQUIRE(cudaMemsetAsync(cnt.p(), 0, 8, st.s));  // on the kernel's stream: st.s does not wait for the default stream
         gpu::broadcast_block128_to_mxfp8(b, reinterpret_cast<const float*>(ds.p()), m, dd.p(),
                                          reinterpret_cast<unsigned long long*>(cnt.p()), st.s);
         CUDA_REQUIRE(cudaStreamSynchronize(st.s));
