@@ -66,34 +66,53 @@ struct Plan {
 };
 
 // ---- device helpers ------------------------------------------------------------------------------
-// Grouped launches: group g's layouts get its row count, and its buffers start at the sum of
-// ScaleLayout::size() of the groups before it (elements). The units of all groups (tiles, strips) form
-// one sequence dealt round-robin over the blocks (unit U of the sequence goes to block U % gridDim.x),
-// so that ragged groups, as a router produces them, keep every block equally busy: each block walks
-// the groups in order, carrying the bases and the unit count from one group to the next (two loads of
-// row_offsets per group, no barrier).
-//
-// for_each_group runs body(f, t, src_base, dst_base, first) for each group (a single operand is one
-// group with row_offsets == nullptr, bases 0); the body processes its units first, first + gridDim.x,
-// ... and returns how many units the group has.
+struct GroupBase {
+  unsigned long long src, dst;
+};
+
+// Grouped launches: blockIdx.y walks the groups; group g's layouts get its row count and its buffers
+// start at the sum of ScaleLayout::size() of the groups before it (elements). Once per block and
+// group, never per element. Every thread of the block must call it.
+template <Recipe RF, Recipe RT>
+__device__ void group_setup(int g, const int64_t* row_offsets, ScaleLayout& f, ScaleLayout& t, int64_t& src_base,
+                            int64_t& dst_base, GroupBase& sh) {
+  unsigned long long ss = 0, ds = 0;
+  for (int h = threadIdx.x; h < g; h += blockDim.x) {
+    const int64_t rows = row_offsets[h + 1] - row_offsets[h];
+    ss += ScaleLayout(RF, rows, f.k, f.format).size();
+    ds += ScaleLayout(RT, rows, t.k, t.format).size();
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    ds += __shfl_xor_sync(0xffffffffu, ds, o);
+  }
+  if (threadIdx.x == 0) sh.src = sh.dst = 0;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&sh.src, ss);
+    atomicAdd(&sh.dst, ds);
+  }
+  __syncthreads();
+  const int64_t rows = row_offsets[g + 1] - row_offsets[g];
+  f.rows = rows;
+  t.rows = rows;
+  src_base = int64_t(sh.src);
+  dst_base = int64_t(sh.dst);
+  __syncthreads();  // sh is reused by the next group
+}
+
+// Runs body(f, t, src_base, dst_base) for each group this block owns (blockIdx.y strides over the
+// groups; a single operand is one group with row_offsets == nullptr, bases 0). f and t carry the
+// group's row count; the bases are element offsets into the source and destination buffers.
 template <Recipe RF, Recipe RT, class Body>
 __device__ __forceinline__ void for_each_group(const ScaleLayout& from, const ScaleLayout& to,
-                                               const int64_t* row_offsets, int groups, Body body) {
-  if (!row_offsets) {
-    body(from, to, int64_t(0), int64_t(0), int64_t(blockIdx.x));
-    return;
-  }
-  const int64_t nb = gridDim.x;
-  int64_t sb = 0, db = 0, u0 = 0;
-  for (int g = 0; g < groups; ++g) {
-    const int64_t rows = row_offsets[g + 1] - row_offsets[g];
+                                               const int64_t* row_offsets, int groups, GroupBase& gb, Body body) {
+  const int ngroups = row_offsets ? groups : 1;
+  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
     ScaleLayout f = from, t = to;
-    f.rows = rows;
-    t.rows = rows;
-    const int64_t first = ((int64_t(blockIdx.x) - u0) % nb + nb) % nb;
-    u0 += body(f, t, sb, db, first);
-    sb += ScaleLayout(RF, rows, from.k, from.format).size();
-    db += ScaleLayout(RT, rows, to.k, to.format).size();
+    int64_t sb = 0, db = 0;
+    if (row_offsets) group_setup<RF, RT>(g, row_offsets, f, t, sb, db, gb);
+    body(f, t, sb, db);
   }
 }
 
@@ -101,6 +120,7 @@ struct Shared {
   alignas(16) unsigned char src_img[kTile * 4 + 32];
   alignas(16) unsigned char dst_img[(kTile + kTransposePad) * 4 + 32];
   unsigned long long lo, hi;
+  GroupBase gb;
   int in_range;
 };
 
@@ -370,7 +390,7 @@ struct OpFor<Kind::kBroadcast, RF, RT> {
 };
 
 // One kernel for single operands (row_offsets == nullptr: `from`/`to` as given) and for grouped
-// operands (for_each_group: each group's layouts and buffer bases come from row_offsets).
+// operands (blockIdx.y walks the groups; each group's layouts and buffer bases come from row_offsets).
 template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td>
 __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, const Ts* src, ScaleLayout to, Td* dst,
                                                            Plan pl, const int64_t* row_offsets, int groups,
@@ -378,8 +398,8 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
   __shared__ Shared sh;
   from.recipe = RF;  // compile-time recipes: offset() folds to shifts and multiplies
   to.recipe = RT;
-  for_each_group<RF, RT>(from, to, row_offsets, groups, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                                   int64_t sb, int64_t db, int64_t first) -> int64_t {
+  for_each_group<RF, RT>(from, to, row_offsets, groups, sh.gb, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                   int64_t sb, int64_t db) {
     // Group buffers start at multiples of 4 elements whenever quads are in use (launch() checks).
     const Ts* s = src + sb / (kQuad ? 4 : 1);
     Td* d = dst + db / (kQuad ? 4 : 1);
@@ -389,12 +409,10 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
     const int64_t tiles_p = ceil_div(op.rows(), int64_t(1) << pl.log_tr);
     const int64_t tiles_c = ceil_div(op.cols(), int64_t(1) << pl.log_tk);
     const int64_t tiles = tiles_p * tiles_c;
-    if (first >= tiles) return tiles;
-    for (int64_t tile = first; tile < tiles; tile += gridDim.x) {
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t tp = tile / tiles_c, tc = tile - tp * tiles_c;
       run_tile<K>(op, s, d, tp << pl.log_tr, tc << pl.log_tk, pl, sh, inexact_count);
     }
-    return tiles;
   });
 }
 
@@ -425,15 +443,11 @@ template <Kind K, Recipe R>
 __global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, const uint32_t* src, ScaleLayout to,
                                                           uint32_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t tile[kAT * kALd];
+  __shared__ GroupBase gb;
   from.recipe = R;
   to.recipe = R;
-  for_each_group<R, R>(from, to, row_offsets, groups, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                               int64_t sb, int64_t db, int64_t first) -> int64_t {
-    // Unit count first: a block with no unit in this group skips the offset() set-up (int64 divisions;
-    // repeated for every group of a grouped launch it would dominate).
-    const int64_t P = t.padded_rows(), C = t.padded_kblocks();
-    const int64_t tiles_c = ceil_div(C, kAT), tiles = ceil_div(P, kAT) * tiles_c;
-    if (first >= tiles) return tiles;
+  for_each_group<R, R>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                               int64_t sb, int64_t db) {
     const uint32_t* s = src + sb;
     uint32_t* d = dst + db;
     // Source position of destination grid position (p, c): (p, c), or (c, p) for a transpose.
@@ -441,11 +455,13 @@ __global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, c
     const int64_t s00 = soff(0, 0), d00 = t.padded_offset(0, 0);
     const int64_t sp = soff(1, 0) - s00, sc = soff(0, 1) - s00;
     const int64_t dp = t.padded_offset(1, 0) - d00, dc = t.padded_offset(0, 1) - d00;
+    const int64_t P = t.padded_rows(), C = t.padded_kblocks();
     const int64_t Pr = t.real_rows(), Cr = t.kblocks();  // is_real(p, c) <=> p < Pr && c < Cr
     // Vectors run along the unit-stride axis (the longer one when both are, e.g. L == 1).
     const bool s_cfast = sc == 1 && (sp != 1 || C >= P), s_vec = sc == 1 || sp == 1;
     const bool d_cfast = dc == 1 && (dp != 1 || C >= P), d_vec = dc == 1 || dp == 1;
-    for (int64_t u = first; u < tiles; u += gridDim.x) {
+    const int64_t tiles_c = ceil_div(C, kAT), tiles = ceil_div(P, kAT) * tiles_c;
+    for (int64_t u = blockIdx.x; u < tiles; u += gridDim.x) {
       const int64_t tp = u / tiles_c, p0 = tp * kAT, c0 = (u - tp * tiles_c) * kAT;
       const int rp = iclamp(Pr - p0, kAT), rc = iclamp(Cr - c0, kAT);  // real extent of the tile
       const int np = iclamp(P - p0, kAT), nc = iclamp(C - c0, kAT);    // destination extent
@@ -497,7 +513,6 @@ __global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, c
       }
       __syncthreads();
     }
-    return tiles;
   });
 }
 
@@ -576,20 +591,19 @@ template <bool kToTiled, Recipe R>
 __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout from, const uint8_t* src, ScaleLayout to,
                                                                   uint8_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t stage[kStrip * kWLd];
+  __shared__ GroupBase gb;
   from.recipe = R;
   to.recipe = R;
-  for_each_group<R, R>(from, to, row_offsets, groups, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                               int64_t sb, int64_t db, int64_t first) -> int64_t {
+  for_each_group<R, R>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                               int64_t sb, int64_t db) {
     const uint8_t* s = src + sb;
     uint8_t* d = dst + db;
     const ScaleLayout& cl = kToTiled ? f : t;  // compact side
     const ScaleLayout& tl = kToTiled ? t : f;  // tiled side
-    const int64_t S4 = tl.padded_kblocks();
-    const int64_t chunks = ceil_div(S4, kChunk), units = (tl.padded_rows() / kStrip) * chunks;
-    if (first >= units) return units;  // nothing here for this block (see affine_kernel)
     const int64_t pitch = cl.padded_offset(1, 0) - cl.padded_offset(0, 0);
-    const int64_t Rr = cl.padded_rows(), S = cl.kblocks();
-    for (int64_t u = first; u < units; u += gridDim.x) {
+    const int64_t Rr = cl.padded_rows(), S = cl.kblocks(), S4 = tl.padded_kblocks();
+    const int64_t chunks = ceil_div(S4, kChunk), units = (tl.padded_rows() / kStrip) * chunks;
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
       const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
       const int64_t cbase = cl.padded_offset(su.p0, su.c0), tbase = tl.padded_offset(su.p0, su.c0);
       // Compact granule i: row i / 8, bytes 16*(i % 8) ..; a warp covers 4 rows x 128 bytes.
@@ -654,7 +668,6 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
       }
       __syncthreads();
     }
-    return units;
   });
 }
 
@@ -672,19 +685,19 @@ __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, 
                                                               uint8_t* dst, const int64_t* row_offsets, int groups,
                                                               unsigned long long* inexact_count) {
   __shared__ uint32_t words[4 * 32];
+  __shared__ GroupBase gb;
   from.recipe = RF;
   to.recipe = RT;
   int inexact = 0;
-  for_each_group<RF, RT>(from, to, row_offsets, groups, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                                int64_t sb, int64_t db, int64_t first) -> int64_t {
+  for_each_group<RF, RT>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                int64_t sb, int64_t db) {
     const uint8_t* s = static_cast<const uint8_t*>(src) + sb * f.scale_bytes();
     uint8_t* d = dst + db;
     using Op = typename OpFor<K, RF, RT>::type;
     const Op op{f, t};
     const int64_t S = t.kblocks(), S4 = t.padded_kblocks(), Rr = t.real_rows();
     const int64_t chunks = ceil_div(S4, kChunk), units = (t.padded_rows() / kStrip) * chunks;
-    if (first >= units) return units;
-    for (int64_t u = first; u < units; u += gridDim.x) {
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
       const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
       // Stage the unit's distinct words: row group j (rows p0 + 32j ..) x tile q, 4 scales each.
       if (threadIdx.x < 4 * kChunk / 4) {
@@ -721,7 +734,6 @@ __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, 
       }
       __syncthreads();
     }
-    return units;
   });
   if constexpr (K == Kind::kBroadcast) {
     for (int o = 16; o > 0; o >>= 1) inexact += __shfl_xor_sync(0xffffffffu, inexact, o);
@@ -862,29 +874,30 @@ void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_of
   const View view{op};
   const Plan pl = cached_plan(int(K), kQuad, view);
   int64_t tiles;
-  if (row_offsets) {  // an average group's tiles, times the groups (one sequence: for_each_group)
+  int gy = 1;
+  if (row_offsets) {
+    gy = std::min(groups, 65535);
     const int64_t rows_per_group = std::max<int64_t>(128, rows_hint / std::max(1, groups) + 128);
     const ScaleLayout t(op.to.recipe, rows_per_group, op.to.k, op.to.format);
     const View tv{Op{op.from, t}};
-    tiles = ceil_div(tv.rows(), int64_t(1) << pl.log_tr) * ceil_div(tv.cols(), int64_t(1) << pl.log_tk) * groups;
+    tiles = ceil_div(tv.rows(), int64_t(1) << pl.log_tr) * ceil_div(tv.cols(), int64_t(1) << pl.log_tk);
   } else {
     tiles = ceil_div(view.rows(), int64_t(1) << pl.log_tr) * ceil_div(view.cols(), int64_t(1) << pl.log_tk);
   }
   const int64_t cap = int64_t(sm_count()) * 8;
-  const int gx = int(std::max<int64_t>(1, std::min<int64_t>(tiles, cap)));
+  const int gx = int(std::max<int64_t>(1, std::min<int64_t>(tiles, row_offsets ? std::max<int64_t>(1, cap / gy) : cap)));
   auto* kernel = &convert_kernel<K, RF, RT, kQuad, Ts, Td>;
-  SCALEMM_LAUNCH(kernel, dim3(gx), dim3(kThreads), stream)(
+  SCALEMM_LAUNCH(kernel, dim3(gx, gy), dim3(kThreads), stream)(
       op.from, static_cast<const Ts*>(src), op.to, static_cast<Td*>(dst), pl, row_offsets, groups, inexact_count);
   check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
 }
 
-// Grid of a specialised kernel: `units` per operand (per average group when grouped, times the
-// groups: for_each_group deals all groups' units as one sequence), at most 8 blocks per SM; the
-// kernels loop over the units they are given.
+// Grid of a specialised kernel: `units` per operand (per group when grouped: blockIdx.y walks the
+// groups), at most 8 blocks per SM in all; the kernels loop over the units they are given.
 dim3 special_grid(int64_t units, const int64_t* row_offsets, int groups) {
   const int64_t cap = int64_t(sm_count()) * 8;
-  const int64_t total = row_offsets ? units * std::max(1, groups) : units;
-  return dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(total, cap))));
+  const int gy = row_offsets ? std::min(groups, 65535) : 1;
+  return dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(units, std::max<int64_t>(1, cap / gy)))), unsigned(gy));
 }
 
 /// Launches the specialised kernel for this conversion if there is one; false: use the tile kernel.
