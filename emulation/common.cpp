@@ -86,6 +86,9 @@ void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
     if (!is_mx(cfg.recipe) && mode != ScaleMode::kAmax && mode != ScaleMode::kAmaxPow2)
       invalid("fp32-scale recipes take scale mode amax or amax-pow2, got " + std::string(to_string(mode)));
   }
+  if (src.amax && cfg.recipe != Recipe::kTensorwise && cfg.recipe != Recipe::kNvfp4)
+    invalid("source amax is given, but " + std::string(to_string(cfg.recipe)) +
+            " computes an amax per row or block, not per tensor; pass amax only with tensorwise or nvfp4");
   if (!(cfg.eps >= 0.0f)) invalid("eps must be >= 0");
   const bool any = src.rows * src.cols > 0;
   if (cfg.rowwise && any && (!out.data || !out.scales)) invalid("rowwise output needs data and scales");

@@ -184,6 +184,19 @@ __device__ __forceinline__ float group_amax(float m, int n) {
   return m;
 }
 
+// Magnitudes of 16-bit (bf16 / f16) sources compared as raw codes: the sign masked off, two per
+// 32-bit word; decoding is monotone non-decreasing in |code| with NaN codes above Inf, so the largest
+// code decodes to exactly the amax that detail::amax_update folds over the decoded values.
+__device__ __forceinline__ uint32_t mag2(uint32_t w) { return w & 0x7FFF7FFFu; }
+template <int S>
+__device__ __forceinline__ float mag_float(uint32_t code16) {
+  return S == 1 ? fmt::decode_bf16(uint16_t(code16)) : fmt::decode_f16(uint16_t(code16));
+}
+__device__ __forceinline__ uint32_t umax_group(uint32_t m, int n) {
+  for (int off = 1; off < n; off <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  return m;
+}
+
 /// Stores the packed codes of 4 consecutive output elements starting at element idx (n_valid of them
 /// inside the row): FP8 one byte each, FP4 one nibble each (element 2i in the low nibble).
 __device__ __forceinline__ void store4(uint8_t* out, int64_t idx, int64_t n_valid, uint32_t word, bool fp4, bool vec) {
@@ -428,27 +441,37 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t seg
   if (a.kind == kBlocks1D) {
     // Block amaxes of the kUnits units (every lane of a block holds its block's amax), then lane t
     // takes block t of the warp's kUnits * nb blocks: one compute_scale and one offset() per lane
-    // instead of one compute_scale per lane and unit; the multipliers go back by shuffles.
+    // instead of one compute_scale per lane and unit; the multipliers go back by shuffles. Blocks
+    // are 16, 32 or 128 wide: lane arithmetic by shifts (lpb = 2^lg_lpb lanes per block).
+    const int lg_lpb = 31 - __clz(lanes_per_block);
     float mk[kUnits];
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) {
-      float m = 0.0f;
+      if constexpr (S == 0) {
+        float m = 0.0f;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[k], j));
-      mk[k] = group_amax(m, lanes_per_block);
+        for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[k], j));
+        mk[k] = group_amax(m, lanes_per_block);
+      } else {
+        // 16-bit sources: the largest magnitude code (as rc_kernel: decoding is monotone in |code|,
+        // NaN codes above Inf), decoded once per block.
+        uint32_t c = __vmaxu2(mag2(raw[k].x), mag2(raw[k].y));
+        c = umax_group(max(c & 0xFFFFu, c >> 16), lanes_per_block);
+        mk[k] = mag_float<S>(c);
+      }
     }
-    const int k_of_t = lane / nb, b_of_t = lane % nb;
+    const int k_of_t = lane >> (5 - lg_lpb), b_of_t = lane & (nb - 1);
     float mine = 0.0f;  // lanes past the warp's blocks compute an unused scale of 0
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) {
-      const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t * lanes_per_block);
+      const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
       if (k == k_of_t) mine = x;
     }
     const BlockScale s = a.scale_of(mine);
     const int64_t kb = seg0 * nb + lane;
     if (lane < kUnits * nb && kb * a.bk < a.cols) detail::store_scale(a.lr, a.scales_r, r, kb, s);
 #pragma unroll
-    for (int k = 0; k < kUnits; ++k) mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + lane / lanes_per_block);
+    for (int k = 0; k < kUnits; ++k) mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + (lane >> lg_lpb));
   }
 #pragma unroll
   for (int k = 0; k < kUnits; ++k) {
@@ -719,15 +742,6 @@ __global__ void col_amax_finish_kernel(TileArgs a, const float* part, int64_t ch
 // store_scale -> offset()), so the bytes equal the host's.
 constexpr int kRcThreads = 128;
 
-__device__ __forceinline__ uint32_t mag2(uint32_t w) { return w & 0x7FFF7FFFu; }
-template <int S>
-__device__ __forceinline__ float mag_float(uint32_t code16) {
-  return S == 1 ? fmt::decode_bf16(uint16_t(code16)) : fmt::decode_f16(uint16_t(code16));
-}
-__device__ __forceinline__ uint32_t umax_group(uint32_t m, int n) {
-  for (int off = 1; off < n; off <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-  return m;
-}
 
 /// The 32 (FP8) or 16 (FP4) bytes of column j of the lane's 32 rows, encoded with multiplier m, as 8
 /// (4) words in row order.
@@ -879,7 +893,8 @@ inline FastPlan plan_fast(const SourceMatrix& src, const QuantizeConfig& cfg) {
 }
 
 template <int S, int E>
-void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out, int64_t tiles, cudaStream_t st) {
+void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_amax, float* global_out, int64_t tiles,
+                cudaStream_t st) {
   float* part = scratch;
   float* g = part + p.n_part;
   float* pm_r = g + 4;
@@ -888,9 +903,14 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out
   const int64_t n = a.rows * a.cols;
   const Recipe recipe = a.lr.recipe;
   if (recipe == Recipe::kTensorwise || recipe == Recipe::kNvfp4) {
-    const int blocks = int(std::min<int64_t>(kAmaxBlocks, std::max<int64_t>(1, layouts::ceil_div(n, 256 * 16))));
-    global_amax_kernel<S><<<blocks, 256, 0, st>>>(a.src, n, a.vec_in, part);
-    finish_global_kernel<<<1, 1024, 0, st>>>(part, blocks, g, recipe == Recipe::kNvfp4 ? global_out : nullptr);
+    float* gout = recipe == Recipe::kNvfp4 ? global_out : nullptr;
+    if (src_amax) {  // given: no amax pass, the source is read once
+      finish_global_kernel<<<1, 32, 0, st>>>(src_amax, 1, g, gout);
+    } else {
+      const int blocks = int(std::min<int64_t>(kAmaxBlocks, std::max<int64_t>(1, layouts::ceil_div(n, 256 * 16))));
+      global_amax_kernel<S><<<blocks, 256, 0, st>>>(a.src, n, a.vec_in, part);
+      finish_global_kernel<<<1, 1024, 0, st>>>(part, blocks, g, gout);
+    }
     a.g = g;
   }
   if (recipe == Recipe::kTensorwise) {
@@ -947,11 +967,11 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, float* global_out
 }
 
 template <int S>
-void launch_elem(int e, const TileArgs& a, const FastPlan& p, float* scratch, float* global_out, int64_t tiles,
-                 cudaStream_t st) {
-  if (e == 2) launch_all<S, 2>(a, p, scratch, global_out, tiles, st);
-  else if (e == 1) launch_all<S, 1>(a, p, scratch, global_out, tiles, st);
-  else launch_all<S, 0>(a, p, scratch, global_out, tiles, st);
+void launch_elem(int e, const TileArgs& a, const FastPlan& p, float* scratch, const float* src_amax, float* global_out,
+                 int64_t tiles, cudaStream_t st) {
+  if (e == 2) launch_all<S, 2>(a, p, scratch, src_amax, global_out, tiles, st);
+  else if (e == 1) launch_all<S, 1>(a, p, scratch, src_amax, global_out, tiles, st);
+  else launch_all<S, 0>(a, p, scratch, src_amax, global_out, tiles, st);
 }
 
 /// The fast path; false when it does not apply (empty shapes), then the generic functors run.
@@ -993,9 +1013,9 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   const FastPlan p = plan_fast(src, cfg);
   const int e = a.elem == DType::kE2M1 ? 2 : a.elem == DType::kE5M2 ? 1 : 0;
   switch (src.dtype) {
-    case DType::kBF16: launch_elem<1>(e, a, p, scratch, out.global_scale, tiles, st); break;
-    case DType::kF16: launch_elem<2>(e, a, p, scratch, out.global_scale, tiles, st); break;
-    default: launch_elem<0>(e, a, p, scratch, out.global_scale, tiles, st); break;
+    case DType::kBF16: launch_elem<1>(e, a, p, scratch, src.amax, out.global_scale, tiles, st); break;
+    case DType::kF16: launch_elem<2>(e, a, p, scratch, src.amax, out.global_scale, tiles, st); break;
+    default: launch_elem<0>(e, a, p, scratch, src.amax, out.global_scale, tiles, st); break;
   }
   return true;
 }

@@ -86,8 +86,13 @@ void run_quantize(Exec& ex, const SourceMatrix& src, const QuantizeConfig& cfg, 
   if (cfg.columnwise && p.lc.format == ScaleFormat::kCublasLt) ex.zero(out.scales_t, size_t(p.lc.bytes()));
 
   if (p.need_global) {
-    if (R > 0 && C > 0) ex.for_each(C, ColumnAmax{src.data, src.dtype, R, C, partials});
-    ex.for_each(1, FinishGlobal{partials, (R > 0 ? C : 0), g, cfg.recipe == Recipe::kNvfp4 ? out.global_scale : nullptr});
+    float* gout = cfg.recipe == Recipe::kNvfp4 ? out.global_scale : nullptr;
+    if (src.amax) {
+      ex.for_each(1, FinishGlobal{src.amax, 1, g, gout});  // the given amax is the one "partial"
+    } else {
+      if (R > 0 && C > 0) ex.for_each(C, ColumnAmax{src.data, src.dtype, R, C, partials});
+      ex.for_each(1, FinishGlobal{partials, (R > 0 ? C : 0), g, gout});
+    }
   }
   if (p.tiles > 0) {
     ScaleTiles st{src.data, src.dtype, R, C, p.kind, p.tile_r, p.tile_c,

@@ -67,9 +67,9 @@ struct HostQuant {
 /// Allocates the outputs (scale buffers pre-filled with `poison` to catch unwritten padding) and runs
 /// quantize_host.
 inline HostQuant quantize_h(const float* x, int64_t rows, int64_t cols, const QuantizeConfig& cfg,
-                            uint8_t poison = 0xA5, DType src_dtype = DType::kF32) {
+                            uint8_t poison = 0xA5, DType src_dtype = DType::kF32, const float* amax = nullptr) {
   HostQuant q;
-  q.src = SourceMatrix{x, src_dtype, rows, cols};
+  q.src = SourceMatrix{x, src_dtype, rows, cols, amax};
   q.cfg = cfg;
   const int64_t db = data_bytes(cfg, rows, cols);
   if (cfg.rowwise) {

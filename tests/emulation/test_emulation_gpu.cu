@@ -201,6 +201,51 @@ TEST_CASE("Host and GPU quantizers are byte-identical on long rows, K tails and 
   check_quantizers_identical(odd, std::size(odd), true, {1, 2, 3});
 }
 
+TEST_CASE("A given tensor amax (one read of the source) gives the host's bytes on the GPU", "[emulation][gpu]") {
+  // Tensorwise and NVFP4 with the amax supplied in device memory: the true amax, a quarter of it
+  // (saturation) and its negative; bf16 and f32 sources; both directions and each alone.
+  auto g = scalemm::testing::rng(907);
+  for (const Shape sh : {Shape{258, 392}, Shape{130, 8200}, Shape{2, 6}}) {
+    const int64_t R = sh.r, C = sh.c;
+    std::vector<float> x = wide(g, R * C);
+    for (auto& v : x)
+      if (!std::isfinite(v)) v = 0.25f;
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = fmt::encode_bf16(x[i]);
+    float am = 0.0f;
+    for (size_t i = 0; i < x.size(); ++i) am = std::max(am, std::fabs(fmt::decode_bf16(xb[i])));
+    DevBuf dx(x), dxb(xb);
+    for (float given : {am, am / 4.0f, -am})
+      for (Recipe r : {Recipe::kTensorwise, Recipe::kNvfp4})
+        for (int dirs : {1, 2, 3})
+          for (DType sd : {DType::kBF16, DType::kF32}) {
+            const auto cfg = make_cfg(r, ScaleFormat::kCublasLt, dirs & 1, dirs & 2);
+            INFO(recipe_name(r) << " dirs=" << dirs << " src " << to_string(sd) << " shape " << R << "x" << C
+                                << " amax " << given);
+            const float* hx = sd == DType::kF32 ? x.data() : reinterpret_cast<const float*>(xb.data());
+            const auto h = quantize_h(hx, R, C, cfg, 0xA5, sd, &given);
+            const int64_t db = data_bytes(cfg, R, C);
+            DevBuf d(size_t(db), 0xEE), s(size_t(rowwise_layout(cfg, R, C).bytes()), 0xA5);
+            DevBuf dt(size_t(db), 0xEE), st(size_t(columnwise_layout(cfg, R, C).bytes()), 0xA5), gs(4);
+            DevBuf da(std::vector<float>{given});
+            QuantizeOutputs o{cfg.rowwise ? d.p : nullptr, cfg.rowwise ? s.p : nullptr, cfg.columnwise ? dt.p : nullptr,
+                              cfg.columnwise ? st.p : nullptr, gs.as<float>()};
+            SourceMatrix src{sd == DType::kF32 ? dx.p : dxb.p, sd, R, C, da.as<float>()};
+            quantize_device(src, cfg, o, nullptr, 0, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+            if (cfg.rowwise) {
+              expect_same_bytes(d.get(), h.data, 1, "rowwise data", "");
+              expect_same_bytes(s.get(), h.scales, 1, "rowwise scales", "");
+            }
+            if (cfg.columnwise) {
+              expect_same_bytes(dt.get(), h.data_t, 1, "columnwise data", "");
+              expect_same_bytes(st.get(), h.scales_t, 1, "columnwise scales", "");
+            }
+            if (r == Recipe::kNvfp4) CHECK(gs.get<float>()[0] == h.global);
+          }
+  }
+}
+
 TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emulation][gpu]") {
   // Shapes: K with a partial 128-chunk (200), K % 4 = 2 (scalar stores, 202), tiny (5 x 6), and a
   // K-slice view whose row stride exceeds K; every recipe, both scale formats, e4m3 and e5m2 data,

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "detail/functors.hpp"
@@ -392,6 +393,62 @@ TEST_CASE("NVFP4 special blocks: zero block 0x00, NaN block 0x7F, Inf saturates,
     CHECK(q.global == 1.0f);
     CHECK(q.scales[3] == 0x7E);
     CHECK(fmt::get_e2m1(q.data.data(), 48) == 0x7);
+  }
+}
+
+TEST_CASE("A given tensor amax replaces the amax pass: the true amax gives the same bytes, a smaller one saturates",
+          "[emulation][quantize]") {
+  auto g = scalemm::testing::rng(121);
+  const int64_t R = 38, C = 96;  // even: NVFP4 packs pairs in both directions
+  const auto x = random_normal(g, R * C, 3.0f);
+  const float am = amax_of(x, C, 0, R, 0, C);
+  const auto same = [](const HostQuant& a, const HostQuant& b) {
+    CHECK(a.data == b.data);
+    CHECK(a.scales == b.scales);
+    CHECK(a.data_t == b.data_t);
+    CHECK(a.scales_t == b.scales_t);
+    CHECK(a.global == b.global);
+  };
+  for (Recipe r : {Recipe::kTensorwise, Recipe::kNvfp4})
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt}) {
+      INFO(recipe_name(r) << " " << format_name(f));
+      const auto cfg = make_cfg(r, f, true, true);
+      const auto computed = quantize_h(x.data(), R, C, cfg);
+      same(quantize_h(x.data(), R, C, cfg, 0xA5, DType::kF32, &am), computed);
+      const float neg = -am;  // the magnitude is used
+      same(quantize_h(x.data(), R, C, cfg, 0xA5, DType::kF32, &neg), computed);
+    }
+  SECTION("tensorwise with a quarter of the amax: scale from the given value, larger elements at +-448") {
+    const float quarter = am / 4.0f;
+    const auto q = quantize_h(x.data(), R, C, make_cfg(Recipe::kTensorwise), 0xA5, DType::kF32, &quarter);
+    float stored = 0.0f;
+    std::memcpy(&stored, q.scales.data(), 4);
+    CHECK(stored == 1.0f / (448.0f / quarter));
+    int saturated = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (std::fabs(x[i]) > quarter * 1.07f) {  // past the rounding range of 448
+        CHECK((q.data[i] & 0x7F) == 0x7E);
+        ++saturated;
+      }
+    CHECK(saturated > 0);
+  }
+  SECTION("NVFP4 with a quarter of the amax: S_dec from the given value, blocks past it clamp to 448") {
+    const float quarter = am / 4.0f;
+    const auto q = quantize_h(x.data(), R, C, make_cfg(Recipe::kNvfp4), 0xA5, DType::kF32, &quarter);
+    CHECK(q.global == 1.0f / (2688.0f / quarter));
+    CHECK(std::count(q.scales.begin(), q.scales.end(), uint8_t(0x7E)) > 0);
+  }
+  SECTION("any other recipe refuses an amax, naming it") {
+    for (Recipe r : {Recipe::kRowwise, Recipe::kBlock1x128, Recipe::kBlock128x128, Recipe::kMxfp8}) {
+      INFO(recipe_name(r));
+      try {
+        quantize_h(x.data(), R, C, make_cfg(r), 0xA5, DType::kF32, &am);
+        FAIL("no error");
+      } catch (const scalemm::Error& e) {
+        CHECK(e.code() == scalemm::StatusCode::kInvalidArgument);
+        CHECK(std::string(e.what()).find("amax") != std::string::npos);
+      }
+    }
   }
 }
 

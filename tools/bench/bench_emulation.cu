@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
     Recipe r;
     bool rowwise, columnwise;
     ScaleMode mode;
+    bool given_amax = false;  ///< the tensor amax supplied (one read of the source instead of two)
   };
   const QCase qcases[] = {
       {Recipe::kTensorwise, true, false, ScaleMode::kAmax},
@@ -126,7 +128,15 @@ int main(int argc, char** argv) {
       {Recipe::kMxfp8_32x32, true, true, ScaleMode::kE8M0Rceil},
       {Recipe::kNvfp4, true, false, ScaleMode::kNvfp4TwoLevel},
       {Recipe::kNvfp4, true, true, ScaleMode::kNvfp4TwoLevel},
+      {Recipe::kTensorwise, true, false, ScaleMode::kAmax, true},
+      {Recipe::kNvfp4, true, false, ScaleMode::kNvfp4TwoLevel, true},
+      {Recipe::kNvfp4, true, true, ScaleMode::kNvfp4TwoLevel, true},
   };
+  // The given amax: the true one, as a fused producer would have computed it.
+  float amax_h = 0.0f;
+  for (uint16_t b : hx) amax_h = std::max(amax_h, std::fabs(formats::decode_bf16(b)));
+  Buf amax_d(4);
+  ck(cudaMemcpy(amax_d.p, &amax_h, 4, cudaMemcpyHostToDevice), "upload amax");
   Buf data(size_t(S * S)), data_t(size_t(S * S)), gscale(4);
   for (const auto& c : qcases) {
     QuantizeConfig cfg;
@@ -143,11 +153,14 @@ int main(int argc, char** argv) {
     QuantizeOutputs out{data.p, sr.p, c.columnwise ? data_t.p : nullptr, c.columnwise ? sc.p : nullptr,
                         static_cast<float*>(gscale.p)};
     const std::string name = std::string("quantize ") + std::string(to_string(c.r)) +
-                             (c.columnwise ? " row+col" : " rowwise") + " (" + to_string(c.mode) + ")";
+                             (c.columnwise ? " row+col" : " rowwise") + " (" + to_string(c.mode) +
+                             (c.given_amax ? ", given amax" : "") + ")";
     if (!only.empty() && name.find(only) == std::string::npos) continue;
     const double db = double(data_bytes(cfg, S, S));
     const double bytes = double(S * S) * 2 + (c.rowwise ? db + lr.bytes() : 0) + (c.columnwise ? db + lc.bytes() : 0);
-    const double ms = median_ms(s, 3, reps, [&] { quantize_device(src, cfg, out, ws.p, ws_bytes, s); });
+    SourceMatrix qsrc = src;
+    if (c.given_amax) qsrc.amax = static_cast<const float*>(amax_d.p);
+    const double ms = median_ms(s, 3, reps, [&] { quantize_device(qsrc, cfg, out, ws.p, ws_bytes, s); });
     row(name, bytes, ms, anchor_ms(bytes));
   }
   if (!only.empty()) return 0;

@@ -45,6 +45,12 @@ struct SourceMatrix {
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  /// Optional, tensorwise and NVFP4 only: the tensor's amax, already known (one float in the memory
+  /// space of `data`; its magnitude is used). The quantizer then reads the source once instead of
+  /// twice (an amax pass, then the encode). For a producer that computes the amax as it writes the
+  /// tensor, or for delayed scaling, where it comes from earlier steps: elements above the amax
+  /// given saturate to +-max of the element type. Null: computed from the data.
+  const float* amax = nullptr;
 };
 
 struct QuantizeConfig {
