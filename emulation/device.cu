@@ -189,7 +189,7 @@ __device__ __forceinline__ float group_amax(float m, int n) {
 // code decodes to exactly the amax that detail::amax_update folds over the decoded values.
 __device__ __forceinline__ uint32_t mag2(uint32_t w) { return w & 0x7FFF7FFFu; }
 template <int S>
-__device__ __forceinline__ float mag_float(uint32_t code16) {
+__device__ __forceinline__ float decode16(uint32_t code16) {
   return S == 1 ? fmt::decode_bf16(uint16_t(code16)) : fmt::decode_f16(uint16_t(code16));
 }
 __device__ __forceinline__ uint32_t umax_group(uint32_t m, int n) {
@@ -457,7 +457,7 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t seg
         // NaN codes above Inf), decoded once per block.
         uint32_t c = __vmaxu2(mag2(raw[k].x), mag2(raw[k].y));
         c = umax_group(max(c & 0xFFFFu, c >> 16), lanes_per_block);
-        mk[k] = mag_float<S>(c);
+        mk[k] = decode16<S>(c);
       }
     }
     const int k_of_t = lane >> (5 - lg_lpb), b_of_t = lane & (nb - 1);
@@ -804,7 +804,7 @@ __global__ void __launch_bounds__(kRcThreads, 4) rc_kernel(TileArgs a) {
       __syncthreads();
       m = max(max(xw[0], xw[1]), max(xw[2], xw[3]));
     }
-    const BlockScale s = a.scale_of(mag_float<S>(m));
+    const BlockScale s = a.scale_of(decode16<S>(m));
     mult2d = s.multiplier;
     // Scales: rowwise grid (row, K-block), columnwise grid (column, row block), as quant_tile_kernel.
     const int64_t gr = (bk == 32 ? rw : r0) / bk, gk = (bk == 32 ? c0 + 32 * (lane / 8) : c0) / bk;
@@ -865,6 +865,124 @@ __global__ void __launch_bounds__(kRcThreads, 4) rc_kernel(TileArgs a) {
           for (int q = 0; q < 4; ++q)
             if (4 * k + q < nbytes) p[4 * k + q] = uint8_t(w[k] >> (8 * q));
       }
+    }
+  }
+}
+
+// ---- 1D blocks in both directions from one read (bf16 / f16 sources) -----------------------------
+// block1x128, mxfp8 and nvfp4 with columnwise output: a 256-thread CTA per 128 x 128 tile.
+//   1. Warp w reads tile rows w, w + 8, ... straight into registers (lane l: columns 4l..4l+3, one
+//      8-byte load per row) and encodes the rowwise output from them as row_direct_kernel does (kU
+//      rows at a time, one block scale per lane); the raw 16-bit codes also go to shared memory.
+//   2. The transposed output reads the tile down its columns, two columns per 32-bit word: lane l
+//      holds rows 4l..4l+3 of a column pair; block amaxes are raw-code maxima of both columns at once
+//      (__vmaxu2, shuffles over the block's bk/4 lanes), the warp's column scales are spread over its
+//      lanes through a small shared stage, and the elements are encoded and stored 4 per lane.
+// The tile is 128 rows of 65 words (odd, with the lane rotation of quant_tile_kernel: conflict-free
+// column reads); 33 KB instead of the fp32 tile's 66 KB. The arithmetic is the shared one
+// (compute_scale, encode_pair, store_scale -> offset()), so the bytes equal the host's.
+constexpr int kW = 65;        // words per shared tile row: 64 column pairs + 1
+constexpr int kPairs = 8;     // column pairs per warp in phase 2 (64 pairs / 8 warps)
+
+template <int S, int E>
+__global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
+  __shared__ uint32_t tile[kTile * kW];
+  __shared__ uint32_t cmax[8][kPairs * 8];      // per warp: (pair, block) packed column-pair maxima
+  __shared__ float cmult[8][kPairs * 2 * 8];    // per warp: (pair, column, block) multipliers
+  constexpr bool fp4 = E == 2;
+  constexpr int kU = E == 2 ? 4 : 8;  // rows per rowwise batch: kU * (128 / bk) <= 32 blocks
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
+  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
+  const int64_t r0 = tr * kTile, c0 = tc * kTile;
+  const int bk = a.bk, lpb = bk / 4, nb = kTile / bk;
+  const int lg_lpb = 31 - __clz(lpb), lg_nb = 31 - __clz(nb);
+
+  // 1. Rows: batches of kU rows (warp + 8 * (b * kU + k)).
+#pragma unroll 1
+  for (int b = 0; b < kTile / 8 / kU; ++b) {
+    uint2 raw[kU];
+#pragma unroll
+    for (int k = 0; k < kU; ++k)
+      raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r0 + warp + 8 * (b * kU + k), c0 + 4 * lane);
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      uint32_t* t = tile + (warp + 8 * (b * kU + k)) * kW + 2 * lane;
+      t[0] = raw[k].x;
+      t[1] = raw[k].y;
+    }
+    if (!a.rowwise) continue;
+    float mk[kU];
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      uint32_t c = __vmaxu2(mag2(raw[k].x), mag2(raw[k].y));
+      c = umax_group(max(c & 0xFFFFu, c >> 16), lpb);
+      mk[k] = decode16<S>(c);
+    }
+    // Lane t: block (k, kb) = (t >> lg_nb, t & (nb - 1)) of the batch.
+    const int k_of_t = lane >> lg_nb, b_of_t = lane & (nb - 1);
+    float mine = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
+      if (k == k_of_t) mine = x;
+    }
+    const BlockScale s = a.scale_of(mine);
+    {
+      const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = c0 / bk + b_of_t;
+      if (lane < kU * nb && r < a.rows && kb * bk < a.cols) detail::store_scale(a.lr, a.scales_r, r, kb, s);
+    }
+#pragma unroll
+    for (int k = 0; k < kU; ++k) {
+      const float m = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + (lane >> lg_lpb));
+      const int64_t r = r0 + warp + 8 * (b * kU + k);
+      if (r >= a.rows) continue;  // warp-uniform
+      const int64_t c = c0 + 4 * lane;
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[k], j);
+      store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, m), fp4, a.vec_out_r);
+    }
+  }
+  __syncthreads();
+
+  // 2. Column pairs cw = warp + 8q. A. packed block maxima to cmax; B. lane t computes scales t,
+  // t + 32, ... of the warp's 2 * kPairs * nb (column, block) pairs; C. encode and store.
+  const auto word = [&](int cw, int j) { return tile[(4 * lane + ((j + rot) & 3)) * kW + cw]; };
+#pragma unroll 2
+  for (int q = 0; q < kPairs; ++q) {
+    const int cw = warp + 8 * q;
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = __vmaxu2(m, mag2(word(cw, j)));
+    for (int off = 1; off < lpb; off <<= 1) m = __vmaxu2(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    if ((lane & (lpb - 1)) == 0) cmax[warp][q * nb + (lane >> lg_lpb)] = m;
+  }
+  __syncwarp();
+  for (int i = lane; i < 2 * kPairs * nb; i += 32) {
+    const int q = i >> (lg_nb + 1), col = (i >> lg_nb) & 1, blk = i & (nb - 1);
+    const uint32_t code = (cmax[warp][q * nb + blk] >> (16 * col)) & 0xFFFFu;
+    const BlockScale s = a.scale_of(decode16<S>(code));
+    const int64_t c = c0 + 2 * (warp + 8 * q) + col, kb = r0 / bk + blk;
+    if (c < a.cols && kb * bk < a.rows) detail::store_scale(a.lc, a.scales_c, c, kb, s);
+    cmult[warp][i] = s.multiplier;
+  }
+  __syncwarp();
+  const int64_t rr = r0 + 4 * lane;
+#pragma unroll 2
+  for (int q = 0; q < kPairs; ++q) {
+    const int cw = warp + 8 * q;
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = word(cw, j);
+#pragma unroll
+    for (int col = 0; col < 2; ++col) {
+      const int64_t c = c0 + 2 * cw + col;
+      if (c >= a.cols) continue;  // warp-uniform
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = decode16<S>((w[j] >> (16 * col)) & 0xFFFFu);
+      const float m = cmult[warp][((2 * q + col) << lg_nb) + (lane >> lg_lpb)];
+      store4(a.out_c, c * a.rows + rr, a.rows - rr, encode4<E>(v, rot, m), fp4, a.vec_out_c);
     }
   }
 }
@@ -948,9 +1066,14 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     check_cuda(cudaGetLastError(), "quantizer kernel launch");
     return;
   }
-  if constexpr (S != 0) {  // bf16 / f16 with 2D blocks: from registers
+  if constexpr (S != 0) {  // bf16 / f16: 2D blocks from registers, 1D blocks with a 16-bit tile
     if (a.kind == kBlocks2D) {
       rc_kernel<S, E><<<unsigned(tiles), kRcThreads, 0, st>>>(a);
+      check_cuda(cudaGetLastError(), "quantizer kernel launch");
+      return;
+    }
+    if (a.kind == kBlocks1D) {
+      rc1d_kernel<S, E><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       check_cuda(cudaGetLastError(), "quantizer kernel launch");
       return;
     }
