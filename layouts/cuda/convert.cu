@@ -104,14 +104,22 @@ __device__ void group_setup(int g, const int64_t* row_offsets, ScaleLayout& f, S
 // Runs body(f, t, src_base, dst_base) for each group this block owns (blockIdx.y strides over the
 // groups; a single operand is one group with row_offsets == nullptr, bases 0). f and t carry the
 // group's row count; the bases are element offsets into the source and destination buffers.
-template <Recipe RF, Recipe RT, class Body>
+// units(f, t) is the body's work-unit count (blocks take units blockIdx.x, + gridDim.x, ...): a block
+// with none in a group skips it before group_setup's loads and barriers (uniform over the block),
+// which matters because grouped grids give each group blocks for several average groups.
+template <Recipe RF, Recipe RT, class Units, class Body>
 __device__ __forceinline__ void for_each_group(const ScaleLayout& from, const ScaleLayout& to,
-                                               const int64_t* row_offsets, int groups, GroupBase& gb, Body body) {
+                                               const int64_t* row_offsets, int groups, GroupBase& gb, Units units,
+                                               Body body) {
   const int ngroups = row_offsets ? groups : 1;
   for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
     ScaleLayout f = from, t = to;
     int64_t sb = 0, db = 0;
-    if (row_offsets) group_setup<RF, RT>(g, row_offsets, f, t, sb, db, gb);
+    if (row_offsets) {
+      f.rows = t.rows = row_offsets[g + 1] - row_offsets[g];
+      if (int64_t(blockIdx.x) >= units(f, t)) continue;
+      group_setup<RF, RT>(g, row_offsets, f, t, sb, db, gb);
+    }
     body(f, t, sb, db);
   }
 }
@@ -398,13 +406,17 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
   __shared__ Shared sh;
   from.recipe = RF;  // compile-time recipes: offset() folds to shifts and multiplies
   to.recipe = RT;
-  for_each_group<RF, RT>(from, to, row_offsets, groups, sh.gb, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                                   int64_t sb, int64_t db) {
+  using Op = typename OpFor<K, RF, RT>::type;
+  using View = ViewFor<K, kQuad, Op>;
+  const auto units = [&](const ScaleLayout& f, const ScaleLayout& t) {
+    const View op{Op{f, t}};
+    return ceil_div(op.rows(), int64_t(1) << pl.log_tr) * ceil_div(op.cols(), int64_t(1) << pl.log_tk);
+  };
+  for_each_group<RF, RT>(from, to, row_offsets, groups, sh.gb, units, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                          int64_t sb, int64_t db) {
     // Group buffers start at multiples of 4 elements whenever quads are in use (launch() checks).
     const Ts* s = src + sb / (kQuad ? 4 : 1);
     Td* d = dst + db / (kQuad ? 4 : 1);
-    using Op = typename OpFor<K, RF, RT>::type;
-    using View = ViewFor<K, kQuad, Op>;
     const View op{Op{f, t}};
     const int64_t tiles_p = ceil_div(op.rows(), int64_t(1) << pl.log_tr);
     const int64_t tiles_c = ceil_div(op.cols(), int64_t(1) << pl.log_tk);
@@ -446,8 +458,11 @@ __global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, c
   __shared__ GroupBase gb;
   from.recipe = R;
   to.recipe = R;
-  for_each_group<R, R>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                               int64_t sb, int64_t db) {
+  const auto units = [](const ScaleLayout&, const ScaleLayout& t) {
+    return ceil_div(t.padded_rows(), int64_t(kAT)) * ceil_div(t.padded_kblocks(), int64_t(kAT));
+  };
+  for_each_group<R, R>(from, to, row_offsets, groups, gb, units, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                      int64_t sb, int64_t db) {
     const uint32_t* s = src + sb;
     uint32_t* d = dst + db;
     // Source position of destination grid position (p, c): (p, c), or (c, p) for a transpose.
@@ -594,8 +609,12 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
   __shared__ GroupBase gb;
   from.recipe = R;
   to.recipe = R;
-  for_each_group<R, R>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                               int64_t sb, int64_t db) {
+  const auto units = [](const ScaleLayout& f, const ScaleLayout& t) {
+    const ScaleLayout& tl = kToTiled ? t : f;
+    return (tl.padded_rows() / kStrip) * ceil_div(tl.padded_kblocks(), int64_t(kChunk));
+  };
+  for_each_group<R, R>(from, to, row_offsets, groups, gb, units, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                      int64_t sb, int64_t db) {
     const uint8_t* s = src + sb;
     uint8_t* d = dst + db;
     const ScaleLayout& cl = kToTiled ? f : t;  // compact side
@@ -689,8 +708,11 @@ __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, 
   from.recipe = RF;
   to.recipe = RT;
   int inexact = 0;
-  for_each_group<RF, RT>(from, to, row_offsets, groups, gb, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                                int64_t sb, int64_t db) {
+  const auto units = [](const ScaleLayout&, const ScaleLayout& t) {
+    return (t.padded_rows() / kStrip) * ceil_div(t.padded_kblocks(), int64_t(kChunk));
+  };
+  for_each_group<RF, RT>(from, to, row_offsets, groups, gb, units, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                       int64_t sb, int64_t db) {
     const uint8_t* s = static_cast<const uint8_t*>(src) + sb * f.scale_bytes();
     uint8_t* d = dst + db;
     using Op = typename OpFor<K, RF, RT>::type;
