@@ -81,9 +81,13 @@ class Workspace {
 //   * columnwise output: a warp per tile column reads it down the shared tile (the transpose), same
 //     per-lane work, stores contiguous along the transposed rows;
 //   * 2D recipes: per-row partial amaxes in shared memory, then one warp per 2D block;
-//   * tensorwise / NVFP4: a grid-stride amax pass first (the unavoidable second read); rowwise
-//     recipe: a warp per row and a column-chunk amax pass, then the tile kernel encodes with the
-//     precomputed multipliers.
+//   * tensorwise / NVFP4: a grid-stride amax pass first (a second read), unless the caller gives the
+//     tensor amax (SourceMatrix::amax); rowwise recipe: a warp per row and a column-chunk amax pass,
+//     then the tile kernel encodes with the precomputed multipliers.
+// Which kernel runs (launch_all): rowwise-only requests take row_direct_kernel (or row_fused_kernel
+// for the rowwise recipe); bf16/f16 sources with a columnwise output take rc_kernel (2D blocks) or
+// rc1d_kernel (1D blocks); everything else (f32 sources with a columnwise output, the rowwise and
+// tensorwise recipes' columnwise output) the fp32 tile kernel described here.
 namespace fastq {
 
 using detail::BlockScale;
@@ -736,8 +740,8 @@ __global__ void col_amax_finish_kernel(TileArgs a, const float* part, int64_t ch
 //   * rowwise output: 4 FP8 bytes per lane and row; columnwise: a column's 32 rows are all in one
 //     lane, which writes them as 32 bytes of the transposed row (two 16-byte stores).
 // Measured on an H100 (8192^2 bf16): block128x128 row+col 40% -> 60% of copy, mxfp8-32x32 39% -> 48%.
-// The same scheme for 1D column blocks (1x32 / 1x128 along the rows) ran slower than the
-// shared-memory tile kernel (18-24% against 31%), so those stay with quant_tile_kernel.
+// The same scheme for 1D column blocks (1x32 / 1x128 along the rows) ran slower than the fp32
+// shared-memory tile kernel (18-24% against 31%); those take rc1d_kernel below (59-61%).
 // The per-element and per-block arithmetic is the same as everywhere (compute_scale, encode_pair,
 // store_scale -> offset()), so the bytes equal the host's.
 constexpr int kRcThreads = 128;
