@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "detail/driver.hpp"
@@ -19,6 +20,11 @@
 namespace scalemm::emulation {
 
 namespace {
+
+bool getenv_flag(const char* n) {  // TEMP A/B switch
+  const char* v = std::getenv(n);
+  return v && *v == '1';
+}
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
@@ -991,6 +997,127 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   }
 }
 
+// ---- 2D blocks in both directions through a 16-bit tile (bf16 / f16 sources, FP8) -----------------
+// block128x128 and mxfp8-32x32: the same 33 KB tile as rc1d_kernel. Every 2D block spans rows of all
+// eight warps, so the tile is read first (raw codes to shared memory, each lane keeping the packed
+// maximum of its 4 columns per 32-row band), the block amaxes are reduced across warps, one thread
+// per block computes its scale (compute_scale) and all threads write the scales at offset(); then
+// rows are encoded from shared memory (two words per lane and row) and columns as in rc1d_kernel.
+template <int S, int E>
+__global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
+  __shared__ uint32_t tile[kTile * kW];
+  __shared__ uint32_t part[8][4][4];  // per warp: (row band, column block) max codes
+  __shared__ float bf[4][4], bm[4][4];  // (row block, column block): stored fp32 scale, multiplier
+  __shared__ uint8_t bu[4][4];           // stored byte scale (MX); bk = 128 uses [0][0]
+  constexpr bool fp4 = E == 2;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
+  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
+  const int64_t r0 = tr * kTile, c0 = tc * kTile;
+  const int bk = a.bk, nb = kTile / bk;  // 32 or 128; nb = 4 or 1
+
+  // 1. Tile rows warp + 8i (i < 16) to shared memory; band i >> 2 covers tile rows 32 * band ...
+  uint32_t m[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint2 raw[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r0 + warp + 8 * (8 * h + k), c0 + 4 * lane);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      uint32_t* t = tile + (warp + 8 * (8 * h + k)) * kW + 2 * lane;
+      t[0] = raw[k].x;
+      t[1] = raw[k].y;
+      const int band = (8 * h + k) >> 2;
+      m[band] = __vmaxu2(m[band], __vmaxu2(mag2(raw[k].x), mag2(raw[k].y)));
+    }
+  }
+#pragma unroll
+  for (int band = 0; band < 4; ++band) m[band] = max(m[band] & 0xFFFFu, m[band] >> 16);
+  if (bk == 32) {  // column block = lane / 8
+#pragma unroll
+    for (int band = 0; band < 4; ++band) {
+      const uint32_t x = umax_group(m[band], 8);
+      if ((lane & 7) == 0) part[warp][band][lane >> 3] = x;
+    }
+  } else {
+    const uint32_t x = umax_group(max(max(m[0], m[1]), max(m[2], m[3])), 32);
+    if (lane == 0) part[warp][0][0] = x;
+  }
+  __syncthreads();
+  if (int(threadIdx.x) < nb * nb) {
+    const int rb = int(threadIdx.x) / nb, cb = int(threadIdx.x) % nb;
+    uint32_t x = 0;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) x = max(x, part[w][rb][cb]);
+    const BlockScale sc = a.scale_of(decode16<S>(x));
+    bf[rb][cb] = sc.stored_f32;
+    bu[rb][cb] = sc.stored_u8;
+    bm[rb][cb] = sc.multiplier;
+  }
+  __syncthreads();
+  // Scales: block (rb, cb) goes to its bk rows in the rowwise grid (row, K-block c0/bk + cb) and to
+  // its bk columns in the columnwise grid (column, row block r0/bk + rb), as rc_kernel.
+  for (int it = int(threadIdx.x); it < nb * nb * 2 * bk; it += kQThreads) {
+    const int blk = it / (2 * bk), j = it - blk * 2 * bk, rb = blk / nb, cb = blk % nb;
+    const int64_t gr = r0 / bk + rb, gk = c0 / bk + cb;
+    if (gr * bk >= a.rows || gk * bk >= a.cols) continue;
+    BlockScale sc;
+    sc.stored_f32 = bf[rb][cb];
+    sc.stored_u8 = bu[rb][cb];
+    sc.multiplier = bm[rb][cb];
+    if (j < bk) {
+      const int64_t r = gr * bk + j;
+      if (a.rowwise && r < a.rows) detail::store_scale(a.lr, a.scales_r, r, gk, sc);
+    } else {
+      const int64_t c = gk * bk + (j - bk);
+      if (a.columnwise && c < a.cols) detail::store_scale(a.lc, a.scales_c, c, gr, sc);
+    }
+  }
+
+  // 2. Rows from shared memory.
+  if (a.rowwise) {
+    const float mr = bm[0][0];  // bk = 128: the one block
+#pragma unroll 4
+    for (int i = 0; i < 16; ++i) {
+      const int lr = warp + 8 * i;
+      const int64_t r = r0 + lr;
+      if (r >= a.rows) continue;  // warp-uniform
+      const uint32_t* t = tile + lr * kW + 2 * lane;
+      const uint2 raw = make_uint2(t[0], t[1]);
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw, j);
+      const float mult = bk == 32 ? bm[lr >> 5][lane >> 3] : mr;
+      const int64_t c = c0 + 4 * lane;
+      store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult), fp4, a.vec_out_r);
+    }
+  }
+
+  // 3. Columns: pairs cw = warp + 8q; lane l holds rows 4l..4l+3 (rotated), in row block 4l / bk.
+  if (a.columnwise) {
+    const int64_t rr = r0 + 4 * lane;
+    const int rb = (4 * lane) / bk;
+#pragma unroll 2
+    for (int q = 0; q < kPairs; ++q) {
+      const int cw = warp + 8 * q;
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[j] = tile[(4 * lane + ((j + rot) & 3)) * kW + cw];
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        const int64_t c = c0 + 2 * cw + col;
+        if (c >= a.cols) continue;  // warp-uniform
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = decode16<S>((w[j] >> (16 * col)) & 0xFFFFu);
+        const float mult = bm[rb][(2 * cw + col) / bk];
+        store4(a.out_c, c * a.rows + rr, a.rows - rr, encode4<E>(v, rot, mult), fp4, a.vec_out_c);
+      }
+    }
+  }
+}
+
 /// Scratch floats of the fast path: amax partials, 4 global scalars, per-row and per-column
 /// multipliers (rowwise recipe; 1 each for tensorwise), column chunk partials (rowwise recipe).
 struct FastPlan {
@@ -1072,7 +1199,8 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
   }
   if constexpr (S != 0) {  // bf16 / f16: 2D blocks from registers, 1D blocks with a 16-bit tile
     if (a.kind == kBlocks2D) {
-      rc_kernel<S, E><<<unsigned(tiles), kRcThreads, 0, st>>>(a);
+      if (getenv_flag("SCALEMM_QUANT_RC")) rc_kernel<S, E><<<unsigned(tiles), kRcThreads, 0, st>>>(a);
+      else rc2d_kernel<S, E><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       check_cuda(cudaGetLastError(), "quantizer kernel launch");
       return;
     }
