@@ -896,8 +896,9 @@ Plan cached_plan(int kind, bool quad, const W& view) {
 // smaller group's units exit at once; the hardware scheduler then balances the SMs. A fixed share of
 // 8 blocks per SM over all groups left the largest groups' blocks looping while the other SMs idled
 // (45% achieved occupancy at G = 64 on an H100).
-constexpr int64_t kRagged = 4;
 unsigned grid_x(int64_t units, bool grouped, int gy) {
+  const char* env = std::getenv("SCALEMM_RAGGED");  // TEMP A/B
+  const int64_t kRagged = env ? std::atoll(env) : 4;
   const int64_t cap = int64_t(sm_count()) * 8;
   const int64_t gx = grouped ? std::min(kRagged * units, kRagged * std::max<int64_t>(1, cap / gy))
                              : std::min(units, cap);
