@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "detail/driver.hpp"
@@ -20,11 +19,6 @@
 namespace scalemm::emulation {
 
 namespace {
-
-bool getenv_flag(const char* n) {  // TEMP A/B switch
-  const char* v = std::getenv(n);
-  return v && *v == '1';
-}
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
@@ -91,7 +85,7 @@ class Workspace {
 //     tensor amax (SourceMatrix::amax); rowwise recipe: a warp per row and a column-chunk amax pass,
 //     then the tile kernel encodes with the precomputed multipliers.
 // Which kernel runs (launch_all): rowwise-only requests take row_direct_kernel (or row_fused_kernel
-// for the rowwise recipe); bf16/f16 sources with a columnwise output take rc_kernel (2D blocks) or
+// for the rowwise recipe); bf16/f16 sources with a columnwise output take rc2d_kernel (2D blocks) or
 // rc1d_kernel (1D blocks); everything else (f32 sources with a columnwise output, the rowwise and
 // tensorwise recipes' columnwise output) the fp32 tile kernel described here.
 namespace fastq {
@@ -130,7 +124,6 @@ struct TileArgs {
   uint8_t* out_r;
   uint8_t* out_c;
   bool vec_in, vec_out_r, vec_out_c;
-  bool vec16_out_c;  ///< rc_kernel: every transposed row starts 16-byte aligned (rows % 16, FP4 % 32)
 
   __device__ BlockScale scale_of(float amax) const {
     return detail::compute_scale(amax, mode, elem, eps, g ? g[1] : 1.0f, g ? g[2] : 1.0f);
@@ -463,8 +456,8 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t seg
         for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[k], j));
         mk[k] = group_amax(m, lanes_per_block);
       } else {
-        // 16-bit sources: the largest magnitude code (as rc_kernel: decoding is monotone in |code|,
-        // NaN codes above Inf), decoded once per block.
+        // 16-bit sources: the largest magnitude code (mag2: decoding is monotone in |code|, NaN
+        // codes above Inf), decoded once per block.
         uint32_t c = __vmaxu2(mag2(raw[k].x), mag2(raw[k].y));
         c = umax_group(max(c & 0xFFFFu, c >> 16), lanes_per_block);
         mk[k] = decode16<S>(c);
@@ -734,151 +727,6 @@ __global__ void col_amax_finish_kernel(TileArgs a, const float* part, int64_t ch
   pm_c[c] = s.multiplier;
 }
 
-// ---- 2D-block quantization from registers (bf16 / f16 sources) -----------------------------------
-// block128x128 and mxfp8-32x32 give one scale per 2D block to both the rowwise and the columnwise
-// output. A 128-thread CTA takes a 128 x 128 tile; warp w holds rows r0 + 32w .. +31 and lane l
-// columns c0 + 4l .. +3 as 32 raw 8-byte words (one coalesced 256-byte load per row), so that no
-// shared-memory transpose is needed:
-//   * magnitudes are compared on the raw 16-bit codes (two per 32-bit word, __vmaxu2): bf16 and f16
-//     decoding is monotone non-decreasing in |code| (NaN codes above Inf), so the decoded maximum code
-//     is exactly the amax detail::amax_update folds over the decoded values;
-//   * a 32x32 block is eight lanes of one warp, a 128x128 block the whole CTA;
-//   * rowwise output: 4 FP8 bytes per lane and row; columnwise: a column's 32 rows are all in one
-//     lane, which writes them as 32 bytes of the transposed row (two 16-byte stores).
-// Measured on an H100 (8192^2 bf16): block128x128 row+col 40% -> 60% of copy, mxfp8-32x32 39% -> 48%.
-// The same scheme for 1D column blocks (1x32 / 1x128 along the rows) ran slower than the fp32
-// shared-memory tile kernel (18-24% against 31%); those take rc1d_kernel below (59-61%).
-// The per-element and per-block arithmetic is the same as everywhere (compute_scale, encode_pair,
-// store_scale -> offset()), so the bytes equal the host's.
-constexpr int kRcThreads = 128;
-
-
-/// The 32 (FP8) or 16 (FP4) bytes of column j of the lane's 32 rows, encoded with multiplier m, as 8
-/// (4) words in row order.
-template <int S, int E>
-__device__ __forceinline__ void encode_column(const uint2 (&raw)[32], int j, float m, uint32_t (&w)[8]) {
-#pragma unroll
-  for (int k = 0; k < (E == 2 ? 4 : 8); ++k) {
-    const int per = E == 2 ? 8 : 4;  // rows per word
-    uint32_t acc = 0;
-#pragma unroll
-    for (int p = 0; p < per; p += 2) {
-      const int i = k * per + p;
-      const uint32_t c = detail::encode_pair<E>(raw_elem<S>(raw[i], j) * m, raw_elem<S>(raw[i + 1], j) * m);
-      acc |= c << (E == 2 ? 4 * p : 8 * p);
-    }
-    w[k] = acc;
-  }
-}
-
-template <int S, int E>
-__global__ void __launch_bounds__(kRcThreads, 4) rc_kernel(TileArgs a) {
-  __shared__ uint32_t xw[4];  // 128x128: per-warp amax codes
-  constexpr bool fp4 = E == 2;
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
-  const int64_t r0 = tr * kTile, c0 = tc * kTile;
-  const int64_t rw = r0 + 32 * warp, cl = c0 + 4 * lane;
-  const int bk = a.bk;
-
-  uint2 raw[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) raw[i] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, rw + i, cl);
-
-  // Column magnitudes: cm[h].x = max code of columns 0/1, .y of 2/3 over rows 16h .. 16h + 15.
-  uint2 cm[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    cm[h] = make_uint2(0u, 0u);
-#pragma unroll
-    for (int i = 16 * h; i < 16 * h + 16; ++i) {
-      cm[h].x = __vmaxu2(cm[h].x, mag2(raw[i].x));
-      cm[h].y = __vmaxu2(cm[h].y, mag2(raw[i].y));
-    }
-  }
-  const auto col_code = [&](int h, int j) {  // max code of column j over rows 16h..16h+15
-    const uint32_t w = j < 2 ? cm[h].x : cm[h].y;
-    return (j & 1) ? (w >> 16) : (w & 0xFFFFu);
-  };
-
-  float mult2d;  // the block's multiplier, valid on every lane
-  {
-    uint32_t m = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) m = max(m, max(col_code(0, j), col_code(1, j)));
-    if (bk == 32) {
-      m = umax_group(m, 8);
-    } else {  // 128 x 128: the whole tile
-      m = umax_group(m, 32);
-      if (lane == 0) xw[warp] = m;
-      __syncthreads();
-      m = max(max(xw[0], xw[1]), max(xw[2], xw[3]));
-    }
-    const BlockScale s = a.scale_of(decode16<S>(m));
-    mult2d = s.multiplier;
-    // Scales: rowwise grid (row, K-block), columnwise grid (column, row block), as quant_tile_kernel.
-    const int64_t gr = (bk == 32 ? rw : r0) / bk, gk = (bk == 32 ? c0 + 32 * (lane / 8) : c0) / bk;
-    if (gr * bk < a.rows && gk * bk < a.cols) {
-      if (bk == 32) {
-        if (a.rowwise)
-          for (int q = 0; q < 4; ++q) {
-            const int64_t r = rw + 4 * (lane % 8) + q;
-            if (r < a.rows) detail::store_scale(a.lr, a.scales_r, r, gk, s);
-          }
-        if (a.columnwise)
-          for (int j = 0; j < 4; ++j)
-            if (cl + j < a.cols) detail::store_scale(a.lc, a.scales_c, cl + j, gr, s);
-      } else {
-        const int64_t t = threadIdx.x;
-        if (a.rowwise && r0 + t < a.rows) detail::store_scale(a.lr, a.scales_r, r0 + t, gk, s);
-        if (a.columnwise && c0 + t < a.cols) detail::store_scale(a.lc, a.scales_c, c0 + t, gr, s);
-      }
-    }
-  }
-
-  // Rowwise output.
-  if (a.rowwise) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int64_t r = rw + i;
-      if (r >= a.rows) continue;  // warp-uniform
-      const float m = mult2d;
-      float v[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[i], j);
-      store4(a.out_r, r * a.cols + cl, a.cols - cl, encode4<E>(v, 0, m), fp4, a.vec_out_r);
-    }
-  }
-
-  // Columnwise (transposed) output: column cl + j is row cl + j of the transposed operand (K = rows).
-  if (a.columnwise) {
-    // Bytes of this lane's 32 rows in a transposed row: 32 (FP8) or 16 (FP4), 16-byte aligned when
-    // rows % 16 (FP4: % 32) == 0 and the buffer is; the last tile's rows past R are not written.
-    const int64_t nrow = a.rows - rw;
-    const bool full = nrow >= 32 && a.vec16_out_c;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t c = cl + j;
-      if (c >= a.cols || nrow <= 0) continue;
-      uint32_t w[8];
-      encode_column<S, E>(raw, j, mult2d, w);
-      const int64_t e0 = c * a.rows + rw;  // element index of the first byte
-      uint8_t* p = a.out_c + (fp4 ? e0 / 2 : e0);
-      if (full) {
-        reinterpret_cast<uint4*>(p)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        if (!fp4) reinterpret_cast<uint4*>(p)[1] = make_uint4(w[4], w[5], w[6], w[7]);
-      } else {
-        const int nbytes = int(fp4 ? (nrow < 32 ? nrow : 32) / 2 : (nrow < 32 ? nrow : 32));
-#pragma unroll
-        for (int k = 0; k < 8; ++k)
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-            if (4 * k + q < nbytes) p[4 * k + q] = uint8_t(w[k] >> (8 * q));
-      }
-    }
-  }
-}
-
 // ---- 1D blocks in both directions from one read (bf16 / f16 sources) -----------------------------
 // block1x128, mxfp8 and nvfp4 with columnwise output: a 256-thread CTA per 128 x 128 tile.
 //   1. Warp w reads tile rows w, w + 8, ... straight into registers (lane l: columns 4l..4l+3, one
@@ -1057,7 +905,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   }
   __syncthreads();
   // Scales: block (rb, cb) goes to its bk rows in the rowwise grid (row, K-block c0/bk + cb) and to
-  // its bk columns in the columnwise grid (column, row block r0/bk + rb), as rc_kernel.
+  // its bk columns in the columnwise grid (column, row block r0/bk + rb).
   for (int it = int(threadIdx.x); it < nb * nb * 2 * bk; it += kQThreads) {
     const int blk = it / (2 * bk), j = it - blk * 2 * bk, rb = blk / nb, cb = blk % nb;
     const int64_t gr = r0 / bk + rb, gk = c0 / bk + cb;
@@ -1199,8 +1047,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
   }
   if constexpr (S != 0) {  // bf16 / f16: 2D blocks from registers, 1D blocks with a 16-bit tile
     if (a.kind == kBlocks2D) {
-      if (getenv_flag("SCALEMM_QUANT_RC")) rc_kernel<S, E><<<unsigned(tiles), kRcThreads, 0, st>>>(a);
-      else rc2d_kernel<S, E><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+      rc2d_kernel<S, E><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       check_cuda(cudaGetLastError(), "quantizer kernel launch");
       return;
     }
@@ -1264,7 +1111,6 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   a.vec_in = C % 4 == 0 && reinterpret_cast<uintptr_t>(src.data) % size_t(4 * esize) == 0;
   a.vec_out_r = C % 4 == 0 && reinterpret_cast<uintptr_t>(out.data) % 4 == 0;
   a.vec_out_c = R % 4 == 0 && reinterpret_cast<uintptr_t>(out.data_t) % 4 == 0;
-  a.vec16_out_c = R % (cfg.recipe == Recipe::kNvfp4 ? 32 : 16) == 0 && reinterpret_cast<uintptr_t>(out.data_t) % 16 == 0;
   const FastPlan p = plan_fast(src, cfg);
   const int e = a.elem == DType::kE2M1 ? 2 : a.elem == DType::kE5M2 ? 1 : 0;
   switch (src.dtype) {
