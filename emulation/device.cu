@@ -742,6 +742,32 @@ __global__ void col_amax_finish_kernel(TileArgs a, const float* part, int64_t ch
 constexpr int kW = 65;        // words per shared tile row: 64 column pairs + 1
 constexpr int kPairs = 8;     // column pairs per warp in phase 2 (64 pairs / 8 warps)
 
+/// The columnwise output of a 16-bit tile: column pairs cw = warp + 8q (q < kPairs), lane l holding
+/// rows 4l..4l+3 of both columns (read with the lane rotation), 4 codes per lane and column stored
+/// into the transposed rows. mult(q, col): the multiplier of column 2cw + col for the lane's rows.
+template <int S, int E, class Mult>
+__device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uint32_t* tile, int warp, int lane,
+                                                    int64_t r0, int64_t c0, Mult mult) {
+  const int rot = lane >> 3;
+  const int64_t rr = r0 + 4 * lane;
+#pragma unroll 2
+  for (int q = 0; q < kPairs; ++q) {
+    const int cw = warp + 8 * q;
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = tile[(4 * lane + ((j + rot) & 3)) * kW + cw];
+#pragma unroll
+    for (int col = 0; col < 2; ++col) {
+      const int64_t c = c0 + 2 * cw + col;
+      if (c >= a.cols) continue;  // warp-uniform
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = decode16<S>((w[j] >> (16 * col)) & 0xFFFFu);
+      store4(a.out_c, c * a.rows + rr, a.rows - rr, encode4<E>(v, rot, mult(q, col)), E == 2, a.vec_out_c);
+    }
+  }
+}
+
 template <int S, int E>
 __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   __shared__ uint32_t tile[kTile * kW];
@@ -825,24 +851,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
     cmult[warp][i] = s.multiplier;
   }
   __syncwarp();
-  const int64_t rr = r0 + 4 * lane;
-#pragma unroll 2
-  for (int q = 0; q < kPairs; ++q) {
-    const int cw = warp + 8 * q;
-    uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = word(cw, j);
-#pragma unroll
-    for (int col = 0; col < 2; ++col) {
-      const int64_t c = c0 + 2 * cw + col;
-      if (c >= a.cols) continue;  // warp-uniform
-      float v[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = decode16<S>((w[j] >> (16 * col)) & 0xFFFFu);
-      const float m = cmult[warp][((2 * q + col) << lg_nb) + (lane >> lg_lpb)];
-      store4(a.out_c, c * a.rows + rr, a.rows - rr, encode4<E>(v, rot, m), fp4, a.vec_out_c);
-    }
-  }
+  encode_tile_columns<S, E>(a, tile, warp, lane, r0, c0, [&](int q, int col) {
+    return cmult[warp][((2 * q + col) << lg_nb) + (lane >> lg_lpb)];
+  });
 }
 
 // ---- 2D blocks in both directions through a 16-bit tile (bf16 / f16 sources, FP8) -----------------
@@ -858,7 +869,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   __shared__ float bf[4][4], bm[4][4];  // (row block, column block): stored fp32 scale, multiplier
   __shared__ uint8_t bu[4][4];           // stored byte scale (MX); bk = 128 uses [0][0]
   constexpr bool fp4 = E == 2;
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
   const int bk = a.bk, nb = kTile / bk;  // 32 or 128; nb = 4 or 1
@@ -944,25 +955,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
 
   // 3. Columns: pairs cw = warp + 8q; lane l holds rows 4l..4l+3 (rotated), in row block 4l / bk.
   if (a.columnwise) {
-    const int64_t rr = r0 + 4 * lane;
     const int rb = (4 * lane) / bk;
-#pragma unroll 2
-    for (int q = 0; q < kPairs; ++q) {
-      const int cw = warp + 8 * q;
-      uint32_t w[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) w[j] = tile[(4 * lane + ((j + rot) & 3)) * kW + cw];
-#pragma unroll
-      for (int col = 0; col < 2; ++col) {
-        const int64_t c = c0 + 2 * cw + col;
-        if (c >= a.cols) continue;  // warp-uniform
-        float v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = decode16<S>((w[j] >> (16 * col)) & 0xFFFFu);
-        const float mult = bm[rb][(2 * cw + col) / bk];
-        store4(a.out_c, c * a.rows + rr, a.rows - rr, encode4<E>(v, rot, mult), fp4, a.vec_out_c);
-      }
-    }
+    encode_tile_columns<S, E>(a, tile, warp, lane, r0, c0,
+                              [&](int q, int col) { return bm[rb][(2 * (warp + 8 * q) + col) / bk]; });
   }
 }
 
