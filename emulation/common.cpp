@@ -60,8 +60,7 @@ layouts::ScaleLayout columnwise_layout(const QuantizeConfig& cfg, int64_t rows, 
 }
 
 int64_t data_bytes(const QuantizeConfig& cfg, int64_t rows, int64_t cols) {
-  const DType elem = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
-  return dtype_storage_bytes(elem, rows * cols);
+  return dtype_storage_bytes(element_dtype(cfg), rows * cols);
 }
 
 void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
@@ -95,26 +94,27 @@ void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   if (cfg.columnwise && any && (!out.data_t || !out.scales_t)) invalid("columnwise output needs data_t and scales_t");
 }
 
-QuantizedTensor rowwise_operand(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
+namespace {
+QuantizedTensor operand_of(const QuantizeConfig& cfg, void* data, void* scales, int64_t ld,
+                           const layouts::ScaleLayout& layout, float* global_scale) {
   QuantizedTensor t;
-  t.data = out.data;
-  t.dtype = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
-  t.ld = src.cols;
-  t.scales = out.scales;
-  t.layout = rowwise_layout(cfg, src.rows, src.cols);
-  t.global_scale = cfg.recipe == Recipe::kNvfp4 ? out.global_scale : nullptr;
+  t.data = data;
+  t.dtype = element_dtype(cfg);
+  t.ld = ld;
+  t.scales = scales;
+  t.layout = layout;
+  t.global_scale = cfg.recipe == Recipe::kNvfp4 ? global_scale : nullptr;
   return t;
+}
+}  // namespace
+
+QuantizedTensor rowwise_operand(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
+  return operand_of(cfg, out.data, out.scales, src.cols, rowwise_layout(cfg, src.rows, src.cols), out.global_scale);
 }
 
 QuantizedTensor columnwise_operand(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
-  QuantizedTensor t;
-  t.data = out.data_t;
-  t.dtype = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
-  t.ld = src.rows;
-  t.scales = out.scales_t;
-  t.layout = columnwise_layout(cfg, src.rows, src.cols);
-  t.global_scale = cfg.recipe == Recipe::kNvfp4 ? out.global_scale : nullptr;
-  return t;
+  return operand_of(cfg, out.data_t, out.scales_t, src.rows, columnwise_layout(cfg, src.rows, src.cols),
+                    out.global_scale);
 }
 
 namespace {

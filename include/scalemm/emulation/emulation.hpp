@@ -80,6 +80,10 @@ layouts::ScaleLayout rowwise_layout(const QuantizeConfig& cfg, int64_t rows, int
 layouts::ScaleLayout columnwise_layout(const QuantizeConfig& cfg, int64_t rows, int64_t cols);
 /// Bytes of one data output (rows*cols elements of data_dtype, FP4 packed).
 int64_t data_bytes(const QuantizeConfig& cfg, int64_t rows, int64_t cols);
+/// The element type the quantizer writes: e2m1 for nvfp4 (its only choice), else cfg.data_dtype.
+inline DType element_dtype(const QuantizeConfig& cfg) {
+  return cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
+}
 
 /// Throws Error(kInvalidArgument) naming what is wrong with this request.
 void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out);
