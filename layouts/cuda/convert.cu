@@ -70,11 +70,11 @@ struct GroupBase {
   unsigned long long src, dst;
 };
 
-// Grouped launches: blockIdx.y walks the groups; group g's buffers start at the sum of
-// ScaleLayout::size() of the groups before it (elements; f and t give k and format, their row counts
-// are the caller's). Once per block and group, never per element. Every thread of the block must call it.
+// Grouped launches: blockIdx.y walks the groups; group g's layouts get its row count and its buffers
+// start at the sum of ScaleLayout::size() of the groups before it (elements). Once per block and
+// group, never per element. Every thread of the block must call it.
 template <Recipe RF, Recipe RT>
-__device__ void group_setup(int g, const int64_t* row_offsets, const ScaleLayout& f, const ScaleLayout& t, int64_t& src_base,
+__device__ void group_setup(int g, const int64_t* row_offsets, ScaleLayout& f, ScaleLayout& t, int64_t& src_base,
                             int64_t& dst_base, GroupBase& sh) {
   unsigned long long ss = 0, ds = 0;
   for (int h = threadIdx.x; h < g; h += blockDim.x) {
@@ -93,6 +93,9 @@ __device__ void group_setup(int g, const int64_t* row_offsets, const ScaleLayout
     atomicAdd(&sh.dst, ds);
   }
   __syncthreads();
+  const int64_t rows = row_offsets[g + 1] - row_offsets[g];
+  f.rows = rows;
+  t.rows = rows;
   src_base = int64_t(sh.src);
   dst_base = int64_t(sh.dst);
   __syncthreads();  // sh is reused by the next group
@@ -216,9 +219,7 @@ struct Elem {
   SCALEMM_HD int64_t src(int64_t p, int64_t c) const { return op.src(p, c); }
   SCALEMM_HD static constexpr int cols_per_unit() { return 1; }
 };
-// kShared: a broadcast whose four destination K-blocks per word share one source scale (a 1x32 quad
-// of mxfp8 lies inside one 128-wide block), so the source index is the fp32 scale's own index.
-template <class Op, bool kShared = false>
+template <class Op>
 struct Quad {
   Op op;
   SCALEMM_HD int64_t rows() const { return op.to.padded_rows(); }
@@ -226,13 +227,23 @@ struct Quad {
   SCALEMM_HD int64_t dst(int64_t p, int64_t q) const { return op.to.padded_offset(p, 4 * q) >> 2; }
   SCALEMM_HD int64_t src(int64_t p, int64_t q) const {
     const int64_t s = op.src(p, 4 * q);
-    if constexpr (kShared) return s;
     return s < 0 ? -1 : s >> 2;
   }
   SCALEMM_HD static constexpr int cols_per_unit() { return 4; }
 };
+// Broadcast with four destination K-blocks per word that share one source scale (a 1x32 quad of
+// mxfp8 lies inside one 128-wide block): the source index is the fp32 scale's own index.
+template <class Op>
+struct QuadBroadcast {
+  Op op;
+  SCALEMM_HD int64_t rows() const { return op.to.padded_rows(); }
+  SCALEMM_HD int64_t cols() const { return op.to.padded_kblocks() >> 2; }
+  SCALEMM_HD int64_t dst(int64_t p, int64_t q) const { return op.to.padded_offset(p, 4 * q) >> 2; }
+  SCALEMM_HD int64_t src(int64_t p, int64_t q) const { return op.src(p, 4 * q); }
+  SCALEMM_HD static constexpr int cols_per_unit() { return 4; }
+};
 template <Kind K, bool kQuad, class Op>
-using ViewFor = std::conditional_t<!kQuad, Elem<Op>, Quad<Op, K == Kind::kBroadcast>>;
+using ViewFor = std::conditional_t<!kQuad, Elem<Op>, std::conditional_t<K == Kind::kBroadcast, QuadBroadcast<Op>, Quad<Op>>>;
 
 template <Kind K, class W, typename Ts, typename Td>
 __device__ void run_tile(const W& op, const Ts* __restrict__ src, Td* __restrict__ dst, int64_t p0, int64_t c0,
