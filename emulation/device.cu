@@ -1091,7 +1091,7 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   a.scales_r = out.scales;
   a.scales_c = out.scales_t;
   a.mode = int(resolve_scale_mode(cfg.recipe, cfg.mode));
-  a.elem = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
+  a.elem = element_dtype(cfg);
   a.eps = cfg.eps;
   a.out_r = static_cast<uint8_t*>(out.data);
   a.out_c = static_cast<uint8_t*>(out.data_t);

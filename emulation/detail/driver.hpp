@@ -79,7 +79,7 @@ void run_quantize(Exec& ex, const SourceMatrix& src, const QuantizeConfig& cfg, 
   float* g = scratch + p.n_partials;
   float* mult_r = g + 4;
   float* mult_c = mult_r + p.n_mult_r;
-  const DType elem = cfg.recipe == Recipe::kNvfp4 ? DType::kE2M1 : cfg.data_dtype;
+  const DType elem = element_dtype(cfg);
 
   // Scale buffers: padding must read as zero, so the whole buffer is cleared first (same stream).
   if (cfg.rowwise && p.lr.format == ScaleFormat::kCublasLt) ex.zero(out.scales, size_t(p.lr.bytes()));

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "scalemm/formats.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/types.hpp"
 
@@ -56,7 +57,11 @@ struct GemmArgs {
 };
 
 /// True for the output types that need a D scale.
-constexpr bool is_fp8_output(DType t) { return t == DType::kE4M3 || t == DType::kE5M2; }
+SCALEMM_HD constexpr bool is_fp8_output(DType t) { return t == DType::kE4M3 || t == DType::kE5M2; }
+/// Largest finite value of an FP8 output type, where its D saturates (E4M3 448, E5M2 57344).
+SCALEMM_HD constexpr float fp8_output_max(DType t) {
+  return t == DType::kE5M2 ? formats::kE5M2Max : formats::kE4M3Max;
+}
 
 /// Where a GEMM runs, in the order they are tried.
 enum class Backend : uint8_t {

@@ -66,61 +66,110 @@ struct Plan {
 };
 
 // ---- device helpers ------------------------------------------------------------------------------
-struct GroupBase {
-  unsigned long long src, dst;
+// Grouped launches deal the work units of all groups over a 1-D grid in one flat order (group 0's
+// units, then group 1's, ...): block b takes units b, b + gridDim.x, ..., so every block gets the same
+// share however ragged the groups are (a grid per group left SMs idle behind the largest group: 45%
+// achieved occupancy under ncu). A block finds the group of its next unit in a window of kThreads
+// groups kept in shared memory (each group's first flat unit, buffer bases and rows), built from the
+// row offsets by one load per thread and a block-wide scan. A block's units only increase, so it
+// walks the windows once: G / kThreads passes, never per element.
+
+struct GroupWindow {
+  int64_t first[kThreads + 1];  // flat index of group g0 + i's first unit; [n]: the window's end
+  int64_t src[kThreads + 1];    // element offset of group g0 + i's source buffer; [n]: the next group's
+  int64_t dst[kThreads + 1];
+  int64_t rows[kThreads];
+  int64_t warp_sums[kThreads / 32][3];
+  int g0, n;
 };
 
-// Grouped launches: blockIdx.y walks the groups; group g's layouts get its row count and its buffers
-// start at the sum of ScaleLayout::size() of the groups before it (elements). Once per block and
-// group, never per element. Every thread of the block must call it.
-template <Recipe RF, Recipe RT>
-__device__ void group_setup(int g, const int64_t* row_offsets, ScaleLayout& f, ScaleLayout& t, int64_t& src_base,
-                            int64_t& dst_base, GroupBase& sh) {
-  unsigned long long ss = 0, ds = 0;
-  for (int h = threadIdx.x; h < g; h += blockDim.x) {
-    const int64_t rows = row_offsets[h + 1] - row_offsets[h];
-    ss += ScaleLayout(RF, rows, f.k, f.format).size();
-    ds += ScaleLayout(RT, rows, t.k, t.format).size();
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    ds += __shfl_xor_sync(0xffffffffu, ds, o);
-  }
-  if (threadIdx.x == 0) sh.src = sh.dst = 0;
+// Inclusive sums over the block of three values per thread, through warp butterflies (xor shuffles
+// only) and the warps' totals; every thread must call it.
+__device__ __forceinline__ void block_scan3(int64_t v[3], GroupWindow& w) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t seg[3] = {v[0], v[1], v[2]};
+  for (int o = 1; o < 32; o <<= 1)
+    for (int j = 0; j < 3; ++j) {
+      const int64_t other = __shfl_xor_sync(0xffffffffu, seg[j], o);
+      if (lane & o) v[j] += other;
+      seg[j] += other;
+    }
+  if (lane == 31)
+    for (int j = 0; j < 3; ++j) w.warp_sums[warp][j] = v[j];
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) {
-    atomicAdd(&sh.src, ss);
-    atomicAdd(&sh.dst, ds);
-  }
-  __syncthreads();
-  const int64_t rows = row_offsets[g + 1] - row_offsets[g];
-  f.rows = rows;
-  t.rows = rows;
-  src_base = int64_t(sh.src);
-  dst_base = int64_t(sh.dst);
-  __syncthreads();  // sh is reused by the next group
+  for (int x = 0; x < warp; ++x)
+    for (int j = 0; j < 3; ++j) v[j] += w.warp_sums[x][j];
 }
 
-// Runs body(f, t, src_base, dst_base) for each group this block owns (blockIdx.y strides over the
-// groups; a single operand is one group with row_offsets == nullptr, bases 0). f and t carry the
-// group's row count; the bases are element offsets into the source and destination buffers.
-// units(f, t) is the body's work-unit count (blocks take units blockIdx.x, + gridDim.x, ...): a block
-// with none in a group skips it before group_setup's loads and barriers (uniform over the block),
-// which matters because grouped grids give each group blocks for several average groups.
-template <Recipe RF, Recipe RT, class Units, class Body>
-__device__ __forceinline__ void for_each_group(const ScaleLayout& from, const ScaleLayout& to,
-                                               const int64_t* row_offsets, int groups, GroupBase& gb, Units units,
-                                               Body body) {
-  const int ngroups = row_offsets ? groups : 1;
-  for (int g = blockIdx.y; g < ngroups; g += gridDim.y) {
+// Moves the window on to the groups that follow it (the first window when `first`): groups
+// [g0, g0 + kThreads), fewer at the end. Everything it needs between windows lives in the window
+// itself, which keeps the kernels' loop state to two registers.
+template <class Units>
+__device__ void next_window(bool first, int groups, const int64_t* row_offsets, const ScaleLayout& from,
+                            const ScaleLayout& to, Units units, GroupWindow& w) {
+  __syncthreads();  // the previous window may still be in use
+  const int g0 = first ? 0 : w.g0 + w.n;
+  int64_t base[3] = {0, 0, 0};  // where group g0 starts: flat unit, source and destination offsets
+  if (!first) {
+    base[0] = w.first[w.n];
+    base[1] = w.src[w.n];
+    base[2] = w.dst[w.n];
+  }
+  __syncthreads();  // read by every thread before anyone overwrites it
+  const int i = threadIdx.x, g = g0 + i;
+  ScaleLayout f = from, t = to;
+  f.rows = t.rows = g < groups ? row_offsets[g + 1] - row_offsets[g] : 0;
+  const int64_t own[3] = {g < groups ? units(f, t) : 0, f.size(), t.size()};
+  int64_t incl[3] = {own[0], own[1], own[2]};
+  block_scan3(incl, w);
+  w.first[i] = base[0] + incl[0] - own[0];
+  w.src[i] = base[1] + incl[1] - own[1];
+  w.dst[i] = base[2] + incl[2] - own[2];
+  w.rows[i] = f.rows;
+  if (i == kThreads - 1) {
+    w.first[kThreads] = base[0] + incl[0];
+    w.src[kThreads] = base[1] + incl[1];
+    w.dst[kThreads] = base[2] + incl[2];
+  }
+  if (i == 0) {
+    w.g0 = g0;
+    w.n = groups - g0 < kThreads ? groups - g0 : kThreads;
+  }
+  __syncthreads();
+}
+
+// Runs body(f, t, src_base, dst_base, unit) for every work unit this block owns. A single operand
+// (row_offsets == nullptr) has units(from, to) units and bases 0. Grouped: f and t carry the group's
+// row count, the bases are element offsets of the group's buffers, and `unit` counts within the group.
+// The block's threads call it together (the window and the bodies synchronize).
+template <class Units, class Body>
+__device__ __forceinline__ void for_each_unit(const ScaleLayout& from, const ScaleLayout& to, const int64_t* row_offsets,
+                                              int groups, GroupWindow& w, Units units, Body body) {
+  // One loop (and one inlined copy of the body) for both cases.
+  const int64_t n = row_offsets ? 0 : units(from, to);
+  if (row_offsets) {
+    if (groups <= 0) return;
+    next_window(true, groups, row_offsets, from, to, units, w);
+  }
+  int gi = 0;  // grouped: group w.g0 + gi
+  for (int64_t u = blockIdx.x;; u += gridDim.x) {
     ScaleLayout f = from, t = to;
-    int64_t sb = 0, db = 0;
+    int64_t sb = 0, db = 0, local = u;
     if (row_offsets) {
-      f.rows = t.rows = row_offsets[g + 1] - row_offsets[g];
-      if (int64_t(blockIdx.x) >= units(f, t)) continue;
-      group_setup<RF, RT>(g, row_offsets, f, t, sb, db, gb);
+      while (u >= w.first[w.n]) {  // past this window (uniform over the block)
+        if (w.g0 + w.n >= groups) return;
+        next_window(false, groups, row_offsets, from, to, units, w);
+        gi = 0;
+      }
+      while (u >= w.first[gi + 1]) ++gi;
+      f.rows = t.rows = w.rows[gi];
+      sb = w.src[gi];
+      db = w.dst[gi];
+      local = u - w.first[gi];
+    } else if (u >= n) {
+      return;
     }
-    body(f, t, sb, db);
+    body(f, t, sb, db, local);
   }
 }
 
@@ -128,7 +177,7 @@ struct Shared {
   alignas(16) unsigned char src_img[kTile * 4 + 32];
   alignas(16) unsigned char dst_img[(kTile + kTransposePad) * 4 + 32];
   unsigned long long lo, hi;
-  GroupBase gb;
+  GroupWindow gw;
   int in_range;
 };
 
@@ -219,7 +268,9 @@ struct Elem {
   SCALEMM_HD int64_t src(int64_t p, int64_t c) const { return op.src(p, c); }
   SCALEMM_HD static constexpr int cols_per_unit() { return 1; }
 };
-template <class Op>
+// kShared: a broadcast whose four destination K-blocks per word share one source scale (a 1x32 quad
+// of mxfp8 lies inside one 128-wide block), so the source index is the fp32 scale's own index.
+template <class Op, bool kShared = false>
 struct Quad {
   Op op;
   SCALEMM_HD int64_t rows() const { return op.to.padded_rows(); }
@@ -227,23 +278,13 @@ struct Quad {
   SCALEMM_HD int64_t dst(int64_t p, int64_t q) const { return op.to.padded_offset(p, 4 * q) >> 2; }
   SCALEMM_HD int64_t src(int64_t p, int64_t q) const {
     const int64_t s = op.src(p, 4 * q);
+    if constexpr (kShared) return s;
     return s < 0 ? -1 : s >> 2;
   }
   SCALEMM_HD static constexpr int cols_per_unit() { return 4; }
 };
-// Broadcast with four destination K-blocks per word that share one source scale (a 1x32 quad of
-// mxfp8 lies inside one 128-wide block): the source index is the fp32 scale's own index.
-template <class Op>
-struct QuadBroadcast {
-  Op op;
-  SCALEMM_HD int64_t rows() const { return op.to.padded_rows(); }
-  SCALEMM_HD int64_t cols() const { return op.to.padded_kblocks() >> 2; }
-  SCALEMM_HD int64_t dst(int64_t p, int64_t q) const { return op.to.padded_offset(p, 4 * q) >> 2; }
-  SCALEMM_HD int64_t src(int64_t p, int64_t q) const { return op.src(p, 4 * q); }
-  SCALEMM_HD static constexpr int cols_per_unit() { return 4; }
-};
 template <Kind K, bool kQuad, class Op>
-using ViewFor = std::conditional_t<!kQuad, Elem<Op>, std::conditional_t<K == Kind::kBroadcast, QuadBroadcast<Op>, Quad<Op>>>;
+using ViewFor = std::conditional_t<!kQuad, Elem<Op>, Quad<Op, K == Kind::kBroadcast>>;
 
 template <Kind K, class W, typename Ts, typename Td>
 __device__ void run_tile(const W& op, const Ts* __restrict__ src, Td* __restrict__ dst, int64_t p0, int64_t c0,
@@ -398,7 +439,7 @@ struct OpFor<Kind::kBroadcast, RF, RT> {
 };
 
 // One kernel for single operands (row_offsets == nullptr: `from`/`to` as given) and for grouped
-// operands (blockIdx.y walks the groups; each group's layouts and buffer bases come from row_offsets).
+// operands (for_each_unit deals every group's tiles; each group's layouts and bases come from row_offsets).
 template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td>
 __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, const Ts* src, ScaleLayout to, Td* dst,
                                                            Plan pl, const int64_t* row_offsets, int groups,
@@ -412,19 +453,15 @@ __global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, 
     const View op{Op{f, t}};
     return ceil_div(op.rows(), int64_t(1) << pl.log_tr) * ceil_div(op.cols(), int64_t(1) << pl.log_tk);
   };
-  for_each_group<RF, RT>(from, to, row_offsets, groups, sh.gb, units, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                                          int64_t sb, int64_t db) {
+  for_each_unit(from, to, row_offsets, groups, sh.gw, units, [&](const ScaleLayout& f, const ScaleLayout& t,
+                                                                 int64_t sb, int64_t db, int64_t tile) {
     // Group buffers start at multiples of 4 elements whenever quads are in use (launch() checks).
     const Ts* s = src + sb / (kQuad ? 4 : 1);
     Td* d = dst + db / (kQuad ? 4 : 1);
     const View op{Op{f, t}};
-    const int64_t tiles_p = ceil_div(op.rows(), int64_t(1) << pl.log_tr);
     const int64_t tiles_c = ceil_div(op.cols(), int64_t(1) << pl.log_tk);
-    const int64_t tiles = tiles_p * tiles_c;
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int64_t tp = tile / tiles_c, tc = tile - tp * tiles_c;
-      run_tile<K>(op, s, d, tp << pl.log_tr, tc << pl.log_tk, pl, sh, inexact_count);
-    }
+    const int64_t tp = tile / tiles_c, tc = tile - tp * tiles_c;
+    run_tile<K>(op, s, d, tp << pl.log_tr, tc << pl.log_tk, pl, sh, inexact_count);
   });
 }
 
@@ -455,14 +492,14 @@ template <Kind K, Recipe R>
 __global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, const uint32_t* src, ScaleLayout to,
                                                           uint32_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t tile[kAT * kALd];
-  __shared__ GroupBase gb;
+  __shared__ GroupWindow gw;
   from.recipe = R;
   to.recipe = R;
   const auto units = [](const ScaleLayout&, const ScaleLayout& t) {
     return ceil_div(t.padded_rows(), int64_t(kAT)) * ceil_div(t.padded_kblocks(), int64_t(kAT));
   };
-  for_each_group<R, R>(from, to, row_offsets, groups, gb, units, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                                      int64_t sb, int64_t db) {
+  for_each_unit(from, to, row_offsets, groups, gw, units, [&](const ScaleLayout& f, const ScaleLayout& t, int64_t sb,
+                                                              int64_t db, int64_t u) {
     const uint32_t* s = src + sb;
     uint32_t* d = dst + db;
     // Source position of destination grid position (p, c): (p, c), or (c, p) for a transpose.
@@ -475,59 +512,57 @@ __global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, c
     // Vectors run along the unit-stride axis (the longer one when both are, e.g. L == 1).
     const bool s_cfast = sc == 1 && (sp != 1 || C >= P), s_vec = sc == 1 || sp == 1;
     const bool d_cfast = dc == 1 && (dp != 1 || C >= P), d_vec = dc == 1 || dp == 1;
-    const int64_t tiles_c = ceil_div(C, kAT), tiles = ceil_div(P, kAT) * tiles_c;
-    for (int64_t u = blockIdx.x; u < tiles; u += gridDim.x) {
-      const int64_t tp = u / tiles_c, p0 = tp * kAT, c0 = (u - tp * tiles_c) * kAT;
-      const int rp = iclamp(Pr - p0, kAT), rc = iclamp(Cr - c0, kAT);  // real extent of the tile
-      const int np = iclamp(P - p0, kAT), nc = iclamp(C - c0, kAT);    // destination extent
-      // Load: 4 consecutive elements along the source's unit-stride axis per step; zero outside the
-      // real region, so that the store writes destination padding as zero.
-      if (rp > 0 && rc > 0) {
-        const uint32_t* sb = s + (s00 + p0 * sp + c0 * sc);
-        #pragma unroll
-        for (int it = 0; it < kAT * kAT / 4 / kThreads; ++it) {
-          const int i = it * kThreads + threadIdx.x;
-          const int a = (i & 15) * 4, b = i >> 4;
-          const int pp = s_cfast ? b : a, cc = s_cfast ? a : b;
-          const uint32_t* gp = sb + (int64_t(pp) * sp + int64_t(cc) * sc);
-          uint32_t v[4];
-          if (s_vec && (s_cfast ? pp < rp && cc + 4 <= rc : cc < rc && pp + 4 <= rp) && aligned16(gp)) {
-            const uint4 w = __ldg(reinterpret_cast<const uint4*>(gp));
-            v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
-          } else {
-            for (int k = 0; k < 4; ++k) {
-              const int kp = pp + (s_cfast ? 0 : k), kc = cc + (s_cfast ? k : 0);
-              v[k] = kp < rp && kc < rc ? __ldg(sb + (int64_t(kp) * sp + int64_t(kc) * sc)) : 0u;
-            }
-          }
-          for (int k = 0; k < 4; ++k) tile[(pp + (s_cfast ? 0 : k)) * kALd + cc + (s_cfast ? k : 0)] = v[k];
-        }
-      } else {
-        for (int i = threadIdx.x; i < kAT * kALd; i += kThreads) tile[i] = 0;
-      }
-      __syncthreads();
-      // Store: 4 consecutive elements along the destination's unit-stride axis per step.
-      uint32_t* db = d + (d00 + p0 * dp + c0 * dc);
+    const int64_t tiles_c = ceil_div(C, kAT);
+    const int64_t tp = u / tiles_c, p0 = tp * kAT, c0 = (u - tp * tiles_c) * kAT;
+    const int rp = iclamp(Pr - p0, kAT), rc = iclamp(Cr - c0, kAT);  // real extent of the tile
+    const int np = iclamp(P - p0, kAT), nc = iclamp(C - c0, kAT);    // destination extent
+    // Load: 4 consecutive elements along the source's unit-stride axis per step; zero outside the
+    // real region, so that the store writes destination padding as zero.
+    if (rp > 0 && rc > 0) {
+      const uint32_t* sb = s + (s00 + p0 * sp + c0 * sc);
       #pragma unroll
-        for (int it = 0; it < kAT * kAT / 4 / kThreads; ++it) {
-          const int i = it * kThreads + threadIdx.x;
+      for (int it = 0; it < kAT * kAT / 4 / kThreads; ++it) {
+        const int i = it * kThreads + threadIdx.x;
         const int a = (i & 15) * 4, b = i >> 4;
-        const int pp = d_cfast ? b : a, cc = d_cfast ? a : b;
-        if (pp >= np || cc >= nc) continue;
+        const int pp = s_cfast ? b : a, cc = s_cfast ? a : b;
+        const uint32_t* gp = sb + (int64_t(pp) * sp + int64_t(cc) * sc);
         uint32_t v[4];
-        for (int k = 0; k < 4; ++k) v[k] = tile[(pp + (d_cfast ? 0 : k)) * kALd + cc + (d_cfast ? k : 0)];
-        uint32_t* gp = db + (int64_t(pp) * dp + int64_t(cc) * dc);
-        if (d_vec && (d_cfast ? cc + 4 <= nc : pp + 4 <= np) && aligned16(gp)) {
-          *reinterpret_cast<uint4*>(gp) = uint4{v[0], v[1], v[2], v[3]};
+        if (s_vec && (s_cfast ? pp < rp && cc + 4 <= rc : cc < rc && pp + 4 <= rp) && aligned16(gp)) {
+          const uint4 w = __ldg(reinterpret_cast<const uint4*>(gp));
+          v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
         } else {
           for (int k = 0; k < 4; ++k) {
-            const int kp = pp + (d_cfast ? 0 : k), kc = cc + (d_cfast ? k : 0);
-            if (kp < np && kc < nc) db[int64_t(kp) * dp + int64_t(kc) * dc] = v[k];
+            const int kp = pp + (s_cfast ? 0 : k), kc = cc + (s_cfast ? k : 0);
+            v[k] = kp < rp && kc < rc ? __ldg(sb + (int64_t(kp) * sp + int64_t(kc) * sc)) : 0u;
           }
         }
+        for (int k = 0; k < 4; ++k) tile[(pp + (s_cfast ? 0 : k)) * kALd + cc + (s_cfast ? k : 0)] = v[k];
       }
-      __syncthreads();
+    } else {
+      for (int i = threadIdx.x; i < kAT * kALd; i += kThreads) tile[i] = 0;
     }
+    __syncthreads();
+    // Store: 4 consecutive elements along the destination's unit-stride axis per step.
+    uint32_t* db_ = d + (d00 + p0 * dp + c0 * dc);
+    #pragma unroll
+    for (int it = 0; it < kAT * kAT / 4 / kThreads; ++it) {
+      const int i = it * kThreads + threadIdx.x;
+      const int a = (i & 15) * 4, b = i >> 4;
+      const int pp = d_cfast ? b : a, cc = d_cfast ? a : b;
+      if (pp >= np || cc >= nc) continue;
+      uint32_t v[4];
+      for (int k = 0; k < 4; ++k) v[k] = tile[(pp + (d_cfast ? 0 : k)) * kALd + cc + (d_cfast ? k : 0)];
+      uint32_t* gp = db_ + (int64_t(pp) * dp + int64_t(cc) * dc);
+      if (d_vec && (d_cfast ? cc + 4 <= nc : pp + 4 <= np) && aligned16(gp)) {
+        *reinterpret_cast<uint4*>(gp) = uint4{v[0], v[1], v[2], v[3]};
+      } else {
+        for (int k = 0; k < 4; ++k) {
+          const int kp = pp + (d_cfast ? 0 : k), kc = cc + (d_cfast ? k : 0);
+          if (kp < np && kc < nc) db_[int64_t(kp) * dp + int64_t(kc) * dc] = v[k];
+        }
+      }
+    }
+    __syncthreads();
   });
 }
 
@@ -606,87 +641,85 @@ template <bool kToTiled, Recipe R>
 __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout from, const uint8_t* src, ScaleLayout to,
                                                                   uint8_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t stage[kStrip * kWLd];
-  __shared__ GroupBase gb;
+  __shared__ GroupWindow gw;
   from.recipe = R;
   to.recipe = R;
   const auto units = [](const ScaleLayout& f, const ScaleLayout& t) {
     const ScaleLayout& tl = kToTiled ? t : f;
     return (tl.padded_rows() / kStrip) * ceil_div(tl.padded_kblocks(), int64_t(kChunk));
   };
-  for_each_group<R, R>(from, to, row_offsets, groups, gb, units, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                                      int64_t sb, int64_t db) {
+  for_each_unit(from, to, row_offsets, groups, gw, units, [&](const ScaleLayout& f, const ScaleLayout& t, int64_t sb,
+                                                              int64_t db, int64_t u) {
     const uint8_t* s = src + sb;
     uint8_t* d = dst + db;
     const ScaleLayout& cl = kToTiled ? f : t;  // compact side
     const ScaleLayout& tl = kToTiled ? t : f;  // tiled side
     const int64_t pitch = cl.padded_offset(1, 0) - cl.padded_offset(0, 0);
     const int64_t Rr = cl.padded_rows(), S = cl.kblocks(), S4 = tl.padded_kblocks();
-    const int64_t chunks = ceil_div(S4, kChunk), units = (tl.padded_rows() / kStrip) * chunks;
-    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-      const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
-      const int64_t cbase = cl.padded_offset(su.p0, su.c0), tbase = tl.padded_offset(su.p0, su.c0);
-      // Compact granule i: row i / 8, bytes 16*(i % 8) ..; a warp covers 4 rows x 128 bytes.
-      // Tiled word i: tile i / 32, lane i % 32; a warp writes one 512-byte tile.
-      // Compact rows that do not start 16-byte aligned take the chunked store (store_chunk). Loads of
-      // such rows keep load16's byte path: a chunked load with byte-wise staging measured slower.
-      const bool rows16 = pitch % 16 == 0 && aligned16(kToTiled ? s + cbase : d + cbase);
-      if (kToTiled) {
-        const uint8_t* cb = s + cbase;
+    const int64_t chunks = ceil_div(S4, kChunk);
+    const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
+    const int64_t cbase = cl.padded_offset(su.p0, su.c0), tbase = tl.padded_offset(su.p0, su.c0);
+    // Compact granule i: row i / 8, bytes 16*(i % 8) ..; a warp covers 4 rows x 128 bytes.
+    // Tiled word i: tile i / 32, lane i % 32; a warp writes one 512-byte tile.
+    // Compact rows that do not start 16-byte aligned take the chunked store (store_chunk). Loads of
+    // such rows keep load16's byte path: a chunked load with byte-wise staging measured slower.
+    const bool rows16 = pitch % 16 == 0 && aligned16(kToTiled ? s + cbase : d + cbase);
+    if (kToTiled) {
+      const uint8_t* cb = s + cbase;
+      #pragma unroll
+      for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+        const int i = it * kThreads + threadIdx.x;
+        const int rr = i >> 3, cc = (i & 7) * 16;
+        uint32_t w[4] = {0, 0, 0, 0};
+        if (rr < su.rows && cc < su.cols) load16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
+        for (int k = 0; k < 4; ++k) stage[rr * kWLd + cc / 4 + k] = w[k];
+      }
+      __syncthreads();
+      uint8_t* tb = d + tbase;
+      #pragma unroll
+      for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+        const int i = it * kThreads + threadIdx.x;
+        const int q = i >> 5, lane = i & 31;
+        if (q >= su.tiles) continue;
+        uint32_t w[4];
+        for (int j = 0; j < 4; ++j) w[j] = stage[(lane + 32 * j) * kWLd + q];
+        store16(tb + (q * 512 + lane * 16), 16, w);
+      }
+    } else {
+      const uint8_t* tb = s + tbase;
+      #pragma unroll
+      for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+        const int i = it * kThreads + threadIdx.x;
+        const int q = i >> 5, lane = i & 31;
+        if (q >= su.tiles) continue;
+        uint32_t w[4];
+        load16(tb + (q * 512 + lane * 16), 16, w);
+        for (int j = 0; j < 4; ++j) stage[(lane + 32 * j) * kWLd + q] = w[j];
+      }
+      __syncthreads();
+      uint8_t* cb = d + cbase;
+      if (!rows16) {
+        for (int i = threadIdx.x; i < kStrip * 8; i += kThreads) {
+          const int rr = i >> 3, j = i & 7;
+          if (rr >= su.rows) continue;
+          uint8_t* D = cb + int64_t(rr) * pitch;
+          const int shift = int(reinterpret_cast<uintptr_t>(D) & 15);
+          store_chunk(D, shift, su.cols, j, stage + rr * kWLd);
+          if (j == 7) store_chunk(D, shift, su.cols, 8, stage + rr * kWLd);
+        }
+      } else {
         #pragma unroll
         for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
           const int i = it * kThreads + threadIdx.x;
           const int rr = i >> 3, cc = (i & 7) * 16;
-          uint32_t w[4] = {0, 0, 0, 0};
-          if (rr < su.rows && cc < su.cols) load16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
-          for (int k = 0; k < 4; ++k) stage[rr * kWLd + cc / 4 + k] = w[k];
-        }
-        __syncthreads();
-        uint8_t* tb = d + tbase;
-        #pragma unroll
-        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
-          const int i = it * kThreads + threadIdx.x;
-          const int q = i >> 5, lane = i & 31;
-          if (q >= su.tiles) continue;
+          if (rr >= su.rows || cc >= su.cols) continue;
           uint32_t w[4];
-          for (int j = 0; j < 4; ++j) w[j] = stage[(lane + 32 * j) * kWLd + q];
-          store16(tb + (q * 512 + lane * 16), 16, w);
-        }
-      } else {
-        const uint8_t* tb = s + tbase;
-        #pragma unroll
-        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
-          const int i = it * kThreads + threadIdx.x;
-          const int q = i >> 5, lane = i & 31;
-          if (q >= su.tiles) continue;
-          uint32_t w[4];
-          load16(tb + (q * 512 + lane * 16), 16, w);
-          for (int j = 0; j < 4; ++j) stage[(lane + 32 * j) * kWLd + q] = w[j];
-        }
-        __syncthreads();
-        uint8_t* cb = d + cbase;
-        if (!rows16) {
-          for (int i = threadIdx.x; i < kStrip * 8; i += kThreads) {
-            const int rr = i >> 3, j = i & 7;
-            if (rr >= su.rows) continue;
-            uint8_t* D = cb + int64_t(rr) * pitch;
-            const int shift = int(reinterpret_cast<uintptr_t>(D) & 15);
-            store_chunk(D, shift, su.cols, j, stage + rr * kWLd);
-            if (j == 7) store_chunk(D, shift, su.cols, 8, stage + rr * kWLd);
-          }
-        } else {
-          #pragma unroll
-          for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
-            const int i = it * kThreads + threadIdx.x;
-            const int rr = i >> 3, cc = (i & 7) * 16;
-            if (rr >= su.rows || cc >= su.cols) continue;
-            uint32_t w[4];
-            for (int k = 0; k < 4; ++k) w[k] = stage[rr * kWLd + cc / 4 + k];
-            store16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
-          }
+          for (int k = 0; k < 4; ++k) w[k] = stage[rr * kWLd + cc / 4 + k];
+          store16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
         }
       }
-      __syncthreads();
     }
+    __syncthreads();
   });
 }
 
@@ -704,58 +737,56 @@ __global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, 
                                                               uint8_t* dst, const int64_t* row_offsets, int groups,
                                                               unsigned long long* inexact_count) {
   __shared__ uint32_t words[4 * 32];
-  __shared__ GroupBase gb;
+  __shared__ GroupWindow gw;
   from.recipe = RF;
   to.recipe = RT;
   int inexact = 0;
   const auto units = [](const ScaleLayout&, const ScaleLayout& t) {
     return (t.padded_rows() / kStrip) * ceil_div(t.padded_kblocks(), int64_t(kChunk));
   };
-  for_each_group<RF, RT>(from, to, row_offsets, groups, gb, units, [&](const ScaleLayout& f, const ScaleLayout& t,
-                                                                       int64_t sb, int64_t db) {
+  for_each_unit(from, to, row_offsets, groups, gw, units, [&](const ScaleLayout& f, const ScaleLayout& t, int64_t sb,
+                                                              int64_t db, int64_t u) {
     const uint8_t* s = static_cast<const uint8_t*>(src) + sb * f.scale_bytes();
     uint8_t* d = dst + db;
     using Op = typename OpFor<K, RF, RT>::type;
     const Op op{f, t};
     const int64_t S = t.kblocks(), S4 = t.padded_kblocks(), Rr = t.real_rows();
-    const int64_t chunks = ceil_div(S4, kChunk), units = (t.padded_rows() / kStrip) * chunks;
-    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-      const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
-      // Stage the unit's distinct words: row group j (rows p0 + 32j ..) x tile q, 4 scales each.
-      if (threadIdx.x < 4 * kChunk / 4) {
-        const int j = threadIdx.x >> 5, q = threadIdx.x & 31;
-        const int64_t p = su.p0 + 32 * j, c = su.c0 + 4 * q;
-        const int n = su.cols - 4 * q;  // real scales in this word (may be <= 0 or > 4)
-        const int64_t si = q < su.tiles ? op.src(p, c) : -1;  // -1: padding row or column
-        uint32_t w = 0;
-        if (si >= 0) {
-          if constexpr (K == Kind::kBroadcast) {
-            bool exact = true;
-            const uint32_t code = detail::e8m0_from_pow2(__ldg(reinterpret_cast<const uint32_t*>(s) + si), &exact);
-            w = (n >= 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1u) & (code * 0x01010101u);
-            // Count each source scale once, at the first destination block it covers (as the host).
-            if (!exact && (p * t.row_step()) % f.block_rows() == 0 && (c * t.block_k()) % f.block_k() == 0) ++inexact;
-          } else {
-            const uint8_t* b = s + si;
-            w = n >= 4 && (reinterpret_cast<uintptr_t>(b) & 3) == 0 ? __ldg(reinterpret_cast<const uint32_t*>(b))
-                                                                    : load_word(b, n);
-          }
+    const int64_t chunks = ceil_div(S4, kChunk);
+    const StripUnit su = strip_unit(u, chunks, Rr, S, S4);
+    // Stage the unit's distinct words: row group j (rows p0 + 32j ..) x tile q, 4 scales each.
+    if (threadIdx.x < 4 * kChunk / 4) {
+      const int j = threadIdx.x >> 5, q = threadIdx.x & 31;
+      const int64_t p = su.p0 + 32 * j, c = su.c0 + 4 * q;
+      const int n = su.cols - 4 * q;  // real scales in this word (may be <= 0 or > 4)
+      const int64_t si = q < su.tiles ? op.src(p, c) : -1;  // -1: padding row or column
+      uint32_t w = 0;
+      if (si >= 0) {
+        if constexpr (K == Kind::kBroadcast) {
+          bool exact = true;
+          const uint32_t code = detail::e8m0_from_pow2(__ldg(reinterpret_cast<const uint32_t*>(s) + si), &exact);
+          w = (n >= 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1u) & (code * 0x01010101u);
+          // Count each source scale once, at the first destination block it covers (as the host).
+          if (!exact && (p * t.row_step()) % f.block_rows() == 0 && (c * t.block_k()) % f.block_k() == 0) ++inexact;
+        } else {
+          const uint8_t* b = s + si;
+          w = n >= 4 && (reinterpret_cast<uintptr_t>(b) & 3) == 0 ? __ldg(reinterpret_cast<const uint32_t*>(b))
+                                                                  : load_word(b, n);
         }
-        words[j * 32 + q] = w;
       }
-      __syncthreads();
-      uint8_t* tb = d + t.padded_offset(su.p0, su.c0);
-#pragma unroll
-      for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
-        const int i = it * kThreads + threadIdx.x;
-        const int q = i >> 5, lane = i & 31;
-        if (q >= su.tiles) continue;
-        uint32_t w[4];
-        for (int j = 0; j < 4; ++j) w[j] = su.p0 + lane + 32 * j < Rr ? words[j * 32 + q] : 0u;
-        store16(tb + (q * 512 + lane * 16), 16, w);
-      }
-      __syncthreads();
+      words[j * 32 + q] = w;
     }
+    __syncthreads();
+    uint8_t* tb = d + t.padded_offset(su.p0, su.c0);
+#pragma unroll
+    for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+      const int i = it * kThreads + threadIdx.x;
+      const int q = i >> 5, lane = i & 31;
+      if (q >= su.tiles) continue;
+      uint32_t w[4];
+      for (int j = 0; j < 4; ++j) w[j] = su.p0 + lane + 32 * j < Rr ? words[j * 32 + q] : 0u;
+      store16(tb + (q * 512 + lane * 16), 16, w);
+    }
+    __syncthreads();
   });
   if constexpr (K == Kind::kBroadcast) {
     for (int o = 16; o > 0; o >>= 1) inexact += __shfl_xor_sync(0xffffffffu, inexact, o);
@@ -889,64 +920,47 @@ Plan cached_plan(int kind, bool quad, const W& view) {
   return pl;
 }
 
-// Blocks along x of a grid: `units` per operand, or per group of average size when grouped
-// (blockIdx.y walks the groups); the kernels loop over the units they are given. One operand: at most
-// 8 blocks per SM in all. Grouped: ragged groups differ a lot (the largest of G random cuts is about
-// ln(G) times the average), so each group gets blocks for kRagged average groups; blocks past a
-// smaller group's units leave before its set-up, and the hardware scheduler balances the SMs.
-// Measured on an H100 (65536 x 7168, G = 8 and 64, us for factor 1 / 2 / 4): block1x128 21.4 / 17.2 /
-// 19.2 and 23.8 / 20.2 / 19.9, mxfp8 12.9 / 14.4 / 16.9 and 17.0 / 16.2 / 17.7, nvfp4 34.8 / 32.3 /
-// 32.2 and 43.7 / 36.4 / 33.3: 2 is the best overall (idle blocks are not free: each still loads
-// its group's row offsets).
-constexpr int64_t kRagged = 2;
-unsigned grid_x(int64_t units, bool grouped, int gy) {
+// 1-D grids; the kernels loop over the units for_each_unit deals them, at most 8 blocks per SM.
+// A grouped launch does not know its groups' sizes on the host: it sizes the grid for `groups`
+// groups of the average size plus one 128-row strip of padding each (blocks past the real total
+// leave after their first window).
+unsigned grid_x(int64_t units) {
   const int64_t cap = int64_t(sm_count()) * 8;
-  const int64_t gx = grouped ? std::min(kRagged * units, kRagged * std::max<int64_t>(1, cap / gy))
-                             : std::min(units, cap);
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(gx, 0x7FFFFFFF)));
+  return unsigned(std::max<int64_t>(1, std::min(units, cap)));
 }
-dim3 special_grid(int64_t units, const int64_t* row_offsets, int groups) {
-  const int gy = row_offsets ? std::min(groups, 65535) : 1;
-  return dim3(grid_x(units, row_offsets != nullptr, gy), unsigned(gy));
+// The layout a grid is sized for and how many of it: the operand itself, or an average group.
+int64_t sizing_rows(const ScaleLayout& l, const int64_t* row_offsets, int groups, int64_t rows_hint) {
+  return row_offsets ? std::max<int64_t>(1, rows_hint / std::max(1, groups)) + 128 : l.rows;
 }
+int64_t sizing_count(const int64_t* row_offsets, int groups) { return row_offsets ? groups : 1; }
 
 template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td, class Op>
 void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
                  unsigned long long* inexact_count, cudaStream_t stream) {
   using View = ViewFor<K, kQuad, Op>;
-  const View view{op};
-  const Plan pl = cached_plan(int(K), kQuad, view);
-  int64_t tiles;
-  int gy = 1;
-  if (row_offsets) {
-    gy = std::min(groups, 65535);
-    const int64_t rows_per_group = std::max<int64_t>(128, rows_hint / std::max(1, groups) + 128);
-    const ScaleLayout t(op.to.recipe, rows_per_group, op.to.k, op.to.format);
-    const View tv{Op{op.from, t}};
-    tiles = ceil_div(tv.rows(), int64_t(1) << pl.log_tr) * ceil_div(tv.cols(), int64_t(1) << pl.log_tk);
-  } else {
-    tiles = ceil_div(view.rows(), int64_t(1) << pl.log_tr) * ceil_div(view.cols(), int64_t(1) << pl.log_tk);
-  }
-  const unsigned gx = grid_x(tiles, row_offsets != nullptr, gy);
+  const Plan pl = cached_plan(int(K), kQuad, View{op});
+  ScaleLayout f = op.from, t = op.to;
+  f.rows = t.rows = sizing_rows(op.to, row_offsets, groups, rows_hint);
+  const View sv{Op{f, t}};
+  const int64_t tiles = ceil_div(sv.rows(), int64_t(1) << pl.log_tr) * ceil_div(sv.cols(), int64_t(1) << pl.log_tk);
   auto* kernel = &convert_kernel<K, RF, RT, kQuad, Ts, Td>;
-  SCALEMM_LAUNCH(kernel, dim3(gx, gy), dim3(kThreads), stream)(
+  SCALEMM_LAUNCH(kernel, dim3(grid_x(tiles * sizing_count(row_offsets, groups))), dim3(kThreads), stream)(
       op.from, static_cast<const Ts*>(src), op.to, static_cast<Td*>(dst), pl, row_offsets, groups, inexact_count);
   check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
 }
-
 
 /// Launches the specialised kernel for this conversion if there is one; false: use the tile kernel.
 template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td, class Op>
 bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups,
                     int64_t rows_hint, unsigned long long* inexact_count, cudaStream_t stream) {
-  // Sizes the grid; a grouped launch sizes it for an average group (the kernels loop anyway).
-  ScaleLayout to = op.to;
-  if (row_offsets) to.rows = std::max<int64_t>(128, rows_hint / std::max(1, groups) + 128);
+  ScaleLayout to = op.to;  // sizes the grid
+  to.rows = sizing_rows(op.to, row_offsets, groups, rows_hint);
+  const int64_t n = sizing_count(row_offsets, groups);
   const bool to_tiled = to.format == ScaleFormat::kCublasLt;
   const int64_t tiled_units = ceil_div(to.padded_rows(), kStrip) * ceil_div(to.padded_kblocks(), kChunk);
   if constexpr (K != Kind::kBroadcast && RF == RT && (RT == Recipe::kBlock1x128 || RT == Recipe::kBlock128x128) &&
                 sizeof(Ts) == 4 && sizeof(Td) == 4) {
-    const dim3 grid = special_grid(ceil_div(to.padded_rows(), kAT) * ceil_div(to.padded_kblocks(), kAT), row_offsets, groups);
+    const dim3 grid(grid_x(n * ceil_div(to.padded_rows(), kAT) * ceil_div(to.padded_kblocks(), kAT)));
     auto* kernel = &affine_kernel<K, RT>;
     SCALEMM_LAUNCH(kernel, grid, dim3(kThreads), stream)(op.from, static_cast<const uint32_t*>(src), op.to,
                                                          static_cast<uint32_t*>(dst), row_offsets, groups);
@@ -954,8 +968,7 @@ bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row
   } else if constexpr (K == Kind::kRelayout && RF == RT && (RT == Recipe::kMxfp8 || RT == Recipe::kNvfp4)) {
     if (op.from.format == op.to.format) return false;
     const ScaleLayout tiled = to.with_format(ScaleFormat::kCublasLt);
-    const dim3 grid = special_grid(ceil_div(tiled.padded_rows(), kStrip) * ceil_div(tiled.padded_kblocks(), kChunk),
-                                   row_offsets, groups);
+    const dim3 grid(grid_x(n * ceil_div(tiled.padded_rows(), kStrip) * ceil_div(tiled.padded_kblocks(), kChunk)));
     auto* kernel = to_tiled ? &tiled_relayout_kernel<true, RT> : &tiled_relayout_kernel<false, RT>;
     SCALEMM_LAUNCH(kernel, grid, dim3(kThreads), stream)(op.from, static_cast<const uint8_t*>(src), op.to,
                                                          static_cast<uint8_t*>(dst), row_offsets, groups);
@@ -965,12 +978,13 @@ bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row
     // Broadcast words: the four K-blocks of a word must share one source scale.
     if (K == Kind::kBroadcast && op.from.block_k() % (4 * op.to.block_k()) != 0) return false;
     auto* kernel = &tiled_fill_kernel<K, RF, RT>;
-    SCALEMM_LAUNCH(kernel, special_grid(tiled_units, row_offsets, groups), dim3(kThreads), stream)(
+    SCALEMM_LAUNCH(kernel, dim3(grid_x(n * tiled_units)), dim3(kThreads), stream)(
         op.from, src, op.to, static_cast<uint8_t*>(dst), row_offsets, groups, inexact_count);
     return true;
   }
   (void)to_tiled;
   (void)tiled_units;
+  (void)n;
   (void)inexact_count;
   return false;
 }

@@ -250,7 +250,7 @@ void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes,
     SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->a, cuda_type(c.b_dtype), uint64_t(c.k), uint64_t(c.n), int64_t(c.k)), ctx);
     SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->b, cuda_type(c.a_dtype), uint64_t(c.k), uint64_t(c.m), int64_t(c.k)), ctx);
     SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->d, cuda_type(c.d_dtype), uint64_t(c.n), uint64_t(c.m), int64_t(c.n)), ctx);
-    if (c.d_dtype == DType::kE4M3 || c.d_dtype == DType::kE5M2)
+    if (is_fp8_output(c.d_dtype))
       SCALEMM_LT(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, uint64_t(c.n), uint64_t(c.m), int64_t(c.n)), ctx);
 
     cublasLtMatmulPreference_t pref = nullptr;

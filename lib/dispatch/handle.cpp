@@ -144,8 +144,6 @@ void Handle::Impl::run_host_reference(const GemmArgs& args) {
 
 namespace {
 
-size_t out_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
-
 // The native cuBLASLt call of a GEMM whose A may be a padded copy (a_data, m).
 backends::LtCall native_call(const GemmArgs& args, const void* const scale_ptr[2], const void* a_data, int64_t m,
                              void* d, float alpha) {
@@ -216,7 +214,7 @@ void Handle::Impl::run_device(const GemmArgs& args, const Plan& plan, StreamAren
         // A with zero rows appended, the GEMM on padded_m rows into scratch, then D's first M rows.
         const void* scale_ptr[2] = {args.a.scale, args.b.scale};
         convert_scales(args, plan, scale_ptr, take, stream);
-        const size_t row_a = static_cast<size_t>(args.k), row_d = static_cast<size_t>(args.n) * out_bytes(args.d_dtype);
+        const size_t row_a = static_cast<size_t>(args.k), row_d = static_cast<size_t>(dtype_storage_bytes(args.d_dtype, args.n));
         const size_t pad_rows = static_cast<size_t>(plan.padded_m - args.m);
         char* a_pad = take(row_a * size_t(plan.padded_m));
         char* d_pad = take(row_d * size_t(plan.padded_m));

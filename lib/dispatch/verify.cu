@@ -48,8 +48,8 @@ __device__ float load_out(const void* d, DType t, int64_t i, const float* d_scal
 
 // The reference as an FP8 output represents it: saturated at the format's largest finite value.
 __host__ __device__ inline float saturate_like_output(float v, DType t, float d_scale) {
-  if (t != DType::kE4M3 && t != DType::kE5M2) return v;
-  const float lim = (t == DType::kE4M3 ? 448.0f : 57344.0f) / d_scale;
+  if (!is_fp8_output(t)) return v;
+  const float lim = fp8_output_max(t) / d_scale;
   return v > lim ? lim : (v < -lim ? -lim : v);
 }
 

@@ -438,7 +438,7 @@ void run_replay(const std::string& dir, bool json_out) {
   const RunResult ref_run = run_call(call, DType::kF32, Backend::kReference, false);
   std::vector<float> ref = widen(ref_run.d, DType::kF32);
   if (is_fp8_output(args.d_dtype)) {  // an FP8 output saturates at the format's largest finite value
-    const float lim = (args.d_dtype == DType::kE4M3 ? 448.0f : 57344.0f) / call.d_scale;
+    const float lim = fp8_output_max(args.d_dtype) / call.d_scale;
     for (float& v : ref) v = std::isfinite(v) ? std::min(lim, std::max(-lim, v)) : v;
   }
   const std::vector<uint8_t> ref_out = run_call(call, args.d_dtype, Backend::kReference, false).d;

@@ -106,9 +106,10 @@ void broadcasts(std::mt19937_64& g) {
 
 void grouped(std::mt19937_64& g) {
   for (Recipe rc : kAllRecipes)
-    for (int G : {1, 3, 17}) {
+    for (int G : {1, 3, 17, 600}) {  // 600: groups span three windows of 256 (for_each_unit)
+      const int64_t max_rows = G > 256 ? 40 : 300;
       std::vector<int64_t> offs(size_t(G) + 1, 0);
-      for (int i = 0; i < G; ++i) offs[size_t(i) + 1] = offs[size_t(i)] + int64_t(g() % 300) * (g() % 4 == 0 ? 0 : 1);
+      for (int i = 0; i < G; ++i) offs[size_t(i) + 1] = offs[size_t(i)] + int64_t(g() % max_rows) * (g() % 4 == 0 ? 0 : 1);
       const int64_t K = 128 * int64_t(1 + g() % 9) - int64_t(g() % 2) * 40;
       const auto co = grouped_offsets(rc, K, ScaleFormat::kCompact, offs.data(), G);
       const auto lo = grouped_offsets(rc, K, ScaleFormat::kCublasLt, offs.data(), G);
