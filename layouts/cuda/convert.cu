@@ -42,6 +42,9 @@ namespace scalemm::layouts::gpu {
 namespace {
 
 constexpr int kThreads = 256;
+// Blocks per SM each kernel is compiled for (__launch_bounds__) and launched with (grid_x): the
+// specialised kernels need loads in flight more than registers (40 each, no spills).
+constexpr int kGenericPerSm = 2, kAffinePerSm = 6, kTiledPerSm = 6;
 constexpr int kTile = 4096;              // elements per tile
 constexpr int kItems = kTile / kThreads;  // elements per thread
 constexpr int kTransposePad = 128;
@@ -441,7 +444,7 @@ struct OpFor<Kind::kBroadcast, RF, RT> {
 // One kernel for single operands (row_offsets == nullptr: `from`/`to` as given) and for grouped
 // operands (for_each_unit deals every group's tiles; each group's layouts and bases come from row_offsets).
 template <Kind K, Recipe RF, Recipe RT, bool kQuad, typename Ts, typename Td>
-__global__ void __launch_bounds__(kThreads, 2) convert_kernel(ScaleLayout from, const Ts* src, ScaleLayout to, Td* dst,
+__global__ void __launch_bounds__(kThreads, kGenericPerSm) convert_kernel(ScaleLayout from, const Ts* src, ScaleLayout to, Td* dst,
                                                            Plan pl, const int64_t* row_offsets, int groups,
                                                            unsigned long long* inexact_count) {
   __shared__ Shared sh;
@@ -489,7 +492,7 @@ constexpr int kAT = 64;
 constexpr int kALd = kAT + 1;
 
 template <Kind K, Recipe R>
-__global__ void __launch_bounds__(kThreads, 6) affine_kernel(ScaleLayout from, const uint32_t* src, ScaleLayout to,
+__global__ void __launch_bounds__(kThreads, kAffinePerSm) affine_kernel(ScaleLayout from, const uint32_t* src, ScaleLayout to,
                                                           uint32_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t tile[kAT * kALd];
   __shared__ GroupWindow gw;
@@ -638,7 +641,7 @@ __device__ __forceinline__ StripUnit strip_unit(int64_t u, int64_t chunks, int64
 // rows with 16-byte loads, then write 32 whole tiles with 16-byte stores (rows >= R and columns >= S
 // as zero); otherwise the inverse.
 template <bool kToTiled, Recipe R>
-__global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout from, const uint8_t* src, ScaleLayout to,
+__global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(ScaleLayout from, const uint8_t* src, ScaleLayout to,
                                                                   uint8_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t stage[kStrip * kWLd];
   __shared__ GroupWindow gw;
@@ -733,7 +736,7 @@ __global__ void __launch_bounds__(kThreads) tiled_relayout_kernel(ScaleLayout fr
 // threads compute them (source index from Op::src, i.e. offset()) into shared memory, then every lane
 // writes whole 16-byte words (rows lane + 32j, j < 4), zeroing rows >= R.
 template <Kind K, Recipe RF, Recipe RT>
-__global__ void __launch_bounds__(kThreads) tiled_fill_kernel(ScaleLayout from, const void* src, ScaleLayout to,
+__global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_fill_kernel(ScaleLayout from, const void* src, ScaleLayout to,
                                                               uint8_t* dst, const int64_t* row_offsets, int groups,
                                                               unsigned long long* inexact_count) {
   __shared__ uint32_t words[4 * 32];
@@ -920,12 +923,13 @@ Plan cached_plan(int kind, bool quad, const W& view) {
   return pl;
 }
 
-// 1-D grids; the kernels loop over the units for_each_unit deals them, at most 8 blocks per SM.
-// A grouped launch does not know its groups' sizes on the host: it sizes the grid for `groups`
+// 1-D grids; the kernels loop over the units for_each_unit deals them. At most as many blocks as fit
+// on the GPU at once (per_sm: the kernel's __launch_bounds__ minimum, which its registers meet), so
+// no block waits for a second wave. A grouped launch does not know its groups' sizes on the host: it sizes the grid for `groups`
 // groups of the average size plus one 128-row strip of padding each (blocks past the real total
 // leave after their first window).
-unsigned grid_x(int64_t units) {
-  const int64_t cap = int64_t(sm_count()) * 8;
+unsigned grid_x(int64_t units, int per_sm) {
+  const int64_t cap = int64_t(sm_count()) * per_sm;
   return unsigned(std::max<int64_t>(1, std::min(units, cap)));
 }
 // The layout a grid is sized for and how many of it: the operand itself, or an average group.
@@ -944,7 +948,7 @@ void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_of
   const View sv{Op{f, t}};
   const int64_t tiles = ceil_div(sv.rows(), int64_t(1) << pl.log_tr) * ceil_div(sv.cols(), int64_t(1) << pl.log_tk);
   auto* kernel = &convert_kernel<K, RF, RT, kQuad, Ts, Td>;
-  SCALEMM_LAUNCH(kernel, dim3(grid_x(tiles * sizing_count(row_offsets, groups))), dim3(kThreads), stream)(
+  SCALEMM_LAUNCH(kernel, dim3(grid_x(tiles * sizing_count(row_offsets, groups), kGenericPerSm)), dim3(kThreads), stream)(
       op.from, static_cast<const Ts*>(src), op.to, static_cast<Td*>(dst), pl, row_offsets, groups, inexact_count);
   check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
 }
@@ -960,7 +964,7 @@ bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row
   const int64_t tiled_units = ceil_div(to.padded_rows(), kStrip) * ceil_div(to.padded_kblocks(), kChunk);
   if constexpr (K != Kind::kBroadcast && RF == RT && (RT == Recipe::kBlock1x128 || RT == Recipe::kBlock128x128) &&
                 sizeof(Ts) == 4 && sizeof(Td) == 4) {
-    const dim3 grid(grid_x(n * ceil_div(to.padded_rows(), kAT) * ceil_div(to.padded_kblocks(), kAT)));
+    const dim3 grid(grid_x(n * ceil_div(to.padded_rows(), kAT) * ceil_div(to.padded_kblocks(), kAT), kAffinePerSm));
     auto* kernel = &affine_kernel<K, RT>;
     SCALEMM_LAUNCH(kernel, grid, dim3(kThreads), stream)(op.from, static_cast<const uint32_t*>(src), op.to,
                                                          static_cast<uint32_t*>(dst), row_offsets, groups);
@@ -968,7 +972,7 @@ bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row
   } else if constexpr (K == Kind::kRelayout && RF == RT && (RT == Recipe::kMxfp8 || RT == Recipe::kNvfp4)) {
     if (op.from.format == op.to.format) return false;
     const ScaleLayout tiled = to.with_format(ScaleFormat::kCublasLt);
-    const dim3 grid(grid_x(n * ceil_div(tiled.padded_rows(), kStrip) * ceil_div(tiled.padded_kblocks(), kChunk)));
+    const dim3 grid(grid_x(n * ceil_div(tiled.padded_rows(), kStrip) * ceil_div(tiled.padded_kblocks(), kChunk), kTiledPerSm));
     auto* kernel = to_tiled ? &tiled_relayout_kernel<true, RT> : &tiled_relayout_kernel<false, RT>;
     SCALEMM_LAUNCH(kernel, grid, dim3(kThreads), stream)(op.from, static_cast<const uint8_t*>(src), op.to,
                                                          static_cast<uint8_t*>(dst), row_offsets, groups);
@@ -978,7 +982,7 @@ bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row
     // Broadcast words: the four K-blocks of a word must share one source scale.
     if (K == Kind::kBroadcast && op.from.block_k() % (4 * op.to.block_k()) != 0) return false;
     auto* kernel = &tiled_fill_kernel<K, RF, RT>;
-    SCALEMM_LAUNCH(kernel, dim3(grid_x(n * tiled_units)), dim3(kThreads), stream)(
+    SCALEMM_LAUNCH(kernel, dim3(grid_x(n * tiled_units, kTiledPerSm)), dim3(kThreads), stream)(
         op.from, src, op.to, static_cast<uint8_t*>(dst), row_offsets, groups, inexact_count);
     return true;
   }
