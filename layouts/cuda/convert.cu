@@ -578,7 +578,8 @@ __global__ void __launch_bounds__(kThreads, kAffinePerSm) affine_kernel(ScaleLay
 // A unit is one strip of 128 rows x kChunk scale columns: kChunk/4 whole tiles, 16 KB.
 constexpr int kStrip = 128;
 constexpr int kChunk = 128;
-constexpr int kWLd = kChunk / 4 + 1;  // staged row in 32-bit words; +1: both access patterns conflict-free
+constexpr int kWide = kChunk / 4 + 4;  // words of a staged row: the unit's 32 + 4 for unaligned compact rows
+constexpr int kWLd = kWide + 1;         // +1 (odd): both access patterns conflict-free
 
 // Little-endian word of 4 bytes b[0..3], bytes at or past n read as zero.
 __device__ __forceinline__ uint32_t load_word(const uint8_t* b, int n) {
@@ -604,23 +605,20 @@ __device__ __forceinline__ void store16(uint8_t* g, int n, const uint32_t w[4]) 
   }
 }
 
-// Compact rows that are not 16-byte aligned (pitch % 16 != 0, e.g. 515 scales per row): a row's
-// span of n <= 128 bytes at D is covered by the 16-byte-aligned chunks k = 0..8 of
-// [D - D % 16, D + n); chunk k starts at span byte o = 16k - D % 16. A full chunk is one 16-byte store;
-// the partial ones at the two ends go byte by byte, touching only bytes of the span.
-// stage_row: the row's staged words (byte b of the span is byte b % 4 of word b / 4).
-__device__ __forceinline__ void store_chunk(uint8_t* D, int shift, int n, int k, const uint32_t* stage_row) {
-  const int o = 16 * k - shift;
-  if (o >= n || o + 16 <= 0) return;
-  if (o >= 0 && o + 16 <= n) {
-    const int q = o >> 2, sh = 8 * (o & 3);
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = sh ? __funnelshift_r(stage_row[q + i], stage_row[q + i + 1], sh) : stage_row[q + i];
-    *reinterpret_cast<uint4*>(D + o) = uint4{w[0], w[1], w[2], w[3]};
-  } else {
-    for (int b = o < 0 ? 0 : o; b < o + 16 && b < n; ++b) D[b] = uint8_t(stage_row[b >> 2] >> (8 * (b & 3)));
-  }
+// Compact rows that are not 16-byte aligned (pitch % 16 != 0, e.g. 515 scales per row) still move in
+// aligned 16-byte chunks; only the row's own head and tail go byte by byte. In memory a row's chunk
+// boundaries fall at columns c with c == c0 + h (mod 16), h = (16 - addr(row, c0) % 16) % 16, the same
+// for every unit of the row since c0 % 16 == 0. Writing, a unit owns the chunks that start in
+// [c0 + h, c0 + h + 128): columns up to c0 + 143, i.e. 4 staged words past the unit's 32. Reading,
+// a unit loads the 9 chunks that cover [c0, c0 + 128), starting at column c0 + h - 16 (or c0 when
+// h == 0), and shifts each staged word into place.
+__device__ __forceinline__ uint32_t shifted_word(const uint32_t* raw, int byte_off) {
+  const int q = byte_off >> 2, sh = 8 * (byte_off & 3);
+  return sh ? __funnelshift_r(raw[q], raw[q + 1], sh) : raw[q];
+}
+// Bytes of a word at or past n (columns outside the row) as zero.
+__device__ __forceinline__ uint32_t keep_bytes(uint32_t w, int n) {
+  return n >= 4 ? w : n <= 0 ? 0u : w & ((1u << (8 * n)) - 1u);
 }
 struct StripUnit {
   int64_t p0, c0;
@@ -644,6 +642,7 @@ template <bool kToTiled, Recipe R>
 __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(ScaleLayout from, const uint8_t* src, ScaleLayout to,
                                                                   uint8_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t stage[kStrip * kWLd];
+  __shared__ int row_first[kStrip];  // unaligned compact rows: column (from c0) of a row's first raw chunk
   __shared__ GroupWindow gw;
   from.recipe = R;
   to.recipe = R;
@@ -664,18 +663,45 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
     const int64_t cbase = cl.padded_offset(su.p0, su.c0), tbase = tl.padded_offset(su.p0, su.c0);
     // Compact granule i: row i / 8, bytes 16*(i % 8) ..; a warp covers 4 rows x 128 bytes.
     // Tiled word i: tile i / 32, lane i % 32; a warp writes one 512-byte tile.
-    // Compact rows that do not start 16-byte aligned take the chunked store (store_chunk). Loads of
-    // such rows keep load16's byte path: a chunked load with byte-wise staging measured slower.
+    // Compact rows that do not start 16-byte aligned move in the row's own aligned chunks (above).
     const bool rows16 = pitch % 16 == 0 && aligned16(kToTiled ? s + cbase : d + cbase);
+    const int remaining = iclamp(S - su.c0, 4 * kWide);  // real columns of the rows from c0 on
     if (kToTiled) {
       const uint8_t* cb = s + cbase;
-      #pragma unroll
-      for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
-        const int i = it * kThreads + threadIdx.x;
-        const int rr = i >> 3, cc = (i & 7) * 16;
-        uint32_t w[4] = {0, 0, 0, 0};
-        if (rr < su.rows && cc < su.cols) load16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
-        for (int k = 0; k < 4; ++k) stage[rr * kWLd + cc / 4 + k] = w[k];
+      if (rows16) {
+        #pragma unroll
+        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+          const int i = it * kThreads + threadIdx.x;
+          const int rr = i >> 3, cc = (i & 7) * 16;
+          uint32_t w[4] = {0, 0, 0, 0};
+          if (rr < su.rows && cc < su.cols) load16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
+          for (int k = 0; k < 4; ++k) stage[rr * kWLd + cc / 4 + k] = w[k];
+        }
+      } else {
+        // Raw chunks k < 9 of each row from column c0 + first (first = h - 16, or 0), in 16-byte loads
+        // unless a chunk leaves the operand's buffer. Bytes outside the row are dropped below.
+        const uint8_t* lo = s;
+        const uint8_t* hi = s + cl.size();
+        for (int i = threadIdx.x; i < kStrip * 9; i += kThreads) {
+          const int rr = i / 9, k = i - rr * 9;
+          if (rr >= su.rows) continue;
+          const uint8_t* row = cb + int64_t(rr) * pitch;
+          const int h = int((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15);
+          const int first = h ? h - 16 : 0;
+          if (k == 0) row_first[rr] = first;
+          const int o = first + 16 * k;
+          if (o >= su.cols) continue;
+          const uint8_t* g = row + o;
+          uint32_t w[4] = {0, 0, 0, 0};
+          if (g >= lo && g + 16 <= hi) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(g));
+            w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+          } else {
+            for (int b = 0; b < 16; ++b)
+              if (g + b >= lo && g + b < hi) w[b >> 2] |= uint32_t(__ldg(g + b)) << (8 * (b & 3));
+          }
+          for (int m = 0; m < 4; ++m) stage[rr * kWLd + 4 * k + m] = w[m];
+        }
       }
       __syncthreads();
       uint8_t* tb = d + tbase;
@@ -685,32 +711,27 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
         const int q = i >> 5, lane = i & 31;
         if (q >= su.tiles) continue;
         uint32_t w[4];
-        for (int j = 0; j < 4; ++j) w[j] = stage[(lane + 32 * j) * kWLd + q];
+        for (int j = 0; j < 4; ++j) {
+          const int rr = lane + 32 * j;
+          if (rows16)
+            w[j] = stage[rr * kWLd + q];
+          else
+            w[j] = rr < su.rows ? keep_bytes(shifted_word(stage + rr * kWLd, 4 * q - row_first[rr]), su.cols - 4 * q) : 0u;
+        }
         store16(tb + (q * 512 + lane * 16), 16, w);
       }
     } else {
       const uint8_t* tb = s + tbase;
-      #pragma unroll
-      for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
-        const int i = it * kThreads + threadIdx.x;
+      const int tiles = rows16 ? su.tiles : iclamp(S4 - su.c0, 4 * kWide) / 4;  // unaligned: 4 more
+      for (int i = threadIdx.x; i < tiles * 32; i += kThreads) {
         const int q = i >> 5, lane = i & 31;
-        if (q >= su.tiles) continue;
         uint32_t w[4];
         load16(tb + (q * 512 + lane * 16), 16, w);
         for (int j = 0; j < 4; ++j) stage[(lane + 32 * j) * kWLd + q] = w[j];
       }
       __syncthreads();
       uint8_t* cb = d + cbase;
-      if (!rows16) {
-        for (int i = threadIdx.x; i < kStrip * 8; i += kThreads) {
-          const int rr = i >> 3, j = i & 7;
-          if (rr >= su.rows) continue;
-          uint8_t* D = cb + int64_t(rr) * pitch;
-          const int shift = int(reinterpret_cast<uintptr_t>(D) & 15);
-          store_chunk(D, shift, su.cols, j, stage + rr * kWLd);
-          if (j == 7) store_chunk(D, shift, su.cols, 8, stage + rr * kWLd);
-        }
-      } else {
+      if (rows16) {
         #pragma unroll
         for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
           const int i = it * kThreads + threadIdx.x;
@@ -719,6 +740,26 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
           uint32_t w[4];
           for (int k = 0; k < 4; ++k) w[k] = stage[rr * kWLd + cc / 4 + k];
           store16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
+        }
+      } else {
+        // The unit's chunks of row rr start at columns c0 + h + 16k, k < 8; past the row's end only
+        // its real bytes are written, and the first unit of a row writes the head [0, h).
+        for (int i = threadIdx.x; i < kStrip * 8; i += kThreads) {
+          const int rr = i >> 3, k = i & 7;
+          if (rr >= su.rows) continue;
+          uint8_t* row = cb + int64_t(rr) * pitch;
+          const int h = int((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15);
+          const uint32_t* sr = stage + rr * kWLd;
+          const int o = h + 16 * k;
+          if (o + 16 <= remaining) {
+            uint32_t w[4];
+            for (int m = 0; m < 4; ++m) w[m] = shifted_word(sr, o + 4 * m);
+            *reinterpret_cast<uint4*>(row + o) = uint4{w[0], w[1], w[2], w[3]};
+          } else {
+            for (int b = o; b < remaining && b < o + 16; ++b) row[b] = uint8_t(sr[b >> 2] >> (8 * (b & 3)));
+          }
+          if (su.c0 == 0 && k == 0)
+            for (int b = 0; b < h && b < remaining; ++b) row[b] = uint8_t(sr[b >> 2] >> (8 * (b & 3)));
         }
       }
     }

@@ -7,7 +7,8 @@
 // median is reported. Bytes moved = source bytes read + destination bytes written; the anchor is a
 // cudaMemcpyAsync(DeviceToDevice) of half that many bytes (it reads and writes them: the same
 // traffic). GB/s = bytes moved / median time; "vs copy" = kernel GB/s / copy GB/s (target >= 0.80 on
-// large inputs). Every kernel result is first checked byte for byte against the host conversion;
+// large inputs). "set us" is a cudaMemset of the destination alone, the floor of a kernel that only
+// writes (the fills and broadcasts), and "vs set" its time over the kernel's. Every kernel result is first checked byte for byte against the host conversion;
 // the program exits 1 on any mismatch.
 #include <cuda_runtime.h>
 
@@ -94,9 +95,12 @@ void row(const std::string& name, int64_t R, int64_t K, size_t src_bytes, size_t
   Dev a(moved / 2 + 16), b(moved / 2 + 16);
   const float t_k = median_ms(kernel, st);
   const float t_c = median_ms([&](cudaStream_t s) { CK(cudaMemcpyAsync(b.p, a.p, moved / 2, cudaMemcpyDeviceToDevice, s)); }, st);
+  // Write floor: cudaMemset of the destination alone (what a kernel that only writes could reach).
+  const float t_w = median_ms([&](cudaStream_t s) { CK(cudaMemsetAsync(out.p, 0, dst_bytes, s)); }, st);
   const double gbs_k = double(moved) / (t_k * 1e6), gbs_c = double(moved) / (t_c * 1e6);
-  std::printf("%-34s %6lld %6lld %9.2f %9.1f %8.0f %8.0f %7.2f  %s\n", name.c_str(), (long long)R, (long long)K,
-              moved / 1e6, t_k * 1e3, gbs_k, gbs_c, gbs_k / gbs_c, ok ? "ok" : "MISMATCH vs host");
+  std::printf("%-34s %6lld %6lld %9.2f %9.1f %8.0f %8.0f %7.2f  %-4s %6.1f %6.2f\n", name.c_str(), (long long)R,
+              (long long)K, moved / 1e6, t_k * 1e3, gbs_k, gbs_c, gbs_k / gbs_c, ok ? "ok" : "MISMATCH vs host",
+              t_w * 1e3, t_w / t_k);
   std::fflush(stdout);
 }
 
@@ -189,8 +193,8 @@ int main(int argc, char** argv) {
   std::printf("bench_layouts on %s (sm_%d%d, %d SMs, L2 %d MiB), runtime %d; median of %d after 5 warm-ups\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, rt, g_iters);
   std::printf("bytes moved = source read + destination written; copy = cudaMemcpy D2D of the same traffic, same run\n\n");
-  std::printf("%-34s %6s %6s %9s %9s %8s %8s %7s  %s\n", "case", "R", "K", "MB moved", "us", "GB/s", "copy GB/s",
-              "vs copy", "check");
+  std::printf("%-34s %6s %6s %9s %9s %8s %8s %7s  %-5s %6s %6s\n", "case", "R", "K", "MB moved", "us", "GB/s",
+              "copy GB/s", "vs copy", "check", "set us", "vs set");
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   std::mt19937_64 g(20261121);
@@ -213,6 +217,7 @@ int main(int argc, char** argv) {
   // Odd shapes: R not a multiple of 128 and S = 515 scales per row (compact rows not 16-byte aligned),
   // so the specialised kernels take their word/byte paths on part of each unit.
   for (bool to_lt : {true, false}) bench_relayout(Recipe::kMxfp8, 65535, 32 * 515, to_lt, g, st);
+  for (bool to_lt : {true, false}) bench_relayout(Recipe::kNvfp4, 65535, 16 * 1027, to_lt, g, st);
   bench_relayout(Recipe::kBlock1x128, 65535, 128 * 129, true, g, st);
 
   std::printf("\nnotes: small buffers (block128x128, rowwise, transposes of 128x128 grids) are launch-bound, and so is\n"
