@@ -43,7 +43,8 @@ namespace {
 
 constexpr int kThreads = 256;
 // Blocks per SM each kernel is compiled for (__launch_bounds__) and launched with (grid_x): the
-// specialised kernels need loads in flight more than registers (40 each, no spills).
+// specialised kernels need loads in flight more than registers (40 each; ptxas spills 8-24 bytes in
+// the affine kernel and the strip kernel's to-cuBLASLt direction, none in the others).
 constexpr int kGenericPerSm = 2, kAffinePerSm = 6, kTiledPerSm = 6;
 constexpr int kTile = 4096;              // elements per tile
 constexpr int kItems = kTile / kThreads;  // elements per thread
@@ -485,8 +486,8 @@ __device__ __forceinline__ int iclamp(int64_t v, int hi) { return v < 0 ? 0 : v 
 // cublaslt is then a plain 2-D transpose (dc == 1 on one side, dp == 1 on the other), block128x128
 // a pitched copy or a transpose. Classic shared-memory tile: 64x64 fp32 (+1 column against bank
 // conflicts), loaded with float4 along the source's unit-stride axis, stored with float4 along the
-// destination's; 16 KB per tile and four 16-byte loads per thread in flight. Six blocks per SM (36
-// registers, no spills): at the default 88 registers only two fit, and the transpose ran at 0.45-0.69
+// destination's; 16 KB per tile and four 16-byte loads per thread in flight. Six blocks per SM (40
+// registers, 8-24 bytes spilled since the group window): at the default 88 registers only two fit, and the transpose ran at 0.45-0.69
 // of copy for want of loads in flight.
 constexpr int kAT = 64;
 constexpr int kALd = kAT + 1;
@@ -620,6 +621,8 @@ __device__ __forceinline__ uint32_t shifted_word(const uint32_t* raw, int byte_o
 __device__ __forceinline__ uint32_t keep_bytes(uint32_t w, int n) {
   return n >= 4 ? w : n <= 0 ? 0u : w & ((1u << (8 * n)) - 1u);
 }
+// Byte b of a staged row (byte b % 4 of word b / 4).
+__device__ __forceinline__ uint8_t staged_byte(const uint32_t* row, int b) { return uint8_t(row[b >> 2] >> (8 * (b & 3))); }
 struct StripUnit {
   int64_t p0, c0;
   int rows, cols, tiles;  // real compact rows and columns in the unit, tiles (4 columns each) to write
@@ -665,7 +668,7 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
     // Tiled word i: tile i / 32, lane i % 32; a warp writes one 512-byte tile.
     // Compact rows that do not start 16-byte aligned move in the row's own aligned chunks (above).
     const bool rows16 = pitch % 16 == 0 && aligned16(kToTiled ? s + cbase : d + cbase);
-    const int remaining = iclamp(S - su.c0, 4 * kWide);  // real columns of the rows from c0 on
+    const int remaining = iclamp(S - su.c0, 4 * kWide);  // real columns of the rows from c0 on (unaligned rows)
     if (kToTiled) {
       const uint8_t* cb = s + cbase;
       if (rows16) {
@@ -756,10 +759,10 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
             for (int m = 0; m < 4; ++m) w[m] = shifted_word(sr, o + 4 * m);
             *reinterpret_cast<uint4*>(row + o) = uint4{w[0], w[1], w[2], w[3]};
           } else {
-            for (int b = o; b < remaining && b < o + 16; ++b) row[b] = uint8_t(sr[b >> 2] >> (8 * (b & 3)));
+            for (int b = o; b < remaining && b < o + 16; ++b) row[b] = staged_byte(sr, b);
           }
           if (su.c0 == 0 && k == 0)
-            for (int b = 0; b < h && b < remaining; ++b) row[b] = uint8_t(sr[b >> 2] >> (8 * (b & 3)));
+            for (int b = 0; b < h && b < remaining; ++b) row[b] = staged_byte(sr, b);
         }
       }
     }
@@ -808,7 +811,7 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_fill_kernel(Scale
         if constexpr (K == Kind::kBroadcast) {
           bool exact = true;
           const uint32_t code = detail::e8m0_from_pow2(__ldg(reinterpret_cast<const uint32_t*>(s) + si), &exact);
-          w = (n >= 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1u) & (code * 0x01010101u);
+          w = keep_bytes(code * 0x01010101u, n);
           // Count each source scale once, at the first destination block it covers (as the host).
           if (!exact && (p * t.row_step()) % f.block_rows() == 0 && (c * t.block_k()) % f.block_k() == 0) ++inexact;
         } else {
