@@ -8,6 +8,7 @@
 #include <thrust/system/cuda/execution_policy.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -39,6 +40,20 @@ struct DeviceExec {
 };
 
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
+
+/// SM count of the current device, cached per device (launches size one-wave grids by it).
+int sm_count() {
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  static std::atomic<int> cache[64];
+  if (dev < 0 || dev >= 64) dev = 0;
+  int n = cache[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    cache[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
 
 /// Workspace from the caller, or a stream-ordered allocation released when this object dies.
 class Workspace {
@@ -127,6 +142,22 @@ struct TileArgs {
 
   __device__ BlockScale scale_of(float amax) const {
     return detail::compute_scale(amax, mode, elem, eps, g ? g[1] : 1.0f, g ? g[2] : 1.0f);
+  }
+  // Kernels templated on the element type E (0 e4m3, 1 e5m2, 2 e2m1) use these: E2M1 data is only
+  // ever the NVFP4 recipe with its one scale mode (QuantizeConfig validation), so for E = 2 the
+  // recipe and mode become constants and compute_scale's and offset()'s switches fold away.
+  template <int E>
+  __device__ BlockScale scale_as(float amax) const {
+    if constexpr (E == 2)
+      return detail::compute_scale(amax, detail::kModeNvfp4, DType::kE2M1, eps, g ? g[1] : 1.0f, g ? g[2] : 1.0f);
+    else
+      return scale_of(amax);
+  }
+  template <int E>
+  __device__ ScaleLayout layout_as(const ScaleLayout& l) const {
+    ScaleLayout c = l;
+    if constexpr (E == 2) c.recipe = Recipe::kNvfp4;
+    return c;
   }
 };
 
@@ -278,8 +309,8 @@ __device__ __forceinline__ void lines_1d(const TileArgs& a, const float* tile, f
     const int line = warp + 8 * (e / nbk), b = e % nbk;
     const int64_t gl = line0 + line, kb = k0 / bk + b;
     if (gl >= nlines || kb * bk >= K) continue;
-    const BlockScale s = a.scale_of(stage[line * 8 + b]);
-    detail::store_scale(COL ? a.lc : a.lr, COL ? a.scales_c : a.scales_r, gl, kb, s);
+    const BlockScale s = a.template scale_as<E>(stage[line * 8 + b]);
+    detail::store_scale(a.template layout_as<E>(COL ? a.lc : a.lr), COL ? a.scales_c : a.scales_r, gl, kb, s);
     stage[line * 8 + b] = s.multiplier;
   }
   __syncwarp();
@@ -424,65 +455,105 @@ template <int E>
 constexpr int kRowUnits = E == 2 ? 4 : 8;
 
 template <int S, int E>
-__global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t segs, int64_t groups) {
+__global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t groups) {
   constexpr int kUnits = kRowUnits<E>;
-  const int lane = int(threadIdx.x) & 31;
-  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t r = w / groups;  // one division per warp: the warp owns kUnits units of row r
-  if (r >= a.rows) return;       // warp-uniform
-  const int64_t seg0 = (w - r * groups) * kUnits;
-  const int lanes_per_block = a.bk / 4, nb = kTile / a.bk;
   constexpr bool fp4 = E == 2;
-  typename Raw4<S>::T raw[kUnits];
+  using Raw = typename Raw4<S>::T;  // 4 source elements
+  const int lane = int(threadIdx.x) & 31;
+  // Block width: NVFP4's 16 as a constant; FP8 1D blocks are 32 or 128 wide, so lane arithmetic
+  // goes by shifts (lpb = 2^lg_lpb lanes per block, nb blocks per unit).
+  const int bk = E == 2 ? 16 : a.bk;
+  const int lg_lpb = 29 - __clz(bk), lanes_per_block = 1 << lg_lpb, nb = kTile >> (lg_lpb + 2);
+  const ScaleLayout lr = a.template layout_as<E>(a.lr);
+  // Items (row r, group g of kUnits units) go round-robin over the grid's warps. The grid is one
+  // wave, so each warp steps through several items: (r, g) advance by the warp count without a
+  // division per item, and the set-up above runs once per warp.
+  const int64_t nwarps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  const int64_t w0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t dr = nwarps / groups, dg = nwarps - dr * groups;
+  int64_t r = w0 / groups, g = w0 - r * groups;
+  const bool vec = a.vec_in && a.vec_out_r;
+  for (; r < a.rows; r += dr, g += dg) {  // warp-uniform
+    if (g >= groups) {
+      g -= groups;
+      if (++r >= a.rows) break;
+    }
+    const int64_t seg0 = g * kUnits, c0 = seg0 * kTile + 4 * lane;
+    // Whole items (all kUnits units inside the row, aligned rows): one base address, no bounds.
+    const bool whole = vec && (seg0 + kUnits) * kTile <= a.cols;
+    const int64_t e0 = r * a.cols + c0;  // element index of the lane's first element
+    Raw raw[kUnits];
+    if (whole) {
+      const Raw* p = reinterpret_cast<const Raw*>(static_cast<const char*>(a.src) + e0 * (S == 0 ? 4 : 2));
 #pragma unroll
-  for (int k = 0; k < kUnits; ++k)
-    raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, (seg0 + k) * kTile + 4 * lane);
-  const float pm = a.kind == kPrecomputed ? a.pm_r[r * a.pm_step] : 0.0f;
-  float mult[kUnits];
+      for (int k = 0; k < kUnits; ++k) raw[k] = p[32 * k];  // unit k: 128 elements on
+    } else {
 #pragma unroll
-  for (int k = 0; k < kUnits; ++k) mult[k] = pm;
-  if (a.kind == kBlocks1D) {
-    // Block amaxes of the kUnits units (every lane of a block holds its block's amax), then lane t
-    // takes block t of the warp's kUnits * nb blocks: one compute_scale and one offset() per lane
-    // instead of one compute_scale per lane and unit; the multipliers go back by shuffles. Blocks
-    // are 16, 32 or 128 wide: lane arithmetic by shifts (lpb = 2^lg_lpb lanes per block).
-    const int lg_lpb = 31 - __clz(lanes_per_block);
-    float mk[kUnits];
+      for (int k = 0; k < kUnits; ++k) raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c0 + k * kTile);
+    }
+    const float pm = a.kind == kPrecomputed ? a.pm_r[r * a.pm_step] : 0.0f;
+    float mult[kUnits];
+#pragma unroll
+    for (int k = 0; k < kUnits; ++k) mult[k] = pm;
+    if (a.kind == kBlocks1D) {
+      // Block amaxes of the kUnits units (every lane of a block holds its block's amax), then lane t
+      // takes block t of the warp's kUnits * nb blocks: one compute_scale and one offset() per lane
+      // instead of one compute_scale per lane and unit; the multipliers go back by shuffles.
+      float mk[kUnits];
+#pragma unroll
+      for (int k = 0; k < kUnits; ++k) {
+        if constexpr (S == 0) {
+          float m = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[k], j));
+          mk[k] = group_amax(m, lanes_per_block);
+        } else {
+          // 16-bit sources: the largest magnitude code (mag2: decoding is monotone in |code|, NaN
+          // codes above Inf), decoded once per block.
+          uint32_t c = __vmaxu2(mag2(raw[k].x), mag2(raw[k].y));
+          c = umax_group(max(c & 0xFFFFu, c >> 16), lanes_per_block);
+          mk[k] = decode16<S>(c);
+        }
+      }
+      const int k_of_t = lane >> (5 - lg_lpb), b_of_t = lane & (nb - 1);
+      float mine = 0.0f;  // lanes past the warp's blocks compute an unused scale of 0
+#pragma unroll
+      for (int k = 0; k < kUnits; ++k) {
+        const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
+        if (k == k_of_t) mine = x;
+      }
+      const BlockScale s = a.template scale_as<E>(mine);
+      const int64_t kb = seg0 * nb + lane;
+      if (lane < kUnits * nb && kb * bk < a.cols) detail::store_scale(lr, a.scales_r, r, kb, s);
+#pragma unroll
+      for (int k = 0; k < kUnits; ++k) mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + (lane >> lg_lpb));
+    }
+    uint32_t word[kUnits];
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) {
-      if constexpr (S == 0) {
-        float m = 0.0f;
+      float v[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[k], j));
-        mk[k] = group_amax(m, lanes_per_block);
+      for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[k], j);
+      word[k] = encode4<E>(v, 0, mult[k]);
+    }
+    if (whole) {
+      // 4 codes per lane and unit: 2 bytes (FP4) or 4 (FP8); unit k starts 32 such words on.
+      if constexpr (fp4) {
+        uint16_t* q = reinterpret_cast<uint16_t*>(a.out_r + e0 / 2);
+#pragma unroll
+        for (int k = 0; k < kUnits; ++k) q[32 * k] = uint16_t(word[k]);
       } else {
-        // 16-bit sources: the largest magnitude code (mag2: decoding is monotone in |code|, NaN
-        // codes above Inf), decoded once per block.
-        uint32_t c = __vmaxu2(mag2(raw[k].x), mag2(raw[k].y));
-        c = umax_group(max(c & 0xFFFFu, c >> 16), lanes_per_block);
-        mk[k] = decode16<S>(c);
+        uint32_t* q = reinterpret_cast<uint32_t*>(a.out_r + e0);
+#pragma unroll
+        for (int k = 0; k < kUnits; ++k) q[32 * k] = word[k];
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kUnits; ++k) {  // units past the row end store nothing
+        const int64_t c = c0 + k * kTile;
+        store4(a.out_r, r * a.cols + c, a.cols - c, word[k], fp4, a.vec_out_r);
       }
     }
-    const int k_of_t = lane >> (5 - lg_lpb), b_of_t = lane & (nb - 1);
-    float mine = 0.0f;  // lanes past the warp's blocks compute an unused scale of 0
-#pragma unroll
-    for (int k = 0; k < kUnits; ++k) {
-      const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
-      if (k == k_of_t) mine = x;
-    }
-    const BlockScale s = a.scale_of(mine);
-    const int64_t kb = seg0 * nb + lane;
-    if (lane < kUnits * nb && kb * a.bk < a.cols) detail::store_scale(a.lr, a.scales_r, r, kb, s);
-#pragma unroll
-    for (int k = 0; k < kUnits; ++k) mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + (lane >> lg_lpb));
-  }
-#pragma unroll
-  for (int k = 0; k < kUnits; ++k) {
-    const int64_t c = (seg0 + k) * kTile + 4 * lane;  // units past the row end store nothing
-    float v[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[k], j);
-    store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult[k]), fp4, a.vec_out_r);
   }
 }
 
@@ -778,8 +849,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
   const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
-  const int bk = a.bk, lpb = bk / 4, nb = kTile / bk;
-  const int lg_lpb = 31 - __clz(lpb), lg_nb = 31 - __clz(nb);
+  // Block width: NVFP4's 16 as a constant, else 32 or 128; lane arithmetic by shifts.
+  const int bk = E == 2 ? 16 : a.bk, lg_lpb = 29 - __clz(bk), lg_nb = 5 - lg_lpb;
+  const int lpb = 1 << lg_lpb, nb = 1 << lg_nb;
 
   // 1. Rows: batches of kU rows (warp + 8 * (b * kU + k)).
 #pragma unroll 1
@@ -810,10 +882,11 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
       const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
       if (k == k_of_t) mine = x;
     }
-    const BlockScale s = a.scale_of(mine);
+    const BlockScale s = a.template scale_as<E>(mine);
     {
       const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = c0 / bk + b_of_t;
-      if (lane < kU * nb && r < a.rows && kb * bk < a.cols) detail::store_scale(a.lr, a.scales_r, r, kb, s);
+      if (lane < kU * nb && r < a.rows && kb * bk < a.cols)
+        detail::store_scale(a.template layout_as<E>(a.lr), a.scales_r, r, kb, s);
     }
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
@@ -845,9 +918,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   for (int i = lane; i < 2 * kPairs * nb; i += 32) {
     const int q = i >> (lg_nb + 1), col = (i >> lg_nb) & 1, blk = i & (nb - 1);
     const uint32_t code = (cmax[warp][q * nb + blk] >> (16 * col)) & 0xFFFFu;
-    const BlockScale s = a.scale_of(decode16<S>(code));
+    const BlockScale s = a.template scale_as<E>(decode16<S>(code));
     const int64_t c = c0 + 2 * (warp + 8 * q) + col, kb = r0 / bk + blk;
-    if (c < a.cols && kb * bk < a.rows) detail::store_scale(a.lc, a.scales_c, c, kb, s);
+    if (c < a.cols && kb * bk < a.rows) detail::store_scale(a.template layout_as<E>(a.lc), a.scales_c, c, kb, s);
     cmult[warp][i] = s.multiplier;
   }
   __syncwarp();
@@ -1034,9 +1107,14 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     SCALEMM_EXPECTS(a.kind != kBlocks1D || kRowUnits<E> * (kTile / a.bk) <= 32, StatusCode::kInternal,
                     "quantize_device: block width " + std::to_string(a.bk) + " too small for the row kernel");
     const int64_t segs = layouts::ceil_div(a.cols, kTile), groups = layouts::ceil_div(segs, kRowUnits<E>);
-    const int64_t blocks = layouts::ceil_div(a.rows * groups, 8);
-    SCALEMM_EXPECTS(blocks <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize_device: matrix too large");
-    row_direct_kernel<S, E><<<unsigned(blocks), 256, 0, st>>>(a, segs, groups);
+    // One wave: as many blocks as fit on the GPU at once, each warp looping over items.
+    static const int per_sm = [] {
+      int n = 0;
+      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_direct_kernel<S, E>, 256, 0), "occupancy");
+      return std::max(n, 1);
+    }();
+    const int64_t blocks = std::min<int64_t>(layouts::ceil_div(a.rows * groups, 8), int64_t(per_sm) * sm_count());
+    row_direct_kernel<S, E><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, st>>>(a, groups);
     check_cuda(cudaGetLastError(), "quantizer kernel launch");
     return;
   }

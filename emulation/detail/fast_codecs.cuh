@@ -11,18 +11,13 @@
 //     scalemm chose CUDA's positive canonical NaN);
 //   * -0 and negative values that round to zero keep the sign (0x80);
 //   * fp32 subnormal inputs are far below the smallest FP8 subnormal: +-0 either way.
-// SCALEMM_EMU_SOFTWARE_FP8=1 at compile time selects the software encoder everywhere.
+// SCALEMM_EMU_SOFTWARE_FP8=1 at compile time selects the software encoder everywhere
+// (SCALEMM_EMU_HW_FP8, detail/functors.hpp).
 #pragma once
 
 #include <cstdint>
 
 #include "detail/functors.hpp"
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && !(defined(SCALEMM_EMU_SOFTWARE_FP8) && SCALEMM_EMU_SOFTWARE_FP8)
-#define SCALEMM_EMU_HW_FP8 1
-#else
-#define SCALEMM_EMU_HW_FP8 0
-#endif
 
 namespace scalemm::emulation::detail {
 
