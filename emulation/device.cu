@@ -259,13 +259,19 @@ template <int E>
 constexpr DType kElem = E == 0 ? DType::kE4M3 : E == 1 ? DType::kE5M2 : DType::kE2M1;
 
 /// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them in
-/// element order. Pairs go through detail::encode_pair (hardware cvt for FP8 on sm_89+, equal to
-/// encode_elem on every input); the codes are packed in v's order and the word rotated afterwards.
+/// element order. FP8 pairs go through detail::encode_pair (hardware cvt on sm_89+, equal to
+/// encode_elem on every input), E2M1 values through encode_e2m1_not_nan; the codes are packed in v's
+/// order and the word rotated afterwards.
 template <int E>
 __device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m) {
   const float p0 = v[0] * m, p1 = v[1] * m, p2 = v[2] * m, p3 = v[3] * m;
   if constexpr (E == 2) {
-    const uint32_t w = detail::encode_pair<2>(p0, p1) | (detail::encode_pair<2>(p2, p3) << 8);
+    // NVFP4 multipliers are positive and finite, or NaN for a block that holds a NaN, and the four
+    // values share one block: a product is NaN exactly when m is, so the NaN case of
+    // encode_e2m1_satfinite (code 0x7) is one test here instead of one per element.
+    uint32_t w = detail::encode_e2m1_not_nan(p0) | (detail::encode_e2m1_not_nan(p1) << 4) |
+                 (detail::encode_e2m1_not_nan(p2) << 8) | (detail::encode_e2m1_not_nan(p3) << 12);
+    if (m != m) w = 0x7777u;
     const int s = 4 * rot;  // 16-bit rotate left: nibble j moves to nibble (j + rot) & 3
     return ((w << s) | (w >> ((16 - s) & 15))) & 0xFFFFu;
   } else {
@@ -448,11 +454,13 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
 /// Rowwise-only requests of the 1D and precomputed kinds: no shared memory, no barrier. A unit is
 /// 128 consecutive elements of one row (lane l: elements 4l..4l+3); each warp loads U units before it
 /// encodes them, so that enough loads are in flight: U = 8 (64 bytes of bf16 per lane, as the fused
-/// rowwise kernel) for FP8, 4 for NVFP4, whose 16-element blocks would otherwise outnumber the lanes
-/// (the scale step gives one block to each lane: U * 128 / bk <= 32).
+/// rowwise kernel). The scale step gives one block to each lane, in rounds of 32 blocks: one for FP8
+/// (U * 128 / bk <= 32), two for NVFP4's 64 blocks of 16.
 constexpr int kUnits = 4;  // dequantization
 template <int E>
-constexpr int kRowUnits = E == 2 ? 4 : 8;
+constexpr int kRowUnits = 8;
+template <int E>
+constexpr int kRowRounds = E == 2 ? 2 : 1;  // scale-step rounds of 32 blocks (one block per lane)
 
 template <int S, int E>
 __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t groups) {
@@ -515,43 +523,47 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
           mk[k] = decode16<S>(c);
         }
       }
-      const int k_of_t = lane >> (5 - lg_lpb), b_of_t = lane & (nb - 1);
-      float mine = 0.0f;  // lanes past the warp's blocks compute an unused scale of 0
+      // Rounds of 32 blocks (NVFP4: 8 units x 8 blocks, two rounds of 4 units; FP8: one round).
+      constexpr int kUR = kUnits / kRowRounds<E>;  // units per round
 #pragma unroll
-      for (int k = 0; k < kUnits; ++k) {
-        const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
-        if (k == k_of_t) mine = x;
+      for (int h = 0; h < kRowRounds<E>; ++h) {
+        const int k_of_t = h * kUR + (lane >> (5 - lg_lpb)), b_of_t = lane & (nb - 1);
+        float mine = 0.0f;  // lanes past the round's blocks compute an unused scale of 0
+#pragma unroll
+        for (int k = h * kUR; k < (h + 1) * kUR; ++k) {
+          const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
+          if (k == k_of_t) mine = x;
+        }
+        const BlockScale s = a.template scale_as<E>(mine);
+        const int64_t kb = (seg0 + h * kUR) * nb + lane;
+        if (lane < kUR * nb && kb * bk < a.cols) detail::store_scale(lr, a.scales_r, r, kb, s);
+#pragma unroll
+        for (int k = h * kUR; k < (h + 1) * kUR; ++k)
+          mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, (k - h * kUR) * nb + (lane >> lg_lpb));
       }
-      const BlockScale s = a.template scale_as<E>(mine);
-      const int64_t kb = seg0 * nb + lane;
-      if (lane < kUnits * nb && kb * bk < a.cols) detail::store_scale(lr, a.scales_r, r, kb, s);
-#pragma unroll
-      for (int k = 0; k < kUnits; ++k) mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + (lane >> lg_lpb));
     }
-    uint32_t word[kUnits];
-#pragma unroll
-    for (int k = 0; k < kUnits; ++k) {
+    const auto word = [&](int k) {
       float v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[k], j);
-      word[k] = encode4<E>(v, 0, mult[k]);
-    }
+      return encode4<E>(v, 0, mult[k]);
+    };
     if (whole) {
       // 4 codes per lane and unit: 2 bytes (FP4) or 4 (FP8); unit k starts 32 such words on.
       if constexpr (fp4) {
         uint16_t* q = reinterpret_cast<uint16_t*>(a.out_r + e0 / 2);
 #pragma unroll
-        for (int k = 0; k < kUnits; ++k) q[32 * k] = uint16_t(word[k]);
+        for (int k = 0; k < kUnits; ++k) q[32 * k] = uint16_t(word(k));
       } else {
         uint32_t* q = reinterpret_cast<uint32_t*>(a.out_r + e0);
 #pragma unroll
-        for (int k = 0; k < kUnits; ++k) q[32 * k] = word[k];
+        for (int k = 0; k < kUnits; ++k) q[32 * k] = word(k);
       }
     } else {
 #pragma unroll
       for (int k = 0; k < kUnits; ++k) {  // units past the row end store nothing
         const int64_t c = c0 + k * kTile;
-        store4(a.out_r, r * a.cols + c, a.cols - c, word[k], fp4, a.vec_out_r);
+        store4(a.out_r, r * a.cols + c, a.cols - c, word(k), fp4, a.vec_out_r);
       }
     }
   }
@@ -1104,7 +1116,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
   }
   if (!a.columnwise && a.kind != kBlocks2D) {
     // One block per lane in row_direct_kernel's scale step (FP8 1D blocks are 32 or 128 wide).
-    SCALEMM_EXPECTS(a.kind != kBlocks1D || kRowUnits<E> * (kTile / a.bk) <= 32, StatusCode::kInternal,
+    SCALEMM_EXPECTS(a.kind != kBlocks1D || kRowUnits<E> / kRowRounds<E> * (kTile / a.bk) <= 32, StatusCode::kInternal,
                     "quantize_device: block width " + std::to_string(a.bk) + " too small for the row kernel");
     const int64_t segs = layouts::ceil_div(a.cols, kTile), groups = layouts::ceil_div(segs, kRowUnits<E>);
     // One wave: as many blocks as fit on the GPU at once, each warp looping over items.

@@ -117,15 +117,19 @@ SCALEMM_HD inline uint32_t encode_satfinite(uint32_t bits, fmt::detail::MiniFloa
 ///   * the code is 2e + k (even k is even code, so ties go to the even code as RNE wants);
 ///   * the sign is kept (-0 and negative values that round to 0 give 0x8), except that NaN gives 0x7.
 /// About 11 instructions; the quantizer runs it once per NVFP4 element.
-SCALEMM_HD inline uint32_t encode_e2m1_satfinite(uint32_t bits) {
-  const float x = fmt::bits_float(bits);
+/// The code of a non-NaN input (encode_e2m1_satfinite's value for every non-NaN x).
+SCALEMM_HD inline uint32_t encode_e2m1_not_nan(float x) {
   const float y = fminf(fabsf(x), 6.0f);
   const uint32_t yb = fmt::float_bits(y);
   const uint32_t eb = (yb > 0x3F800000u ? yb : 0x3F800000u) & 0x7F800000u;  // 2^e
   const uint32_t cb = eb + (22u << 23);                                        // 2^(e + 22)
   const uint32_t k = fmt::float_bits(y + fmt::bits_float(cb)) - cb;
   const uint32_t code = k + (eb >> 22) - 254u;  // (eb >> 22) = 2 * (e + 127)
-  return x == x ? ((bits >> 28) & 0x8u) | code : 0x7u;
+  return ((fmt::float_bits(x) >> 28) & 0x8u) | code;
+}
+SCALEMM_HD inline uint32_t encode_e2m1_satfinite(uint32_t bits) {
+  const float x = fmt::bits_float(bits);
+  return x == x ? encode_e2m1_not_nan(x) : 0x7u;
 }
 
 /// Element encode with saturation (satfinite: overflow and +-Inf -> +-max, NaN -> NaN code; E2M1 NaN -> 0x7).

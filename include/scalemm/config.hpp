@@ -15,3 +15,15 @@
 #else
 #define SCALEMM_IN_DEVICE_PASS 0
 #endif
+
+// A precondition the optimiser may rely on (undefined behaviour when false): lets it treat the
+// signed 64-bit index arithmetic of offset formulas as unsigned, which drops the sign fix-ups of
+// every division by a power of two.
+#if defined(__GNUC__) || defined(__clang__) || defined(__CUDACC__)
+#define SCALEMM_ASSUME(cond) \
+  do {                       \
+    if (!(cond)) __builtin_unreachable(); \
+  } while (0)
+#else
+#define SCALEMM_ASSUME(cond) ((void)0)
+#endif

@@ -145,6 +145,7 @@ struct ScaleLayout {
 
   /// Buffer index of the scale for data row r (0 <= r < rows) and K-block kb (0 <= kb < kblocks()).
   SCALEMM_HD constexpr int64_t offset(int64_t r, int64_t kb) const {
+    SCALEMM_ASSUME(r >= 0 && kb >= 0 && rows >= 0 && k >= 0);
     switch (recipe) {
       case Recipe::kTensorwise: return 0;
       case Recipe::kRowwise: return r;
