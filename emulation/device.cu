@@ -153,6 +153,11 @@ struct TileArgs {
     else
       return scale_of(amax);
   }
+  /// The 128 x 128 tile at (r0, c0) lies inside the matrix and every access of it is aligned, so
+  /// loads and stores need no bounds tests (load_raw4_whole / store4_whole).
+  __device__ bool whole_tile(int64_t r0, int64_t c0) const {
+    return vec_in && (!rowwise || vec_out_r) && (!columnwise || vec_out_c) && r0 + 128 <= rows && c0 + 128 <= cols;
+  }
   template <int E>
   __device__ ScaleLayout layout_as(const ScaleLayout& l) const {
     ScaleLayout c = l;
@@ -252,6 +257,17 @@ __device__ __forceinline__ void store4(uint8_t* out, int64_t idx, int64_t n_vali
         if (j < n_valid) out[idx + j] = uint8_t(word >> (8 * j));
     }
   }
+}
+
+/// load_raw4 / store4 where the caller knows all four elements lie inside the matrix and the
+/// access is aligned (a whole tile or item): no bounds tests, one vector access.
+template <int S>
+__device__ __forceinline__ typename Raw4<S>::T load_raw4_whole(const void* src, int64_t i) {
+  return *reinterpret_cast<const typename Raw4<S>::T*>(static_cast<const char*>(src) + i * (S == 0 ? 4 : 2));
+}
+__device__ __forceinline__ void store4_whole(uint8_t* out, int64_t idx, uint32_t word, bool fp4) {
+  if (fp4) *reinterpret_cast<uint16_t*>(out + idx / 2) = uint16_t(word);
+  else *reinterpret_cast<uint32_t*>(out + idx) = word;
 }
 
 /// Element type as a template argument (E = 0 e4m3, 1 e5m2, 2 e2m1): the encoder specialises.
@@ -830,7 +846,7 @@ constexpr int kPairs = 8;     // column pairs per warp in phase 2 (64 pairs / 8 
 /// into the transposed rows. mult(q, col): the multiplier of column 2cw + col for the lane's rows.
 template <int S, int E, class Mult>
 __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uint32_t* tile, int warp, int lane,
-                                                    int64_t r0, int64_t c0, Mult mult) {
+                                                    int64_t r0, int64_t c0, bool whole, Mult mult) {
   const int rot = lane >> 3;
   const int64_t rr = r0 + 4 * lane;
 #pragma unroll 2
@@ -842,11 +858,13 @@ __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uin
 #pragma unroll
     for (int col = 0; col < 2; ++col) {
       const int64_t c = c0 + 2 * cw + col;
-      if (c >= a.cols) continue;  // warp-uniform
+      if (!whole && c >= a.cols) continue;  // warp-uniform
       float v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = decode16<S>((w[j] >> (16 * col)) & 0xFFFFu);
-      store4(a.out_c, c * a.rows + rr, a.rows - rr, encode4<E>(v, rot, mult(q, col)), E == 2, a.vec_out_c);
+      const uint32_t code = encode4<E>(v, rot, mult(q, col));
+      if (whole) store4_whole(a.out_c, c * a.rows + rr, code, E == 2);
+      else store4(a.out_c, c * a.rows + rr, a.rows - rr, code, E == 2, a.vec_out_c);
     }
   }
 }
@@ -864,14 +882,21 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   // Block width: NVFP4's 16 as a constant, else 32 or 128; lane arithmetic by shifts.
   const int bk = E == 2 ? 16 : a.bk, lg_lpb = 29 - __clz(bk), lg_nb = 5 - lg_lpb;
   const int lpb = 1 << lg_lpb, nb = 1 << lg_nb;
+  const bool whole = a.whole_tile(r0, c0);
 
   // 1. Rows: batches of kU rows (warp + 8 * (b * kU + k)).
 #pragma unroll 1
   for (int b = 0; b < kTile / 8 / kU; ++b) {
     uint2 raw[kU];
+    if (whole) {  // row k of the batch: 8 * kU * b + 8 * k rows below the warp's first
+      const int64_t e = (r0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, step = 8 * a.cols;
 #pragma unroll
-    for (int k = 0; k < kU; ++k)
-      raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r0 + warp + 8 * (b * kU + k), c0 + 4 * lane);
+      for (int k = 0; k < kU; ++k) raw[k] = load_raw4_whole<S>(a.src, e + k * step);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kU; ++k)
+        raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r0 + warp + 8 * (b * kU + k), c0 + 4 * lane);
+    }
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
       uint32_t* t = tile + (warp + 8 * (b * kU + k)) * kW + 2 * lane;
@@ -897,19 +922,21 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
     const BlockScale s = a.template scale_as<E>(mine);
     {
       const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = c0 / bk + b_of_t;
-      if (lane < kU * nb && r < a.rows && kb * bk < a.cols)
+      if (lane < kU * nb && (whole || (r < a.rows && kb * bk < a.cols)))
         detail::store_scale(a.template layout_as<E>(a.lr), a.scales_r, r, kb, s);
     }
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
       const float m = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + (lane >> lg_lpb));
       const int64_t r = r0 + warp + 8 * (b * kU + k);
-      if (r >= a.rows) continue;  // warp-uniform
+      if (!whole && r >= a.rows) continue;  // warp-uniform
       const int64_t c = c0 + 4 * lane;
       float v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[k], j);
-      store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, m), fp4, a.vec_out_r);
+      const uint32_t code = encode4<E>(v, 0, m);
+      if (whole) store4_whole(a.out_r, r * a.cols + c, code, fp4);
+      else store4(a.out_r, r * a.cols + c, a.cols - c, code, fp4, a.vec_out_r);
     }
   }
   __syncthreads();
@@ -932,11 +959,11 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
     const uint32_t code = (cmax[warp][q * nb + blk] >> (16 * col)) & 0xFFFFu;
     const BlockScale s = a.template scale_as<E>(decode16<S>(code));
     const int64_t c = c0 + 2 * (warp + 8 * q) + col, kb = r0 / bk + blk;
-    if (c < a.cols && kb * bk < a.rows) detail::store_scale(a.template layout_as<E>(a.lc), a.scales_c, c, kb, s);
+    if (whole || (c < a.cols && kb * bk < a.rows)) detail::store_scale(a.template layout_as<E>(a.lc), a.scales_c, c, kb, s);
     cmult[warp][i] = s.multiplier;
   }
   __syncwarp();
-  encode_tile_columns<S, E>(a, tile, warp, lane, r0, c0, [&](int q, int col) {
+  encode_tile_columns<S, E>(a, tile, warp, lane, r0, c0, whole, [&](int q, int col) {
     return cmult[warp][((2 * q + col) << lg_nb) + (lane >> lg_lpb)];
   });
 }
@@ -957,7 +984,8 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
-  const int bk = a.bk, nb = kTile / bk;  // 32 or 128; nb = 4 or 1
+  const int bk = a.bk, nb = bk == 32 ? 4 : 1;  // 32 or 128
+  const bool whole = a.whole_tile(r0, c0);
 
   // 1. Tile rows warp + 8i (i < 16) to shared memory; band i >> 2 covers tile rows 32 * band ...
   uint32_t m[4] = {0u, 0u, 0u, 0u};
@@ -965,8 +993,10 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   for (int h = 0; h < 2; ++h) {
     uint2 raw[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r0 + warp + 8 * (8 * h + k), c0 + 4 * lane);
+    for (int k = 0; k < 8; ++k) {
+      const int64_t r = r0 + warp + 8 * (8 * h + k), c = c0 + 4 * lane;
+      raw[k] = whole ? load_raw4_whole<S>(a.src, r * a.cols + c) : load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c);
+    }
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       uint32_t* t = tile + (warp + 8 * (8 * h + k)) * kW + 2 * lane;
@@ -1026,7 +1056,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
     for (int i = 0; i < 16; ++i) {
       const int lr = warp + 8 * i;
       const int64_t r = r0 + lr;
-      if (r >= a.rows) continue;  // warp-uniform
+      if (!whole && r >= a.rows) continue;  // warp-uniform
       const uint32_t* t = tile + lr * kW + 2 * lane;
       const uint2 raw = make_uint2(t[0], t[1]);
       float v[4];
@@ -1034,14 +1064,16 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
       for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw, j);
       const float mult = bk == 32 ? bm[lr >> 5][lane >> 3] : mr;
       const int64_t c = c0 + 4 * lane;
-      store4(a.out_r, r * a.cols + c, a.cols - c, encode4<E>(v, 0, mult), fp4, a.vec_out_r);
+      const uint32_t code = encode4<E>(v, 0, mult);
+      if (whole) store4_whole(a.out_r, r * a.cols + c, code, fp4);
+      else store4(a.out_r, r * a.cols + c, a.cols - c, code, fp4, a.vec_out_r);
     }
   }
 
   // 3. Columns: pairs cw = warp + 8q; lane l holds rows 4l..4l+3 (rotated), in row block 4l / bk.
   if (a.columnwise) {
     const int rb = (4 * lane) / bk;
-    encode_tile_columns<S, E>(a, tile, warp, lane, r0, c0,
+    encode_tile_columns<S, E>(a, tile, warp, lane, r0, c0, whole,
                               [&](int q, int col) { return bm[rb][(2 * (warp + 8 * q) + col) / bk]; });
   }
 }
