@@ -148,20 +148,23 @@ struct TileArgs {
   // recipe and mode become constants and compute_scale's and offset()'s switches fold away.
   template <int E>
   __device__ BlockScale scale_as(float amax) const {
-    if constexpr (E == 2)
-      return detail::compute_scale(amax, detail::kModeNvfp4, DType::kE2M1, eps, g ? g[1] : 1.0f, g ? g[2] : 1.0f);
-    else
-      return scale_of(amax);
+    constexpr DType elem_e = E == 0 ? DType::kE4M3 : E == 1 ? DType::kE5M2 : DType::kE2M1;
+    return detail::compute_scale(amax, E == 2 ? int(detail::kModeNvfp4) : mode, elem_e, eps, g ? g[1] : 1.0f,
+                                 g ? g[2] : 1.0f);
   }
   /// The 128 x 128 tile at (r0, c0) lies inside the matrix and every access of it is aligned, so
   /// loads and stores need no bounds tests (load_raw4_whole / store4_whole).
   __device__ bool whole_tile(int64_t r0, int64_t c0) const {
     return vec_in && (!rowwise || vec_out_r) && (!columnwise || vec_out_c) && r0 + 128 <= rows && c0 + 128 <= cols;
   }
-  template <int E>
+  // BK (1D-block kernels that know their block width at compile time): 32 is only ever MXFP8's
+  // 1x32 / 32x1 blocks and 128 block1x128's, so the recipe is a constant there too.
+  template <int E, int BK = 0>
   __device__ ScaleLayout layout_as(const ScaleLayout& l) const {
     ScaleLayout c = l;
     if constexpr (E == 2) c.recipe = Recipe::kNvfp4;
+    else if constexpr (BK == 32) c.recipe = Recipe::kMxfp8;
+    else if constexpr (BK == 128) c.recipe = Recipe::kBlock1x128;
     return c;
   }
 };
@@ -869,7 +872,7 @@ __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uin
   }
 }
 
-template <int S, int E>
+template <int S, int E, int BK>
 __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   __shared__ uint32_t tile[kTile * kW];
   __shared__ uint32_t cmax[8][kPairs * 8];      // per warp: (pair, block) packed column-pair maxima
@@ -879,9 +882,11 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
   const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
-  // Block width: NVFP4's 16 as a constant, else 32 or 128; lane arithmetic by shifts.
-  const int bk = E == 2 ? 16 : a.bk, lg_lpb = 29 - __clz(bk), lg_nb = 5 - lg_lpb;
-  const int lpb = 1 << lg_lpb, nb = 1 << lg_nb;
+  // Block width BK: 16 (NVFP4), 32 (MXFP8) or 128 (block1x128), a template argument so that the
+  // lane arithmetic, the shuffle loops and the recipe of offset() are constants.
+  static_assert(BK == 16 || BK == 32 || BK == 128, "rc1d_kernel: 1D blocks are 16, 32 or 128 wide");
+  constexpr int bk = BK, lg_lpb = BK == 16 ? 2 : BK == 32 ? 3 : 5, lg_nb = 5 - lg_lpb;
+  constexpr int lpb = 1 << lg_lpb, nb = 1 << lg_nb;
   const bool whole = a.whole_tile(r0, c0);
 
   // 1. Rows: batches of kU rows (warp + 8 * (b * kU + k)).
@@ -921,9 +926,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
     }
     const BlockScale s = a.template scale_as<E>(mine);
     {
-      const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = c0 / bk + b_of_t;
+      const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = (c0 >> (lg_lpb + 2)) + b_of_t;
       if (lane < kU * nb && (whole || (r < a.rows && kb * bk < a.cols)))
-        detail::store_scale(a.template layout_as<E>(a.lr), a.scales_r, r, kb, s);
+        detail::store_scale(a.template layout_as<E, BK>(a.lr), a.scales_r, r, kb, s);
     }
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
@@ -958,8 +963,8 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
     const int q = i >> (lg_nb + 1), col = (i >> lg_nb) & 1, blk = i & (nb - 1);
     const uint32_t code = (cmax[warp][q * nb + blk] >> (16 * col)) & 0xFFFFu;
     const BlockScale s = a.template scale_as<E>(decode16<S>(code));
-    const int64_t c = c0 + 2 * (warp + 8 * q) + col, kb = r0 / bk + blk;
-    if (whole || (c < a.cols && kb * bk < a.rows)) detail::store_scale(a.template layout_as<E>(a.lc), a.scales_c, c, kb, s);
+    const int64_t c = c0 + 2 * (warp + 8 * q) + col, kb = (r0 >> (lg_lpb + 2)) + blk;
+    if (whole || (c < a.cols && kb * bk < a.rows)) detail::store_scale(a.template layout_as<E, BK>(a.lc), a.scales_c, c, kb, s);
     cmult[warp][i] = s.multiplier;
   }
   __syncwarp();
@@ -1033,8 +1038,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   // Scales: block (rb, cb) goes to its bk rows in the rowwise grid (row, K-block c0/bk + cb) and to
   // its bk columns in the columnwise grid (column, row block r0/bk + rb).
   for (int it = int(threadIdx.x); it < nb * nb * 2 * bk; it += kQThreads) {
-    const int blk = it / (2 * bk), j = it - blk * 2 * bk, rb = blk / nb, cb = blk % nb;
-    const int64_t gr = r0 / bk + rb, gk = c0 / bk + cb;
+    const int lg_bk = bk == 32 ? 5 : 7, lg_nb = 7 - lg_bk;  // shifts, not run-time divisions
+    const int blk = it >> (lg_bk + 1), j = it - (blk << (lg_bk + 1)), rb = blk >> lg_nb, cb = blk & (nb - 1);
+    const int64_t gr = (r0 >> lg_bk) + rb, gk = (c0 >> lg_bk) + cb;
     if (gr * bk >= a.rows || gk * bk >= a.cols) continue;
     BlockScale sc;
     sc.stored_f32 = bf[rb][cb];
@@ -1169,7 +1175,11 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
       return;
     }
     if (a.kind == kBlocks1D) {
-      rc1d_kernel<S, E><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+      SCALEMM_EXPECTS(E == 2 ? a.bk == 16 : (a.bk == 32 || a.bk == 128), StatusCode::kInternal,
+                      "quantize_device: no 1D-block kernel for block width " + std::to_string(a.bk));
+      if constexpr (E == 2) rc1d_kernel<S, E, 16><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+      else if (a.bk == 32) rc1d_kernel<S, E, 32><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+      else rc1d_kernel<S, E, 128><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       check_cuda(cudaGetLastError(), "quantizer kernel launch");
       return;
     }
