@@ -979,7 +979,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
 // maximum of its 4 columns per 32-row band), the block amaxes are reduced across warps, one thread
 // per block computes its scale (compute_scale) and all threads write the scales at offset(); then
 // rows are encoded from shared memory (two words per lane and row) and columns as in rc1d_kernel.
-template <int S, int E>
+template <int S, int E, int BK>
 __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   __shared__ uint32_t tile[kTile * kW];
   __shared__ uint32_t part[8][4][4];  // per warp: (row band, column block) max codes
@@ -989,7 +989,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
-  const int bk = a.bk, nb = bk == 32 ? 4 : 1;  // 32 or 128
+  // Block side BK, a template argument: 32 (mxfp8-32x32) or 128 (block128x128).
+  static_assert(BK == 32 || BK == 128, "rc2d_kernel: 2D blocks are 32x32 or 128x128");
+  constexpr int bk = BK, nb = BK == 32 ? 4 : 1;
   const bool whole = a.whole_tile(r0, c0);
 
   // 1. Tile rows warp + 8i (i < 16) to shared memory; band i >> 2 covers tile rows 32 * band ...
@@ -1029,7 +1031,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
     uint32_t x = 0;
 #pragma unroll
     for (int w = 0; w < 8; ++w) x = max(x, part[w][rb][cb]);
-    const BlockScale sc = a.scale_of(decode16<S>(x));
+    const BlockScale sc = a.template scale_as<E>(decode16<S>(x));
     bf[rb][cb] = sc.stored_f32;
     bu[rb][cb] = sc.stored_u8;
     bm[rb][cb] = sc.multiplier;
@@ -1038,7 +1040,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   // Scales: block (rb, cb) goes to its bk rows in the rowwise grid (row, K-block c0/bk + cb) and to
   // its bk columns in the columnwise grid (column, row block r0/bk + rb).
   for (int it = int(threadIdx.x); it < nb * nb * 2 * bk; it += kQThreads) {
-    const int lg_bk = bk == 32 ? 5 : 7, lg_nb = 7 - lg_bk;  // shifts, not run-time divisions
+    constexpr int lg_bk = BK == 32 ? 5 : 7, lg_nb = 7 - lg_bk;
     const int blk = it >> (lg_bk + 1), j = it - (blk << (lg_bk + 1)), rb = blk >> lg_nb, cb = blk & (nb - 1);
     const int64_t gr = (r0 >> lg_bk) + rb, gk = (c0 >> lg_bk) + cb;
     if (gr * bk >= a.rows || gk * bk >= a.cols) continue;
@@ -1169,8 +1171,13 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     return;
   }
   if constexpr (S != 0) {  // bf16 / f16: 2D blocks from registers, 1D blocks with a 16-bit tile
-    if (a.kind == kBlocks2D) {
-      rc2d_kernel<S, E><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+    if (E != 2 && a.kind == kBlocks2D) {  // E2M1 is NVFP4: 1D blocks only
+      SCALEMM_EXPECTS(a.bk == 32 || a.bk == 128, StatusCode::kInternal,
+                      "quantize_device: no 2D-block kernel for block side " + std::to_string(a.bk));
+      if constexpr (E != 2) {
+        if (a.bk == 32) rc2d_kernel<S, E, 32><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+        else rc2d_kernel<S, E, 128><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+      }
       check_cuda(cudaGetLastError(), "quantizer kernel launch");
       return;
     }
