@@ -1159,13 +1159,18 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     SCALEMM_EXPECTS(a.kind != kBlocks1D || kRowUnits<E> / kRowRounds<E> * (kTile / a.bk) <= 32, StatusCode::kInternal,
                     "quantize_device: block width " + std::to_string(a.bk) + " too small for the row kernel");
     const int64_t segs = layouts::ceil_div(a.cols, kTile), groups = layouts::ceil_div(segs, kRowUnits<E>);
-    // One wave: as many blocks as fit on the GPU at once, each warp looping over items.
+    // 1D blocks: one wave, as many blocks as fit on the GPU at once, each warp looping over items.
     static const int per_sm = [] {
       int n = 0;
       check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_direct_kernel<S, E>, 256, 0), "occupancy");
       return std::max(n, 1);
     }();
-    const int64_t blocks = std::min<int64_t>(layouts::ceil_div(a.rows * groups, 8), int64_t(per_sm) * sm_count());
+    // The precomputed kind (tensorwise, long rowwise rows) has no per-item scale step to amortise
+    // and measured faster with a warp per item (H100: 90-91% of copy against 85-87%).
+    // (Any grid size is correct: warps step through the items by the grid's warp count.)
+    const int64_t items_blocks = std::min<int64_t>(layouts::ceil_div(a.rows * groups, 8), 0x7FFFFFFF);
+    const int64_t blocks =
+        a.kind == kPrecomputed ? items_blocks : std::min<int64_t>(items_blocks, int64_t(per_sm) * sm_count());
     row_direct_kernel<S, E><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, st>>>(a, groups);
     check_cuda(cudaGetLastError(), "quantizer kernel launch");
     return;
