@@ -121,6 +121,10 @@ constexpr int64_t kColChunk = 256;     // rows per column-amax partial (rowwise 
 
 enum Kind : int { kBlocks1D = 0, kBlocks2D = 1, kPrecomputed = 4 };
 
+/// Element type as a template argument (E = 0 e4m3, 1 e5m2, 2 e2m1): the encoder specialises.
+template <int E>
+constexpr DType kElem = E == 0 ? DType::kE4M3 : E == 1 ? DType::kE5M2 : DType::kE2M1;
+
 struct TileArgs {
   const void* src;
   int64_t rows, cols, tiles_c;
@@ -148,8 +152,7 @@ struct TileArgs {
   // recipe and mode become constants and compute_scale's and offset()'s switches fold away.
   template <int E>
   __device__ BlockScale scale_as(float amax) const {
-    constexpr DType elem_e = E == 0 ? DType::kE4M3 : E == 1 ? DType::kE5M2 : DType::kE2M1;
-    return detail::compute_scale(amax, E == 2 ? int(detail::kModeNvfp4) : mode, elem_e, eps, g ? g[1] : 1.0f,
+    return detail::compute_scale(amax, E == 2 ? int(detail::kModeNvfp4) : mode, kElem<E>, eps, g ? g[1] : 1.0f,
                                  g ? g[2] : 1.0f);
   }
   /// The 128 x 128 tile at (r0, c0) lies inside the matrix and every access of it is aligned, so
@@ -272,10 +275,6 @@ __device__ __forceinline__ void store4_whole(uint8_t* out, int64_t idx, uint32_t
   if (fp4) *reinterpret_cast<uint16_t*>(out + idx / 2) = uint16_t(word);
   else *reinterpret_cast<uint32_t*>(out + idx) = word;
 }
-
-/// Element type as a template argument (E = 0 e4m3, 1 e5m2, 2 e2m1): the encoder specialises.
-template <int E>
-constexpr DType kElem = E == 0 ? DType::kE4M3 : E == 1 ? DType::kE5M2 : DType::kE2M1;
 
 /// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them in
 /// element order. FP8 pairs go through detail::encode_pair (hardware cvt on sm_89+, equal to
@@ -485,7 +484,6 @@ template <int S, int E>
 __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t groups) {
   constexpr int kUnits = kRowUnits<E>;
   constexpr bool fp4 = E == 2;
-  using Raw = typename Raw4<S>::T;  // 4 source elements
   const int lane = int(threadIdx.x) & 31;
   // Block width: NVFP4's 16 as a constant; FP8 1D blocks are 32 or 128 wide, so lane arithmetic
   // goes by shifts (lpb = 2^lg_lpb lanes per block, nb blocks per unit).
@@ -509,11 +507,10 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
     // Whole items (all kUnits units inside the row, aligned rows): one base address, no bounds.
     const bool whole = vec && (seg0 + kUnits) * kTile <= a.cols;
     const int64_t e0 = r * a.cols + c0;  // element index of the lane's first element
-    Raw raw[kUnits];
+    typename Raw4<S>::T raw[kUnits];
     if (whole) {
-      const Raw* p = reinterpret_cast<const Raw*>(static_cast<const char*>(a.src) + e0 * (S == 0 ? 4 : 2));
 #pragma unroll
-      for (int k = 0; k < kUnits; ++k) raw[k] = p[32 * k];  // unit k: 128 elements on
+      for (int k = 0; k < kUnits; ++k) raw[k] = load_raw4_whole<S>(a.src, e0 + k * kTile);
     } else {
 #pragma unroll
       for (int k = 0; k < kUnits; ++k) raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c0 + k * kTile);
@@ -568,16 +565,8 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
       return encode4<E>(v, 0, mult[k]);
     };
     if (whole) {
-      // 4 codes per lane and unit: 2 bytes (FP4) or 4 (FP8); unit k starts 32 such words on.
-      if constexpr (fp4) {
-        uint16_t* q = reinterpret_cast<uint16_t*>(a.out_r + e0 / 2);
 #pragma unroll
-        for (int k = 0; k < kUnits; ++k) q[32 * k] = uint16_t(word(k));
-      } else {
-        uint32_t* q = reinterpret_cast<uint32_t*>(a.out_r + e0);
-#pragma unroll
-        for (int k = 0; k < kUnits; ++k) q[32 * k] = word(k);
-      }
+      for (int k = 0; k < kUnits; ++k) store4_whole(a.out_r, e0 + k * kTile, word(k), fp4);
     } else {
 #pragma unroll
       for (int k = 0; k < kUnits; ++k) {  // units past the row end store nothing

@@ -116,8 +116,8 @@ SCALEMM_HD inline uint32_t encode_satfinite(uint32_t bits, fmt::detail::MiniFloa
 ///     round-to-nearest-even, and its low bits count the steps: k = y / 2^(e-1) in 0..4;
 ///   * the code is 2e + k (even k is even code, so ties go to the even code as RNE wants);
 ///   * the sign is kept (-0 and negative values that round to 0 give 0x8), except that NaN gives 0x7.
-/// About 11 instructions; the quantizer runs it once per NVFP4 element.
-/// The code of a non-NaN input (encode_e2m1_satfinite's value for every non-NaN x).
+/// About 11 instructions; the quantizer runs it once per NVFP4 element. encode_e2m1_not_nan is all of
+/// it but the NaN test: encode_e2m1_satfinite's value for every non-NaN x.
 SCALEMM_HD inline uint32_t encode_e2m1_not_nan(float x) {
   const float y = fminf(fabsf(x), 6.0f);
   const uint32_t yb = fmt::float_bits(y);
