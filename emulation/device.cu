@@ -272,7 +272,7 @@ __device__ __forceinline__ typename Raw4<S>::T load_raw4_whole(const void* src, 
   return *reinterpret_cast<const typename Raw4<S>::T*>(static_cast<const char*>(src) + i * (S == 0 ? 4 : 2));
 }
 __device__ __forceinline__ void store4_whole(uint8_t* out, int64_t idx, uint32_t word, bool fp4) {
-  if (fp4) *reinterpret_cast<uint16_t*>(out + idx / 2) = uint16_t(word);
+  if (fp4) *reinterpret_cast<uint16_t*>(out + (idx >> 1)) = uint16_t(word);  // idx >= 0: a shift
   else *reinterpret_cast<uint32_t*>(out + idx) = word;
 }
 
