@@ -150,10 +150,16 @@ struct TileArgs {
   // Kernels templated on the element type E (0 e4m3, 1 e5m2, 2 e2m1) use these: E2M1 data is only
   // ever the NVFP4 recipe with its one scale mode (QuantizeConfig validation), so for E = 2 the
   // recipe and mode become constants and compute_scale's and offset()'s switches fold away.
+  // gs = globals(): loops read g[1], g[2] once, ahead of the loop, instead of once per block (the
+  // compiler cannot hoist them past the loop's stores).
+  __device__ float2 globals() const { return g ? make_float2(g[1], g[2]) : make_float2(1.0f, 1.0f); }
+  template <int E>
+  __device__ BlockScale scale_as(float amax, float2 gs) const {
+    return detail::compute_scale(amax, E == 2 ? int(detail::kModeNvfp4) : mode, kElem<E>, eps, gs.x, gs.y);
+  }
   template <int E>
   __device__ BlockScale scale_as(float amax) const {
-    return detail::compute_scale(amax, E == 2 ? int(detail::kModeNvfp4) : mode, kElem<E>, eps, g ? g[1] : 1.0f,
-                                 g ? g[2] : 1.0f);
+    return scale_as<E>(amax, globals());
   }
   /// The 128 x 128 tile at (r0, c0) lies inside the matrix and every access of it is aligned, so
   /// loads and stores need no bounds tests (load_raw4_whole / store4_whole).
@@ -162,6 +168,13 @@ struct TileArgs {
   }
   // BK (1D-block kernels that know their block width at compile time): 32 is only ever MXFP8's
   // 1x32 / 32x1 blocks and 128 block1x128's, so the recipe is a constant there too.
+  /// 2D-block kernels: BK 32 is only ever mxfp8-32x32, 128 block128x128.
+  template <int BK>
+  __device__ ScaleLayout layout_2d(const ScaleLayout& l) const {
+    ScaleLayout c = l;
+    c.recipe = BK == 32 ? Recipe::kMxfp8_32x32 : Recipe::kBlock128x128;
+    return c;
+  }
   template <int E, int BK = 0>
   __device__ ScaleLayout layout_as(const ScaleLayout& l) const {
     ScaleLayout c = l;
@@ -278,7 +291,7 @@ __device__ __forceinline__ void store4_whole(uint8_t* out, int64_t idx, uint32_t
 
 /// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them in
 /// element order. FP8 pairs go through detail::encode_pair (hardware cvt on sm_89+, equal to
-/// encode_elem on every input), E2M1 values through encode_e2m1_not_nan; the codes are packed in v's
+/// encode_elem on every input), E2M1 quads through encode_e2m1x4_not_nan; the codes are packed in v's
 /// order and the word rotated afterwards.
 template <int E>
 __device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m) {
@@ -287,8 +300,7 @@ __device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m) 
     // NVFP4 multipliers are positive and finite, or NaN for a block that holds a NaN, and the four
     // values share one block: a product is NaN exactly when m is, so the NaN case of
     // encode_e2m1_satfinite (code 0x7) is one test here instead of one per element.
-    uint32_t w = detail::encode_e2m1_not_nan(p0) | (detail::encode_e2m1_not_nan(p1) << 4) |
-                 (detail::encode_e2m1_not_nan(p2) << 8) | (detail::encode_e2m1_not_nan(p3) << 12);
+    uint32_t w = detail::encode_e2m1x4_not_nan(p0, p1, p2, p3);
     if (m != m) w = 0x7777u;
     const int s = 4 * rot;  // 16-bit rotate left: nibble j moves to nibble (j + rot) & 3
     return ((w << s) | (w >> ((16 - s) & 15))) & 0xFFFFu;
@@ -490,6 +502,7 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
   const int bk = E == 2 ? 16 : a.bk;
   const int lg_lpb = 29 - __clz(bk), lanes_per_block = 1 << lg_lpb, nb = kTile >> (lg_lpb + 2);
   const ScaleLayout lr = a.template layout_as<E>(a.lr);
+  const float2 gs = a.globals();
   // Items (row r, group g of kUnits units) go round-robin over the grid's warps. The grid is one
   // wave, so each warp steps through several items: (r, g) advance by the warp count without a
   // division per item, and the set-up above runs once per warp.
@@ -550,7 +563,7 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
           const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
           if (k == k_of_t) mine = x;
         }
-        const BlockScale s = a.template scale_as<E>(mine);
+        const BlockScale s = a.template scale_as<E>(mine, gs);
         const int64_t kb = (seg0 + h * kUR) * nb + lane;
         if (lane < kUR * nb && kb * bk < a.cols) detail::store_scale(lr, a.scales_r, r, kb, s);
 #pragma unroll
@@ -877,6 +890,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   constexpr int bk = BK, lg_lpb = BK == 16 ? 2 : BK == 32 ? 3 : 5, lg_nb = 5 - lg_lpb;
   constexpr int lpb = 1 << lg_lpb, nb = 1 << lg_nb;
   const bool whole = a.whole_tile(r0, c0);
+  const float2 gs = a.globals();
 
   // 1. Rows: batches of kU rows (warp + 8 * (b * kU + k)).
 #pragma unroll 1
@@ -913,7 +927,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
       const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
       if (k == k_of_t) mine = x;
     }
-    const BlockScale s = a.template scale_as<E>(mine);
+    const BlockScale s = a.template scale_as<E>(mine, gs);
     {
       const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = (c0 >> (lg_lpb + 2)) + b_of_t;
       if (lane < kU * nb && (whole || (r < a.rows && kb * bk < a.cols)))
@@ -951,7 +965,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   for (int i = lane; i < 2 * kPairs * nb; i += 32) {
     const int q = i >> (lg_nb + 1), col = (i >> lg_nb) & 1, blk = i & (nb - 1);
     const uint32_t code = (cmax[warp][q * nb + blk] >> (16 * col)) & 0xFFFFu;
-    const BlockScale s = a.template scale_as<E>(decode16<S>(code));
+    const BlockScale s = a.template scale_as<E>(decode16<S>(code), gs);
     const int64_t c = c0 + 2 * (warp + 8 * q) + col, kb = (r0 >> (lg_lpb + 2)) + blk;
     if (whole || (c < a.cols && kb * bk < a.rows)) detail::store_scale(a.template layout_as<E, BK>(a.lc), a.scales_c, c, kb, s);
     cmult[warp][i] = s.multiplier;
@@ -973,7 +987,8 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   __shared__ uint32_t tile[kTile * kW];
   __shared__ uint32_t part[8][4][4];  // per warp: (row band, column block) max codes
   __shared__ float bf[4][4], bm[4][4];  // (row block, column block): stored fp32 scale, multiplier
-  __shared__ uint8_t bu[4][4];           // stored byte scale (MX); bk = 128 uses [0][0]
+  __shared__ __align__(16) uint8_t bu[4][4];    // stored byte scale (MX); bk = 128 uses [0][0]
+  __shared__ __align__(16) uint8_t bu_t[4][4];  // its transpose (the columnwise 128x4 tile)
   constexpr bool fp4 = E == 2;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
@@ -1022,27 +1037,45 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
     for (int w = 0; w < 8; ++w) x = max(x, part[w][rb][cb]);
     const BlockScale sc = a.template scale_as<E>(decode16<S>(x));
     bf[rb][cb] = sc.stored_f32;
-    bu[rb][cb] = sc.stored_u8;
+    bu[rb][cb] = bu_t[cb][rb] = sc.stored_u8;
     bm[rb][cb] = sc.multiplier;
   }
   __syncthreads();
-  // Scales: block (rb, cb) goes to its bk rows in the rowwise grid (row, K-block c0/bk + cb) and to
-  // its bk columns in the columnwise grid (column, row block r0/bk + rb).
-  for (int it = int(threadIdx.x); it < nb * nb * 2 * bk; it += kQThreads) {
-    constexpr int lg_bk = BK == 32 ? 5 : 7, lg_nb = 7 - lg_bk;
-    const int blk = it >> (lg_bk + 1), j = it - (blk << (lg_bk + 1)), rb = blk >> lg_nb, cb = blk & (nb - 1);
-    const int64_t gr = (r0 >> lg_bk) + rb, gk = (c0 >> lg_bk) + cb;
-    if (gr * bk >= a.rows || gk * bk >= a.cols) continue;
-    BlockScale sc;
-    sc.stored_f32 = bf[rb][cb];
-    sc.stored_u8 = bu[rb][cb];
-    sc.multiplier = bm[rb][cb];
-    if (j < bk) {
-      const int64_t r = gr * bk + j;
-      if (a.rowwise && r < a.rows) detail::store_scale(a.lr, a.scales_r, r, gk, sc);
-    } else {
-      const int64_t c = gk * bk + (j - bk);
-      if (a.columnwise && c < a.cols) detail::store_scale(a.lc, a.scales_c, c, gr, sc);
+  // Scales: block (rb, cb) goes to the rows of its block in the rowwise grid (K-block c0/bk + cb) and
+  // to its columns in the columnwise grid (K-block r0/bk + rb). A layout keeps one scale per
+  // row_step() data rows, so only those are written: one per block, except mxfp8-32x32 in cuBLASLt
+  // format, which replicates the scale to all 32 rows.
+  constexpr int lg_bk = BK == 32 ? 5 : 7, lg_nb = 7 - lg_bk;
+#pragma unroll
+  for (int dir = 0; dir < 2; ++dir) {
+    if (!(dir ? a.columnwise : a.rowwise)) continue;
+    const ScaleLayout L = a.template layout_2d<BK>(dir ? a.lc : a.lr);
+    void* scales = dir ? a.scales_c : a.scales_r;
+    const bool rep = BK == 32 && L.format == ScaleFormat::kCublasLt;  // row_step() == 1
+    if (rep && whole && (reinterpret_cast<uintptr_t>(scales) & 15) == 0) {
+      // The tile's scales fill one 128x4 tile of the buffer: for p0 % 128 == 0 and s0 % 4 == 0,
+      // offset(p0 + t + 32j, s0 + i) == offset(p0 + t, s0) + 4j + i (t < 32; tiled_offset), and
+      // here p0 = r0 (rowwise: j = row block, i = column block) or c0 (columnwise: j = column block,
+      // i = row block). So warp dir stores 32 copies of 16 bytes, one per lane.
+      if (warp == dir) {
+        const int64_t o = L.offset((dir ? c0 : r0) + lane, (dir ? r0 : c0) >> lg_bk);
+        *reinterpret_cast<uint4*>(static_cast<uint8_t*>(scales) + o) =
+            *reinterpret_cast<const uint4*>(dir ? &bu_t[0][0] : &bu[0][0]);
+      }
+      continue;
+    }
+    const int lg_per = rep ? 5 : 0;  // stored rows per block: 32 or 1
+    for (int it = int(threadIdx.x); it < (nb * nb) << lg_per; it += kQThreads) {
+      const int blk = it >> lg_per, j = (it - (blk << lg_per)) << (lg_bk - lg_per);
+      const int rb = blk >> lg_nb, cb = blk & (nb - 1);
+      const int64_t gr = (r0 >> lg_bk) + rb, gk = (c0 >> lg_bk) + cb;  // the block in the scale grids
+      const int64_t row = (dir ? gk : gr) * bk + j, kb = dir ? gr : gk;
+      if (row >= (dir ? a.cols : a.rows) || kb * bk >= (dir ? a.rows : a.cols)) continue;
+      BlockScale sc;
+      sc.stored_f32 = bf[rb][cb];
+      sc.stored_u8 = bu[rb][cb];
+      sc.multiplier = bm[rb][cb];
+      detail::store_scale(L, scales, row, kb, sc);
     }
   }
 

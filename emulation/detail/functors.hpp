@@ -132,6 +132,49 @@ SCALEMM_HD inline uint32_t encode_e2m1_satfinite(uint32_t bits) {
   return x == x ? encode_e2m1_not_nan(x) : 0x7u;
 }
 
+/// Four E2M1 codes, element j in bits 4j..4j+3 of the result (bits 16 and up zero): each equal to
+/// encode_e2m1_not_nan(x_j), for non-NaN inputs (a NaN may disturb the other codes; the kernels
+/// replace a NaN block's codes). The quantizer kernels' inner loop, so the code is read
+/// off the rounded sum in two shift-adds per element instead of a subtraction chain:
+///   * s = y + 2^(e+22) as in encode_e2m1_not_nan (on the GPU an fma of the exact power of two
+///     2^e * 2^22 and y: the same single rounding, one instruction less); the bits of s are
+///     (e + 149) << 23 | k with k < 8 and bits 3..22 zero;
+///   * acc += s << 4j adds k << 4j (the exponent lands at bit 23 + 4j, above the result), and
+///     acc += s >> (22 - 4j) adds (2e + 298) << 4j (k's bits shift out); the 298s are taken off once,
+///     so the low 16 bits of acc are sum of (k + 2e) << 4j, codes <= 7 that never carry;
+///   * the signs go to bits 3, 7, 11, 15 (GPU: two byte permutes replicating the sign bytes).
+SCALEMM_HD inline uint32_t encode_e2m1x4_not_nan(float x0, float x1, float x2, float x3) {
+  const float x[4] = {x0, x1, x2, x3};
+  uint32_t acc = 0u - 298u * 0x1111u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 4; ++j) {
+    const float y = fminf(fabsf(x[j]), 6.0f);
+    const uint32_t yb = fmt::float_bits(y);
+    const uint32_t eb = (yb > 0x3F800000u ? yb : 0x3F800000u) & 0x7F800000u;  // 2^e
+#if defined(__CUDA_ARCH__)
+    const uint32_t sb = fmt::float_bits(__fmaf_rn(fmt::bits_float(eb), 4194304.0f, y));  // 2^e * 2^22 + y
+#else
+    const uint32_t sb = fmt::float_bits(y + fmt::bits_float(eb + (22u << 23)));
+#endif
+    acc += (sb << (4 * j)) + (sb >> (22 - 4 * j));
+  }
+  uint32_t sign;
+#if defined(__CUDA_ARCH__)
+  // prmt selector nibble 8 | byte: the byte's sign bit replicated over 8 bits. Bytes 0, 1 of a are
+  // the signs of x0, x2 (bits 3 and 11 kept), of b those of x1, x3 (bits 7 and 15 kept).
+  uint32_t a, b;
+  asm("prmt.b32 %0, %1, %2, 0xFB;" : "=r"(a) : "r"(fmt::float_bits(x0)), "r"(fmt::float_bits(x2)));
+  asm("prmt.b32 %0, %1, %2, 0xFB;" : "=r"(b) : "r"(fmt::float_bits(x1)), "r"(fmt::float_bits(x3)));
+  sign = (a & 0x0808u) | (b & 0x8080u);
+#else
+  sign = ((fmt::float_bits(x0) >> 28) & 0x8u) | ((fmt::float_bits(x1) >> 24) & 0x80u) |
+         ((fmt::float_bits(x2) >> 20) & 0x800u) | ((fmt::float_bits(x3) >> 16) & 0x8000u);
+#endif
+  return (acc & 0xFFFFu) | sign;
+}
+
 /// Element encode with saturation (satfinite: overflow and +-Inf -> +-max, NaN -> NaN code; E2M1 NaN -> 0x7).
 SCALEMM_HD inline uint8_t encode_elem(float x, DType t) {
   switch (t) {

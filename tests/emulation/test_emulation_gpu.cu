@@ -421,6 +421,34 @@ __global__ void sweep_encode_kernel(unsigned long long* bad, unsigned long long*
   }
 }
 
+/// Grid-stride over all 2^32 patterns b: encode_e2m1x4_not_nan (the NVFP4 kernels' packed encoder) of
+/// b, partner(b), partner^2(b), partner^3(b) against encode_e2m1_not_nan of each, so every non-NaN
+/// pattern is each of the four elements once (NaN patterns become 0: the encoder's contract is
+/// non-NaN inputs). Same counters as sweep_encode_kernel.
+__global__ void sweep_e2m1x4_kernel(unsigned long long* bad, unsigned long long* first) {
+  const uint64_t n = uint64_t(1) << 32;
+  const uint64_t step = uint64_t(gridDim.x) * blockDim.x;
+  unsigned long long local = 0, lfirst = ~0ull;
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    uint32_t b[4] = {uint32_t(i), 0, 0, 0};
+    for (int j = 1; j < 4; ++j) b[j] = partner(b[j - 1]);
+    for (int j = 0; j < 4; ++j)  // non-NaN inputs only (the kernels replace a NaN block's codes)
+      if ((b[j] & 0x7FFFFFFFu) > 0x7F800000u) b[j] = 0;
+    const uint32_t got = ed::encode_e2m1x4_not_nan(fmt::bits_float(b[0]), fmt::bits_float(b[1]),
+                                                   fmt::bits_float(b[2]), fmt::bits_float(b[3]));
+    uint32_t want = 0;
+    for (int j = 0; j < 4; ++j) want |= ed::encode_e2m1_not_nan(fmt::bits_float(b[j])) << (4 * j);
+    if (got != want) {
+      ++local;
+      if (lfirst == ~0ull) lfirst = b[0];
+    }
+  }
+  if (local) {
+    atomicAdd(bad, local);
+    atomicMin(first, lfirst);
+  }
+}
+
 /// Every pair of FP8 codes: decode_fp8_pair<E> (the dequantization kernel's decoder) against the
 /// formats decoder; NaN codes only need to give a NaN (outputs store NaN canonically).
 template <int E>
@@ -472,6 +500,23 @@ TEST_CASE("The kernels' pair encoders equal the software encoder on all 2^32 fp3
   run_encode_sweep<0>("e4m3");
   run_encode_sweep<1>("e5m2");
   run_encode_sweep<2>("e2m1");
+}
+
+TEST_CASE("The packed E2M1 encoder of the NVFP4 kernels equals the element encoder on all 2^32 fp32 patterns "
+          "in every position",
+          "[emulation][gpu]") {
+  DevBuf counters(2 * sizeof(unsigned long long));
+  CUDA_OK(cudaMemset(counters.as<unsigned long long>(), 0, sizeof(unsigned long long)));
+  CUDA_OK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
+  sweep_e2m1x4_kernel<<<4096, 256>>>(counters.as<unsigned long long>(), counters.as<unsigned long long>() + 1);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto h = counters.get<unsigned long long>();
+  const unsigned long long bad = h[0];
+  char first[32] = "none";
+  if (bad) std::snprintf(first, sizeof first, "0x%08llx", h[1]);
+  CAPTURE(bad, first);
+  CHECK(bad == 0);
 }
 
 TEST_CASE("The dequantization kernel's FP8 pair decoder equals the formats decoder on every code pair",

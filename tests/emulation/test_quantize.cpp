@@ -573,3 +573,43 @@ TEST_CASE("The branch-free E2M1 encoder equals the software encoder on every inp
   CHECK(n > 100000000);
   CHECK(bad == 0);
 }
+
+TEST_CASE("The packed E2M1 encoder equals the element encoder in each of its four positions",
+          "[emulation][quantize]") {
+  // Host build of encode_e2m1x4_not_nan (shifts for the signs and an add for the rounding sum; the
+  // GPU build, prmt and fma, is swept over all 2^32 patterns by the [gpu] test). Every pattern of
+  // the rounding range [2^-3, 2^3), both signs, is element j = b % 4 once, beside three patterns of
+  // other exponents (hashed; NaNs among those become 0), plus the specials in every position.
+  namespace d = scalemm::emulation::detail;
+  int64_t bad = 0, n = 0;
+  uint32_t first_bad = 0;
+  const auto check = [&](uint32_t b[4]) {
+    for (int j = 0; j < 4; ++j)  // the encoder is for non-NaN inputs (kernels test the block's NaN once)
+      if ((b[j] & 0x7FFFFFFFu) > 0x7F800000u) b[j] = 0;
+    ++n;
+    const uint32_t got = d::encode_e2m1x4_not_nan(fmt::bits_float(b[0]), fmt::bits_float(b[1]), fmt::bits_float(b[2]),
+                                                  fmt::bits_float(b[3]));
+    uint32_t want = 0;
+    for (int j = 0; j < 4; ++j) want |= d::encode_e2m1_not_nan(fmt::bits_float(b[j])) << (4 * j);
+    if (got != want && bad++ == 0) first_bad = b[0];
+  };
+  for (uint32_t s = 0; s < 2; ++s)
+    for (uint32_t e = 124; e <= 129; ++e)
+      for (uint32_t m = 0; m < (1u << 23); ++m) {
+        const uint32_t x = (s << 31) | (e << 23) | m;
+        uint32_t b[4];
+        for (int j = 0; j < 4; ++j) b[j] = x * 2654435761u + 0x9E3779B9u * uint32_t(j + 1);
+        b[x % 4] = x;
+        check(b);
+      }
+  const uint32_t specials[] = {0u, 0x80000000u, 1u, 0x807FFFFFu, 0x7F800000u, 0xFF800000u, 0x7FC00000u,
+                               0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x3E800000u, 0x40A00001u, 0x40C00000u};
+  for (uint32_t a : specials)
+    for (uint32_t c : specials) {
+      uint32_t b[4] = {a, c, a ^ 0x80000000u, c ^ 0x80000000u};
+      check(b);
+    }
+  CAPTURE(n, bad, first_bad);
+  CHECK(n > 100000000);
+  CHECK(bad == 0);
+}

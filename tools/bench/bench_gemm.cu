@@ -209,6 +209,10 @@ __device__ __forceinline__ uint64_t splitmix(uint64_t x) {
 }
 
 // Standard normal values (Box-Muller on a counter-based hash): different for every seed and index.
+/// Launched by the host-time section: the host cost of one kernel launch, what the compact-scale
+/// call adds (its one conversion launch).
+__global__ void empty_kernel() {}
+
 __global__ void fill_normal(float* p, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const uint64_t h = splitmix(seed * 0xD1B54A32D192ED03ull + uint64_t(i));
@@ -960,18 +964,27 @@ void host_overhead(Ctx& cx) {
       row.error = e.what();
     }
   }
+  // The floor of the compact-scale row's extra cost: the host time of one launch of an empty kernel
+  // on the same stream (no output to check).
+  Row empty{"one empty kernel launch (the compact row's extra launch)", [&] { empty_kernel<<<1, 32, 0, cx.st>>>(); },
+            nullptr};
+  empty.host = host_us_per_call(cx.st, empty.fn, bursts, burst);
+  empty.b2b = backtoback_us_per_call(cx.st, empty.fn, n_b2b);
+  empty.gpu = time_calls(cx.st, 1, g_warm, g_iters, [&](int) { empty.fn(); }).med_us;
   for (auto& row : rows) {
     if (row.error.empty())
       std::printf("| %s | %.2f | %+.2f | %.2f | %.2f |\n", row.name, row.host, row.host - rows[0].host, row.b2b, row.gpu);
     else
       std::printf("| %s | failed: %s | | | |\n", row.name, row.error.c_str());
   }
+  std::printf("| %s | %.2f | | %.2f | %.2f |\n", empty.name, empty.host, empty.b2b, empty.gpu);
   std::printf("\noutputs of the four calls: %s\n", check.c_str());
   std::fflush(stdout);
   std::vector<std::string> js;
   for (auto& row : rows)
     js.push_back(JObj().s("call", row.name).n("host_us", row.host).n("over_raw_us", row.host - rows[0].host)
                      .n("backtoback_us", row.b2b).n("gpu_event_us", row.gpu).s("error", row.error).str());
+  g_host.n("empty_launch_host_us", empty.host).n("empty_launch_backtoback_us", empty.b2b);
   g_host.i("m", M).i("n", N).i("k", K).s("recipe", "blockwise").i("burst", burst).i("bursts", bursts)
       .i("backtoback_calls", n_b2b).s("output_check", check).raw("calls", jarr(js));
   const double over_lt = rows[2].host - rows[0].host, over_c = rows[3].host - rows[0].host;

@@ -576,6 +576,9 @@ def markdown(env, cpp, tor, rows, tg, cpp_status):
             over = f"{x['over_raw_us']:+.2f}" if x.get("over_raw_us") is not None else "-"
             L.append(f"| {x['call']} | {fmt(x.get('host_us'), 2)} | {over} | {fmt(x.get('backtoback_us'), 2)} "
                      f"| {fmt(x.get('gpu_event_us'), 2)} |")
+        if h.get("empty_launch_host_us") is not None:
+            L.append(f"| one empty kernel launch (the compact row's extra launch) | {fmt(h['empty_launch_host_us'], 2)} "
+                     f"| | {fmt(h.get('empty_launch_backtoback_us'), 2)} | |")
         for x in (tor or {}).get("host", []):
             over = f"{x['host_us'] - raw_host:+.2f}" if raw_host is not None else "-"
             L.append(f"| {x['call']} | {fmt(x['host_us'], 2)} | {over} | {fmt(x['backtoback_us'], 2)} | "

@@ -151,12 +151,12 @@ struct ScaleLayout {
       case Recipe::kRowwise: return r;
       case Recipe::kBlock1x128:
         return format == ScaleFormat::kCompact ? r * kblocks() + kb : kb * round_up(rows, 4) + r;
-      case Recipe::kBlock128x128: return (r / 128) * padded_kblocks() + kb;
+      case Recipe::kBlock128x128: return int64_t(uint64_t(r) / 128) * padded_kblocks() + kb;
       case Recipe::kMxfp8:
       case Recipe::kNvfp4:
         return format == ScaleFormat::kCompact ? r * kblocks() + kb : tiled_offset(r, kb);
       case Recipe::kMxfp8_32x32:
-        return format == ScaleFormat::kCompact ? (r / 32) * kblocks() + kb : tiled_offset(r, kb);
+        return format == ScaleFormat::kCompact ? int64_t(uint64_t(r) / 32) * kblocks() + kb : tiled_offset(r, kb);
     }
     return 0;
   }
@@ -175,8 +175,11 @@ struct ScaleLayout {
   }
 
   /// The 128x4 tile formula (valid for the tiled recipes in cublaslt format).
+  /// Unsigned arithmetic (r, s >= 0): divisions and remainders by powers of two are then shifts and
+  /// masks, without the sign fix-ups of signed ones (this runs once per scale in the kernels).
   SCALEMM_HD constexpr int64_t tiled_offset(int64_t r, int64_t s) const {
-    return ((r / 128) * (padded_kblocks() / 4) + s / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + s % 4;
+    const uint64_t ur = uint64_t(r), us = uint64_t(s), tiles_k = uint64_t(padded_kblocks()) / 4;
+    return int64_t(((ur / 128) * tiles_k + us / 4) * 512 + (ur % 32) * 16 + ((ur % 128) / 32) * 4 + us % 4);
   }
 
   SCALEMM_HD constexpr bool operator==(const ScaleLayout& o) const {
