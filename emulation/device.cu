@@ -255,6 +255,33 @@ __device__ __forceinline__ uint32_t umax_group(uint32_t m, int n) {
   return m;
 }
 
+/// Block maxima of U units of 4 16-bit elements per lane (raw[k]: unit k), as magnitude codes packed
+/// two units per word (mp[p]: unit 2p low, 2p + 1 high) and reduced over groups of n lanes: the
+/// shuffles and maxima run on pairs of units.
+template <int U>
+__device__ __forceinline__ void unit_pair_maxima(const uint2 (&raw)[U], int n, uint32_t (&mp)[U / 2]) {
+#pragma unroll
+  for (int p = 0; p < U / 2; ++p) {
+    const uint32_t c0 = __vmaxu2(mag2(raw[2 * p].x), mag2(raw[2 * p].y));
+    const uint32_t c1 = __vmaxu2(mag2(raw[2 * p + 1].x), mag2(raw[2 * p + 1].y));
+    uint32_t m = __vmaxu2(__byte_perm(c0, c1, 0x5410), __byte_perm(c0, c1, 0x7632));
+    for (int off = 1; off < n; off <<= 1) m = __vmaxu2(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    mp[p] = m;
+  }
+}
+/// Unit k's block maximum held by lane src, decoded (k among units 2 * p0 .. 2 * p1 - 1: the shuffles
+/// cover only those pairs).
+template <int S, int U>
+__device__ __forceinline__ float unit_max_from(const uint32_t (&mp)[U / 2], int p0, int p1, int k, int src) {
+  uint32_t w = 0;
+#pragma unroll
+  for (int p = p0; p < p1; ++p) {
+    const uint32_t x = __shfl_sync(0xFFFFFFFFu, mp[p], src);
+    if (p == k >> 1) w = x;
+  }
+  return decode16<S>((k & 1) ? w >> 16 : w & 0xFFFFu);
+}
+
 /// Stores the packed codes of 4 consecutive output elements starting at element idx (n_valid of them
 /// inside the row): FP8 one byte each, FP4 one nibble each (element 2i in the low nibble).
 __device__ __forceinline__ void store4(uint8_t* out, int64_t idx, int64_t n_valid, uint32_t word, bool fp4, bool vec) {
@@ -528,40 +555,47 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
 #pragma unroll
       for (int k = 0; k < kUnits; ++k) raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c0 + k * kTile);
     }
-    const float pm = a.kind == kPrecomputed ? a.pm_r[r * a.pm_step] : 0.0f;
+    // E2M1 data is only ever NVFP4, always the 1D-block kind: the kind test folds away.
+    const bool blocks1d = E == 2 || a.kind == kBlocks1D;
+    const float pm = E != 2 && a.kind == kPrecomputed ? a.pm_r[r * a.pm_step] : 0.0f;
     float mult[kUnits];
 #pragma unroll
     for (int k = 0; k < kUnits; ++k) mult[k] = pm;
-    if (a.kind == kBlocks1D) {
+    if (blocks1d) {
       // Block amaxes of the kUnits units (every lane of a block holds its block's amax), then lane t
       // takes block t of the warp's kUnits * nb blocks: one compute_scale and one offset() per lane
       // instead of one compute_scale per lane and unit; the multipliers go back by shuffles.
+      // 16-bit sources: the largest magnitude code (mag2: decoding is monotone in |code|, NaN codes
+      // above Inf), two units' codes packed in one word (unit 2p low, 2p + 1 high), so that the
+      // lane reduction and the gather below shuffle pairs of units; decoded once per block.
+      constexpr int kPairsU = kUnits / 2;
+      uint32_t mp[kPairsU];
       float mk[kUnits];
+      if constexpr (S == 0) {
 #pragma unroll
-      for (int k = 0; k < kUnits; ++k) {
-        if constexpr (S == 0) {
+        for (int k = 0; k < kUnits; ++k) {
           float m = 0.0f;
 #pragma unroll
           for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[k], j));
           mk[k] = group_amax(m, lanes_per_block);
-        } else {
-          // 16-bit sources: the largest magnitude code (mag2: decoding is monotone in |code|, NaN
-          // codes above Inf), decoded once per block.
-          uint32_t c = __vmaxu2(mag2(raw[k].x), mag2(raw[k].y));
-          c = umax_group(max(c & 0xFFFFu, c >> 16), lanes_per_block);
-          mk[k] = decode16<S>(c);
         }
+      } else {
+        unit_pair_maxima<kUnits>(raw, lanes_per_block, mp);
       }
       // Rounds of 32 blocks (NVFP4: 8 units x 8 blocks, two rounds of 4 units; FP8: one round).
-      constexpr int kUR = kUnits / kRowRounds<E>;  // units per round
+      constexpr int kUR = kUnits / kRowRounds<E>;  // units per round (even)
 #pragma unroll
       for (int h = 0; h < kRowRounds<E>; ++h) {
         const int k_of_t = h * kUR + (lane >> (5 - lg_lpb)), b_of_t = lane & (nb - 1);
         float mine = 0.0f;  // lanes past the round's blocks compute an unused scale of 0
+        if constexpr (S == 0) {
 #pragma unroll
-        for (int k = h * kUR; k < (h + 1) * kUR; ++k) {
-          const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
-          if (k == k_of_t) mine = x;
+          for (int k = h * kUR; k < (h + 1) * kUR; ++k) {
+            const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
+            if (k == k_of_t) mine = x;
+          }
+        } else {
+          mine = unit_max_from<S, kUnits>(mp, h * kUR / 2, (h + 1) * kUR / 2, k_of_t, b_of_t << lg_lpb);
         }
         const BlockScale s = a.template scale_as<E>(mine, gs);
         const int64_t kb = (seg0 + h * kUR) * nb + lane;
@@ -912,21 +946,11 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
       t[1] = raw[k].y;
     }
     if (!a.rowwise) continue;
-    float mk[kU];
-#pragma unroll
-    for (int k = 0; k < kU; ++k) {
-      uint32_t c = __vmaxu2(mag2(raw[k].x), mag2(raw[k].y));
-      c = umax_group(max(c & 0xFFFFu, c >> 16), lpb);
-      mk[k] = decode16<S>(c);
-    }
+    uint32_t mp[kU / 2];
+    unit_pair_maxima<kU>(raw, lpb, mp);
     // Lane t: block (k, kb) = (t >> lg_nb, t & (nb - 1)) of the batch.
     const int k_of_t = lane >> lg_nb, b_of_t = lane & (nb - 1);
-    float mine = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kU; ++k) {
-      const float x = __shfl_sync(0xFFFFFFFFu, mk[k], b_of_t << lg_lpb);
-      if (k == k_of_t) mine = x;
-    }
+    const float mine = unit_max_from<S, kU>(mp, 0, kU / 2, k_of_t, b_of_t << lg_lpb);
     const BlockScale s = a.template scale_as<E>(mine, gs);
     {
       const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = (c0 >> (lg_lpb + 2)) + b_of_t;
