@@ -311,9 +311,18 @@ template <int S>
 __device__ __forceinline__ typename Raw4<S>::T load_raw4_whole(const void* src, int64_t i) {
   return *reinterpret_cast<const typename Raw4<S>::T*>(static_cast<const char*>(src) + i * (S == 0 ? 4 : 2));
 }
+/// The byte of output element idx (>= 0; FP4: idx even, two elements per byte). In whole tiles the
+/// kernels take it once per lane and step it by whole rows (idx terms are even for FP4, so the
+/// halving distributes), instead of a 64-bit index product and halving per store.
+__device__ __forceinline__ uint8_t* out_at(uint8_t* out, int64_t idx, bool fp4) {
+  return out + (uint64_t(idx) >> (fp4 ? 1 : 0));
+}
+__device__ __forceinline__ void store_packed(uint8_t* p, uint32_t word, bool fp4) {
+  if (fp4) *reinterpret_cast<uint16_t*>(p) = uint16_t(word);
+  else *reinterpret_cast<uint32_t*>(p) = word;
+}
 __device__ __forceinline__ void store4_whole(uint8_t* out, int64_t idx, uint32_t word, bool fp4) {
-  if (fp4) *reinterpret_cast<uint16_t*>(out + (idx >> 1)) = uint16_t(word);  // idx >= 0: a shift
-  else *reinterpret_cast<uint32_t*>(out + idx) = word;
+  store_packed(out_at(out, idx, fp4), word, fp4);
 }
 
 /// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them in
@@ -408,7 +417,9 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
   float* stage_r = tile + kTile * kStride;
   float* stage_c = stage_r + kStage;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
-  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
+  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70 instructions).
+  const uint32_t tiles_c = uint32_t(a.tiles_c), tr32 = blockIdx.x / tiles_c;
+  const int64_t tr = tr32, tc = blockIdx.x - tr32 * tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
 
   // 1. The tile, read once: warp w loads rows w, w + 8, ...; lane l columns 4l..4l+3. (A persistent
@@ -888,6 +899,9 @@ __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uin
                                                     int64_t r0, int64_t c0, bool whole, Mult mult) {
   const int rot = lane >> 3;
   const int64_t rr = r0 + 4 * lane;
+  // Whole tiles: the lane's byte in column c0 of the transposed output, stepped by columns.
+  uint8_t* const ocol = whole ? out_at(a.out_c, c0 * a.rows + rr, E == 2) : nullptr;
+  const int64_t col_bytes = E == 2 ? a.rows >> 1 : a.rows;
 #pragma unroll 2
   for (int q = 0; q < kPairs; ++q) {
     const int cw = warp + 8 * q;
@@ -902,7 +916,7 @@ __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uin
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = decode16<S>((w[j] >> (16 * col)) & 0xFFFFu);
       const uint32_t code = encode4<E>(v, rot, mult(q, col));
-      if (whole) store4_whole(a.out_c, c * a.rows + rr, code, E == 2);
+      if (whole) store_packed(ocol + (2 * cw + col) * col_bytes, code, E == 2);
       else store4(a.out_c, c * a.rows + rr, a.rows - rr, code, E == 2, a.vec_out_c);
     }
   }
@@ -916,7 +930,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   constexpr bool fp4 = E == 2;
   constexpr int kU = E == 2 ? 4 : 8;  // rows per rowwise batch: kU * (128 / bk) <= 32 blocks
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
-  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
+  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70 instructions).
+  const uint32_t tiles_c = uint32_t(a.tiles_c), tr32 = blockIdx.x / tiles_c;
+  const int64_t tr = tr32, tc = blockIdx.x - tr32 * tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
   // Block width BK: 16 (NVFP4), 32 (MXFP8) or 128 (block1x128), a template argument so that the
   // lane arithmetic, the shuffle loops and the recipe of offset() are constants.
@@ -957,6 +973,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
       if (lane < kU * nb && (whole || (r < a.rows && kb * bk < a.cols)))
         detail::store_scale(a.template layout_as<E, BK>(a.lr), a.scales_r, r, kb, s);
     }
+    // Whole tiles: the lane's byte in the batch's first row, stepped by 8 rows.
+    uint8_t* const orow = whole ? out_at(a.out_r, (r0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, fp4) : nullptr;
+    const int64_t row8_bytes = fp4 ? 4 * a.cols : 8 * a.cols;
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
       const float m = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + (lane >> lg_lpb));
@@ -967,7 +986,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) v[j] = raw_elem<S>(raw[k], j);
       const uint32_t code = encode4<E>(v, 0, m);
-      if (whole) store4_whole(a.out_r, r * a.cols + c, code, fp4);
+      if (whole) store_packed(orow + k * row8_bytes, code, fp4);
       else store4(a.out_r, r * a.cols + c, a.cols - c, code, fp4, a.vec_out_r);
     }
   }
@@ -1015,7 +1034,9 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   __shared__ __align__(16) uint8_t bu_t[4][4];  // its transpose (the columnwise 128x4 tile)
   constexpr bool fp4 = E == 2;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  const int64_t tr = int64_t(blockIdx.x) / a.tiles_c, tc = int64_t(blockIdx.x) - tr * a.tiles_c;
+  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70 instructions).
+  const uint32_t tiles_c = uint32_t(a.tiles_c), tr32 = blockIdx.x / tiles_c;
+  const int64_t tr = tr32, tc = blockIdx.x - tr32 * tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
   // Block side BK, a template argument: 32 (mxfp8-32x32) or 128 (block128x128).
   static_assert(BK == 32 || BK == 128, "rc2d_kernel: 2D blocks are 32x32 or 128x128");
@@ -1106,6 +1127,8 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   // 2. Rows from shared memory.
   if (a.rowwise) {
     const float mr = bm[0][0];  // bk = 128: the one block
+    uint8_t* const orow = whole ? out_at(a.out_r, (r0 + warp) * a.cols + c0 + 4 * lane, fp4) : nullptr;
+    const int64_t row8_bytes = fp4 ? 4 * a.cols : 8 * a.cols;
 #pragma unroll 4
     for (int i = 0; i < 16; ++i) {
       const int lr = warp + 8 * i;
@@ -1119,7 +1142,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
       const float mult = bk == 32 ? bm[lr >> 5][lane >> 3] : mr;
       const int64_t c = c0 + 4 * lane;
       const uint32_t code = encode4<E>(v, 0, mult);
-      if (whole) store4_whole(a.out_r, r * a.cols + c, code, fp4);
+      if (whole) store_packed(orow + i * row8_bytes, code, fp4);
       else store4(a.out_r, r * a.cols + c, a.cols - c, code, fp4, a.vec_out_r);
     }
   }
