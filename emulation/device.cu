@@ -530,8 +530,14 @@ constexpr int kRowUnits = 8;
 template <int E>
 constexpr int kRowRounds = E == 2 ? 2 : 1;  // scale-step rounds of 32 blocks (one block per lane)
 
+// Blocks per SM the register budget is set for: 4 (64 registers), 3 for f32 sources (their 16-byte
+// loads need more; they spill at 64). bf16 -> NVFP4 items fit in 48 registers without spilling, so 5
+// there (the kernel is issue-bound; the fifth block hides latency); f16 would spill at 48.
 template <int S, int E>
-__global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t groups) {
+constexpr int kRowMinBlocks = S == 0 ? 3 : E == 2 && S == 1 ? 5 : 4;
+
+template <int S, int E>
+__global__ void __launch_bounds__(256, (kRowMinBlocks<S, E>)) row_direct_kernel(TileArgs a, int64_t groups) {
   constexpr int kUnits = kRowUnits<E>;
   constexpr bool fp4 = E == 2;
   const int lane = int(threadIdx.x) & 31;
@@ -610,7 +616,7 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
         }
         const BlockScale s = a.template scale_as<E>(mine, gs);
         const int64_t kb = (seg0 + h * kUR) * nb + lane;
-        if (lane < kUR * nb && kb * bk < a.cols) detail::store_scale(lr, a.scales_r, r, kb, s);
+        if (lane < kUR * nb && (whole || kb * bk < a.cols)) detail::store_scale(lr, a.scales_r, r, kb, s);
 #pragma unroll
         for (int k = h * kUR; k < (h + 1) * kUR; ++k)
           mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, (k - h * kUR) * nb + (lane >> lg_lpb));
