@@ -530,14 +530,8 @@ constexpr int kRowUnits = 8;
 template <int E>
 constexpr int kRowRounds = E == 2 ? 2 : 1;  // scale-step rounds of 32 blocks (one block per lane)
 
-// Blocks per SM the register budget is set for: 4 (64 registers), 3 for f32 sources (their 16-byte
-// loads need more; they spill at 64). bf16 -> NVFP4 items fit in 48 registers without spilling, so 5
-// there (the kernel is issue-bound; the fifth block hides latency); f16 would spill at 48.
 template <int S, int E>
-constexpr int kRowMinBlocks = S == 0 ? 3 : E == 2 && S == 1 ? 5 : 4;
-
-template <int S, int E>
-__global__ void __launch_bounds__(256, (kRowMinBlocks<S, E>)) row_direct_kernel(TileArgs a, int64_t groups) {
+__global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t groups) {
   constexpr int kUnits = kRowUnits<E>;
   constexpr bool fp4 = E == 2;
   const int lane = int(threadIdx.x) & 31;
