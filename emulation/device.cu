@@ -417,9 +417,10 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
   float* stage_r = tile + kTile * kStride;
   float* stage_c = stage_r + kStage;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
-  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70 instructions).
-  const uint32_t tiles_c = uint32_t(a.tiles_c), tr32 = blockIdx.x / tiles_c;
-  const int64_t tr = tr32, tc = blockIdx.x - tr32 * tiles_c;
+  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70
+  // instructions). Tiles from the last back, as row_direct_kernel's items (L2 holds what was read last).
+  const uint32_t tiles_c = uint32_t(a.tiles_c), t = gridDim.x - 1 - blockIdx.x, tr32 = t / tiles_c;
+  const int64_t tr = tr32, tc = t - tr32 * tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
 
   // 1. The tile, read once: warp w loads rows w, w + 8, ...; lane l columns 4l..4l+3. (A persistent
@@ -542,18 +543,21 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
   const ScaleLayout lr = a.template layout_as<E>(a.lr);
   const float2 gs = a.globals();
   // Items (row r, group g of kUnits units) go round-robin over the grid's warps. The grid is one
-  // wave, so each warp steps through several items: (r, g) advance by the warp count without a
-  // division per item, and the set-up above runs once per warp.
+  // wave, so each warp steps through several items: (ri, gi) advance by the warp count without a
+  // division per item, and the set-up above runs once per warp. Items run from the end of the
+  // matrix back (r = rows - 1 - ri, g = groups - 1 - gi): a global amax pass, or whatever wrote the
+  // source, read it last, so its last tens of MB are still in L2 when the first items load.
   const int64_t nwarps = int64_t(gridDim.x) * (blockDim.x >> 5);
   const int64_t w0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t dr = nwarps / groups, dg = nwarps - dr * groups;
-  int64_t r = w0 / groups, g = w0 - r * groups;
+  int64_t ri = w0 / groups, gi = w0 - ri * groups;
   const bool vec = a.vec_in && a.vec_out_r;
-  for (; r < a.rows; r += dr, g += dg) {  // warp-uniform
-    if (g >= groups) {
-      g -= groups;
-      if (++r >= a.rows) break;
+  for (; ri < a.rows; ri += dr, gi += dg) {  // warp-uniform
+    if (gi >= groups) {
+      gi -= groups;
+      if (++ri >= a.rows) break;
     }
+    const int64_t r = a.rows - 1 - ri, g = groups - 1 - gi;
     const int64_t seg0 = g * kUnits, c0 = seg0 * kTile + 4 * lane;
     // Whole items (all kUnits units inside the row, aligned rows): one base address, no bounds.
     const bool whole = vec && (seg0 + kUnits) * kTile <= a.cols;
@@ -930,9 +934,10 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   constexpr bool fp4 = E == 2;
   constexpr int kU = E == 2 ? 4 : 8;  // rows per rowwise batch: kU * (128 / bk) <= 32 blocks
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
-  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70 instructions).
-  const uint32_t tiles_c = uint32_t(a.tiles_c), tr32 = blockIdx.x / tiles_c;
-  const int64_t tr = tr32, tc = blockIdx.x - tr32 * tiles_c;
+  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70
+  // instructions). Tiles from the last back, as row_direct_kernel's items (L2 holds what was read last).
+  const uint32_t tiles_c = uint32_t(a.tiles_c), t = gridDim.x - 1 - blockIdx.x, tr32 = t / tiles_c;
+  const int64_t tr = tr32, tc = t - tr32 * tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
   // Block width BK: 16 (NVFP4), 32 (MXFP8) or 128 (block1x128), a template argument so that the
   // lane arithmetic, the shuffle loops and the recipe of offset() are constants.
@@ -1034,9 +1039,10 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   __shared__ __align__(16) uint8_t bu_t[4][4];  // its transpose (the columnwise 128x4 tile)
   constexpr bool fp4 = E == 2;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70 instructions).
-  const uint32_t tiles_c = uint32_t(a.tiles_c), tr32 = blockIdx.x / tiles_c;
-  const int64_t tr = tr32, tc = blockIdx.x - tr32 * tiles_c;
+  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70
+  // instructions). Tiles from the last back, as row_direct_kernel's items (L2 holds what was read last).
+  const uint32_t tiles_c = uint32_t(a.tiles_c), t = gridDim.x - 1 - blockIdx.x, tr32 = t / tiles_c;
+  const int64_t tr = tr32, tc = t - tr32 * tiles_c;
   const int64_t r0 = tr * kTile, c0 = tc * kTile;
   // Block side BK, a template argument: 32 (mxfp8-32x32) or 128 (block128x128).
   static_assert(BK == 32 || BK == 128, "rc2d_kernel: 2D blocks are 32x32 or 128x128");
