@@ -306,13 +306,10 @@ __device__ __forceinline__ void store4(uint8_t* out, int64_t idx, int64_t n_vali
 }
 
 /// load_raw4 / store4 where the caller knows all four elements lie inside the matrix and the
-/// access is aligned (a whole tile or item): no bounds tests, one vector access. Streaming cache
-/// hints (ld.global.cs / st.global.cs: evict first): each source line is read once by the encode
-/// pass and each output line written once, so L2 should give up those lines first and keep the part
-/// of the source that a computed-amax pass left there and the end-to-start walk has not reached yet.
+/// access is aligned (a whole tile or item): no bounds tests, one vector access.
 template <int S>
 __device__ __forceinline__ typename Raw4<S>::T load_raw4_whole(const void* src, int64_t i) {
-  return __ldcs(reinterpret_cast<const typename Raw4<S>::T*>(static_cast<const char*>(src) + i * (S == 0 ? 4 : 2)));
+  return *reinterpret_cast<const typename Raw4<S>::T*>(static_cast<const char*>(src) + i * (S == 0 ? 4 : 2));
 }
 /// The byte of output element idx (>= 0; FP4: idx even, two elements per byte). In whole tiles the
 /// kernels take it once per lane and step it by whole rows (idx terms are even for FP4, so the
@@ -321,8 +318,8 @@ __device__ __forceinline__ uint8_t* out_at(uint8_t* out, int64_t idx, bool fp4) 
   return out + (uint64_t(idx) >> (fp4 ? 1 : 0));
 }
 __device__ __forceinline__ void store_packed(uint8_t* p, uint32_t word, bool fp4) {
-  if (fp4) __stcs(reinterpret_cast<unsigned short*>(p), static_cast<unsigned short>(word));
-  else __stcs(reinterpret_cast<unsigned int*>(p), word);
+  if (fp4) *reinterpret_cast<uint16_t*>(p) = uint16_t(word);
+  else *reinterpret_cast<uint32_t*>(p) = word;
 }
 __device__ __forceinline__ void store4_whole(uint8_t* out, int64_t idx, uint32_t word, bool fp4) {
   store_packed(out_at(out, idx, fp4), word, fp4);
