@@ -558,6 +558,7 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
       if (++ri >= a.rows) break;
     }
     const int64_t r = a.rows - 1 - ri, g = groups - 1 - gi;
+    const int64_t srow = lr.offset(r, 0);  // the row term of the item's scale offsets (both rounds)
     const int64_t seg0 = g * kUnits, c0 = seg0 * kTile + 4 * lane;
     // Whole items (all kUnits units inside the row, aligned rows): one base address, no bounds.
     const bool whole = vec && (seg0 + kUnits) * kTile <= a.cols;
@@ -614,7 +615,8 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
         }
         const BlockScale s = a.template scale_as<E>(mine, gs);
         const int64_t kb = (seg0 + h * kUR) * nb + lane;
-        if (lane < kUR * nb && (whole || kb * bk < a.cols)) detail::store_scale(lr, a.scales_r, r, kb, s);
+        if (lane < kUR * nb && (whole || kb * bk < a.cols))
+          detail::store_scale_at(lr, a.scales_r, srow + lr.offset(0, kb), s);
 #pragma unroll
         for (int k = h * kUR; k < (h + 1) * kUR; ++k)
           mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, (k - h * kUR) * nb + (lane >> lg_lpb));

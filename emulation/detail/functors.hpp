@@ -329,11 +329,16 @@ struct FinishGlobal {
 };
 
 /// Stores one block's scale at the buffer position of data row r, K-block kb (ScaleLayout::offset).
-SCALEMM_HD inline void store_scale(const ScaleLayout& L, void* scales, int64_t r, int64_t kb, const BlockScale& s) {
+/// The stored scale at buffer index i (= L.offset(r, kb)); kernels that hoist offset()'s row term
+/// (offset(r, kb) == offset(r, 0) + offset(0, kb) in every layout) call this one.
+SCALEMM_HD inline void store_scale_at(const ScaleLayout& L, void* scales, int64_t i, const BlockScale& s) {
   if (L.scale_dtype() == DType::kF32)
-    static_cast<float*>(scales)[L.offset(r, kb)] = s.stored_f32;
+    static_cast<float*>(scales)[i] = s.stored_f32;
   else
-    static_cast<uint8_t*>(scales)[L.offset(r, kb)] = s.stored_u8;
+    static_cast<uint8_t*>(scales)[i] = s.stored_u8;
+}
+SCALEMM_HD inline void store_scale(const ScaleLayout& L, void* scales, int64_t r, int64_t kb, const BlockScale& s) {
+  store_scale_at(L, scales, L.offset(r, kb), s);
 }
 
 /// Writes one block's scale to every buffer position its data rows use (ScaleLayout::offset), and its

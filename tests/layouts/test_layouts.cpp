@@ -106,6 +106,22 @@ TEST_CASE("compact buffers and block1x128 / block128x128 buffers are affine in t
     }
 }
 
+TEST_CASE("offset is a row term plus a K-block term in every layout", "[layouts][property]") {
+  // offset(r, kb) == offset(r, 0) + offset(0, kb): the quantizer's row kernel takes the row term
+  // once per item and adds offset(0, kb) per block.
+  std::vector<int64_t> ks(kKs.begin(), kKs.end());
+  ks.push_back(32 * 300 + 16);
+  for (Recipe rc : kAllRecipes)
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+      for (int64_t R : kRows)
+        for (int64_t K : ks) {
+          const ScaleLayout l(rc, R, K, f);
+          CAPTURE(l.to_string());
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t kb = 0; kb < l.kblocks(); ++kb) REQUIRE(l.offset(r, kb) == l.offset(r, 0) + l.offset(0, kb));
+        }
+}
+
 TEST_CASE("the rows of a 32x32 or 128x128 block read one scale", "[layouts][property]") {
   // The tiled fills compute one word per aligned 32-row group: offset(r, kb) == offset(r - r % 32, kb).
   for (Recipe rc : {Recipe::kMxfp8_32x32, Recipe::kBlock128x128})

@@ -144,6 +144,8 @@ struct ScaleLayout {
   SCALEMM_HD constexpr int64_t bytes() const { return size() * scale_bytes(); }
 
   /// Buffer index of the scale for data row r (0 <= r < rows) and K-block kb (0 <= kb < kblocks()).
+  /// In every layout it is a row term plus a K-block term: offset(r, kb) == offset(r, 0) +
+  /// offset(0, kb) (tested), so a kernel writing many K-blocks of one row takes the row term once.
   SCALEMM_HD constexpr int64_t offset(int64_t r, int64_t kb) const {
     SCALEMM_ASSUME(r >= 0 && kb >= 0 && rows >= 0 && k >= 0);
     switch (recipe) {
