@@ -520,6 +520,26 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
   }
 }
 
+/// The row kernels' items (row r, group g of a row's columns) go round-robin over the grid's warps.
+/// The grid is one wave, so each warp steps through several items: (ri, gi) advance by the warp
+/// count without a division per item, and a kernel's set-up runs once per warp. Items run from the
+/// end of the matrix back (r = rows - 1 - ri, g = groups - 1 - gi): a global amax pass, or whatever
+/// wrote the source, read it last, so its last tens of MB are still in L2 when the first items load.
+template <class Item>
+__device__ __forceinline__ void walk_items(int64_t rows, int64_t groups, Item&& item) {
+  const int64_t nwarps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  const int64_t w0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t dr = nwarps / groups, dg = nwarps - dr * groups;
+  int64_t ri = w0 / groups, gi = w0 - ri * groups;
+  for (; ri < rows; ri += dr, gi += dg) {  // warp-uniform
+    if (gi >= groups) {
+      gi -= groups;
+      if (++ri >= rows) break;
+    }
+    item(rows - 1 - ri, groups - 1 - gi);
+  }
+}
+
 /// Rowwise-only requests of the 1D and precomputed kinds: no shared memory, no barrier. A unit is
 /// 128 consecutive elements of one row (lane l: elements 4l..4l+3); each warp loads U units before it
 /// encodes them, so that enough loads are in flight: U = 8 (64 bytes of bf16 per lane, as the fused
@@ -542,23 +562,8 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
   const int lg_lpb = 29 - __clz(bk), lanes_per_block = 1 << lg_lpb, nb = kTile >> (lg_lpb + 2);
   const ScaleLayout lr = a.template layout_as<E>(a.lr);
   const float2 gs = a.globals();
-  // Items (row r, group g of kUnits units) go round-robin over the grid's warps. The grid is one
-  // wave, so each warp steps through several items: (ri, gi) advance by the warp count without a
-  // division per item, and the set-up above runs once per warp. Items run from the end of the
-  // matrix back (r = rows - 1 - ri, g = groups - 1 - gi): a global amax pass, or whatever wrote the
-  // source, read it last, so its last tens of MB are still in L2 when the first items load.
-  const int64_t nwarps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  const int64_t w0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t dr = nwarps / groups, dg = nwarps - dr * groups;
-  int64_t ri = w0 / groups, gi = w0 - ri * groups;
   const bool vec = a.vec_in && a.vec_out_r;
-  for (; ri < a.rows; ri += dr, gi += dg) {  // warp-uniform
-    if (gi >= groups) {
-      gi -= groups;
-      if (++ri >= a.rows) break;
-    }
-    const int64_t r = a.rows - 1 - ri, g = groups - 1 - gi;
-    const int64_t srow = lr.offset(r, 0);  // the row term of the item's scale offsets (both rounds)
+  walk_items(a.rows, groups, [&](int64_t r, int64_t g) {
     const int64_t seg0 = g * kUnits, c0 = seg0 * kTile + 4 * lane;
     // Whole items (all kUnits units inside the row, aligned rows): one base address, no bounds.
     const bool whole = vec && (seg0 + kUnits) * kTile <= a.cols;
@@ -615,8 +620,7 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
         }
         const BlockScale s = a.template scale_as<E>(mine, gs);
         const int64_t kb = (seg0 + h * kUR) * nb + lane;
-        if (lane < kUR * nb && (whole || kb * bk < a.cols))
-          detail::store_scale_at(lr, a.scales_r, srow + lr.offset(0, kb), s);
+        if (lane < kUR * nb && (whole || kb * bk < a.cols)) detail::store_scale(lr, a.scales_r, r, kb, s);
 #pragma unroll
         for (int k = h * kUR; k < (h + 1) * kUR; ++k)
           mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, (k - h * kUR) * nb + (lane >> lg_lpb));
@@ -638,7 +642,92 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
         store4(a.out_r, r * a.cols + c, a.cols - c, word(k), fp4, a.vec_out_r);
       }
     }
-  }
+  });
+}
+
+/// NVFP4 rowwise from bf16 / f16 sources (row_direct_kernel's job, with wider lanes): a unit is 256
+/// elements of a row and lane l holds elements 8l..8l+7 of it, one 16-byte load and one 32-bit store
+/// of 8 codes; an item is 4 units (1024 elements, 64 blocks: groups as row_direct_kernel's). The two
+/// lanes of a 16-element block each hold half of it, so the block maximum is one shuffle away, and
+/// two units' maxima travel packed in one word. The scale step is row_direct_kernel's: two rounds of
+/// 32 blocks, one block per lane (round h: units 2h and 2h + 1), multipliers back by shuffle. Every
+/// 8 elements of a lane share one block, so a NaN block costs one test per 8 codes.
+constexpr int kNvUnit = 256;  // elements per unit
+constexpr int kNvUnits = 4;   // units per item (kRowUnits<2> * kTile elements)
+static_assert(kNvUnit * kNvUnits == 8 * kTile, "row_nvfp4_kernel items are row_direct_kernel's");
+template <int S>
+__global__ void __launch_bounds__(256) row_nvfp4_kernel(TileArgs a, int64_t groups) {
+  const int lane = int(threadIdx.x) & 31;
+  const ScaleLayout lr = a.template layout_as<2>(a.lr);
+  const float2 gs = a.globals();
+  // 16-byte loads need rows of a multiple of 8 elements and a 16-byte aligned source; the 32-bit
+  // stores rows of a multiple of 8 codes and a 4-byte aligned output.
+  const bool vec = a.vec_in && a.vec_out_r && (a.cols & 7) == 0 && (reinterpret_cast<uintptr_t>(a.src) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(a.out_r) & 3) == 0;
+  walk_items(a.rows, groups, [&](int64_t r, int64_t g) {
+    const int64_t c0 = g * (kNvUnit * kNvUnits) + 8 * lane;
+    const bool whole = vec && (g + 1) * (kNvUnit * kNvUnits) <= a.cols;
+    const int64_t e0 = r * a.cols + c0;  // element index of the lane's first element
+    uint4 raw[kNvUnits];
+    if (whole) {
+#pragma unroll
+      for (int k = 0; k < kNvUnits; ++k)
+        raw[k] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.src) + e0 + k * kNvUnit);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kNvUnits; ++k) {
+        const uint2 lo = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c0 + k * kNvUnit);
+        const uint2 hi = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c0 + k * kNvUnit + 4);
+        raw[k] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      }
+    }
+    // Block maxima as magnitude codes, units (2p, 2p + 1) packed in mp[p], over the block's 2 lanes.
+    uint32_t mp[kNvUnits / 2];
+#pragma unroll
+    for (int p = 0; p < kNvUnits / 2; ++p) {
+      uint32_t c[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const uint4& x = raw[2 * p + u];
+        c[u] = __vmaxu2(__vmaxu2(mag2(x.x), mag2(x.y)), __vmaxu2(mag2(x.z), mag2(x.w)));
+      }
+      const uint32_t m = __vmaxu2(__byte_perm(c[0], c[1], 0x5410), __byte_perm(c[0], c[1], 0x7632));
+      mp[p] = __vmaxu2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+    }
+    // Round h: lane t takes block t & 15 of unit 2h + (t >> 4), i.e. K-block 64g + 32h + t.
+    const int64_t srow = lr.offset(r, 0);  // the row term of the item's scale offsets
+    float mult[kNvUnits];
+#pragma unroll
+    for (int h = 0; h < kNvUnits / 2; ++h) {
+      const uint32_t w = __shfl_sync(0xFFFFFFFFu, mp[h], 2 * (lane & 15));
+      const BlockScale s = a.template scale_as<2>(decode16<S>((lane & 16) ? w >> 16 : w & 0xFFFFu), gs);
+      const int64_t kb = g * (kNvUnits * kNvUnit / 16) + 32 * h + lane;
+      if (whole || kb * 16 < a.cols) detail::store_scale_at(lr, a.scales_r, srow + lr.offset(0, kb), s);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) mult[2 * h + u] = __shfl_sync(0xFFFFFFFFu, s.multiplier, 16 * u + (lane >> 1));
+    }
+    const auto half = [&](int k, int j) {  // codes of elements 4j..4j+3 of the lane's 8 in unit k
+      const uint2 w = j ? make_uint2(raw[k].z, raw[k].w) : make_uint2(raw[k].x, raw[k].y);
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = raw_elem<S>(w, i);
+      return encode4<2>(v, 0, mult[k]);
+    };
+    if (whole) {
+      uint8_t* const o = out_at(a.out_r, e0, true);
+#pragma unroll
+      for (int k = 0; k < kNvUnits; ++k)
+        *reinterpret_cast<uint32_t*>(o + k * (kNvUnit / 2)) = half(k, 0) | (half(k, 1) << 16);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kNvUnits; ++k)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {  // past the row end nothing is stored
+          const int64_t c = c0 + k * kNvUnit + 4 * j;
+          store4(a.out_r, r * a.cols + c, a.cols - c, half(k, j), true, a.vec_out_r);
+        }
+    }
+  });
 }
 
 /// Dequantization: a warp per row and kUnits chunks of 128 K-elements (lane l: 4l..4l+3). Each
@@ -1237,18 +1326,28 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
                     "quantize_device: block width " + std::to_string(a.bk) + " too small for the row kernel");
     const int64_t segs = layouts::ceil_div(a.cols, kTile), groups = layouts::ceil_div(segs, kRowUnits<E>);
     // 1D blocks: one wave, as many blocks as fit on the GPU at once, each warp looping over items.
-    static const int per_sm = [] {
-      int n = 0;
-      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_direct_kernel<S, E>, 256, 0), "occupancy");
-      return std::max(n, 1);
-    }();
-    // The precomputed kind (tensorwise, long rowwise rows) has no per-item scale step to amortise
-    // and measured faster with a warp per item (H100: 90-91% of copy against 85-87%).
-    // (Any grid size is correct: warps step through the items by the grid's warp count.)
     const int64_t items_blocks = std::min<int64_t>(layouts::ceil_div(a.rows * groups, 8), 0x7FFFFFFF);
-    const int64_t blocks =
-        a.kind == kPrecomputed ? items_blocks : std::min<int64_t>(items_blocks, int64_t(per_sm) * sm_count());
-    row_direct_kernel<S, E><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, st>>>(a, groups);
+    if constexpr (E == 2 && S != 0) {  // NVFP4 from 16-bit sources: 8 elements per lane
+      static const int nv_per_sm = [] {
+        int n = 0;
+        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_nvfp4_kernel<S>, 256, 0), "occupancy");
+        return std::max(n, 1);
+      }();
+      const int64_t blocks = std::min<int64_t>(items_blocks, int64_t(nv_per_sm) * sm_count());
+      row_nvfp4_kernel<S><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, st>>>(a, groups);
+    } else {
+      static const int per_sm = [] {
+        int n = 0;
+        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_direct_kernel<S, E>, 256, 0), "occupancy");
+        return std::max(n, 1);
+      }();
+      // The precomputed kind (tensorwise, long rowwise rows) has no per-item scale step to amortise
+      // and measured faster with a warp per item (H100: 90-91% of copy against 85-87%).
+      // (Any grid size is correct: warps step through the items by the grid's warp count.)
+      const int64_t blocks =
+          a.kind == kPrecomputed ? items_blocks : std::min<int64_t>(items_blocks, int64_t(per_sm) * sm_count());
+      row_direct_kernel<S, E><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, st>>>(a, groups);
+    }
     check_cuda(cudaGetLastError(), "quantizer kernel launch");
     return;
   }
