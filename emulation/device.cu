@@ -852,24 +852,26 @@ __global__ void __launch_bounds__(256) global_amax_kernel(const void* src, int64
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
 }
 
-/// Reduces the partials and derives the global scalars (detail::finish_global).
-__global__ void __launch_bounds__(1024) finish_global_kernel(const float* partials, int n, float* g, float* global_out) {
+/// Reduces the partials and derives the global scalars (detail::finish_global). For tensorwise
+/// (pm set) it also makes the one scale: its multiplier to pm[0], the stored scale to each requested
+/// direction (a tensorwise layout is the one element at offset 0), so no separate launch sits
+/// between the amax pass and the encode pass.
+__global__ void __launch_bounds__(1024) finish_global_kernel(const float* partials, int n, float* g, float* global_out,
+                                                             TileArgs a, float* pm) {
   __shared__ float red[32];
   float m = 0.0f;
   for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) m = detail::amax_update(m, partials[i]);
   m = block_amax(m, red);
-  if (threadIdx.x == 0) detail::finish_global(m, g, global_out);
-}
-
-/// Tensorwise: the one scale from g[0], written at offset(r, 0) for every data row of both
-/// directions (as write_block does), and its multiplier to pm[0].
-__global__ void tensor_scale_kernel(TileArgs a, float* pm) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const BlockScale s = a.scale_of(a.g[0]);
-  if (i == 0) pm[0] = s.multiplier;
-  const int64_t nr = a.rowwise ? a.rows : 0, nc = a.columnwise ? a.cols : 0;
-  if (i < nr) detail::store_scale(a.lr, a.scales_r, i, 0, s);
-  else if (i < nr + nc) detail::store_scale(a.lc, a.scales_c, i - nr, 0, s);
+  if (threadIdx.x == 0) {
+    detail::finish_global(m, g, global_out);
+    if (pm) {
+      a.g = g;
+      const BlockScale s = a.scale_of(g[0]);
+      pm[0] = s.multiplier;
+      if (a.rowwise && a.rows > 0) detail::store_scale(a.lr, a.scales_r, 0, 0, s);
+      if (a.columnwise && a.cols > 0) detail::store_scale(a.lc, a.scales_c, 0, 0, s);
+    }
+  }
 }
 
 /// Rowwise recipe, rowwise direction: a warp per row computes the row amax, its scale and multiplier.
@@ -1287,18 +1289,17 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
   const Recipe recipe = a.lr.recipe;
   if (recipe == Recipe::kTensorwise || recipe == Recipe::kNvfp4) {
     float* gout = recipe == Recipe::kNvfp4 ? global_out : nullptr;
+    float* pm = recipe == Recipe::kTensorwise ? pm_r : nullptr;  // tensorwise: the scale too
     if (src_amax) {  // given: no amax pass, the source is read once
-      finish_global_kernel<<<1, 32, 0, st>>>(src_amax, 1, g, gout);
+      finish_global_kernel<<<1, 32, 0, st>>>(src_amax, 1, g, gout, a, pm);
     } else {
       const int blocks = int(std::min<int64_t>(kAmaxBlocks, std::max<int64_t>(1, layouts::ceil_div(n, 256 * 16))));
       global_amax_kernel<S><<<blocks, 256, 0, st>>>(a.src, n, a.vec_in, part);
-      finish_global_kernel<<<1, 1024, 0, st>>>(part, blocks, g, gout);
+      finish_global_kernel<<<1, 1024, 0, st>>>(part, blocks, g, gout, a, pm);
     }
     a.g = g;
   }
   if (recipe == Recipe::kTensorwise) {
-    const int64_t items = (a.rowwise ? a.rows : 0) + (a.columnwise ? a.cols : 0);
-    tensor_scale_kernel<<<unsigned(layouts::ceil_div(items, 256)), 256, 0, st>>>(a, pm_r);
     a.pm_r = pm_r;
     a.pm_c = pm_r;  // one multiplier for both directions
     a.pm_step = 0;
