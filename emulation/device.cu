@@ -258,13 +258,18 @@ __device__ __forceinline__ uint32_t umax_group(uint32_t m, int n) {
 /// Block maxima of U units of 4 16-bit elements per lane (raw[k]: unit k), as magnitude codes packed
 /// two units per word (mp[p]: unit 2p low, 2p + 1 high) and reduced over groups of n lanes: the
 /// shuffles and maxima run on pairs of units.
+/// Two units' code pairs (each the maxima of a lane's elements in two halves) folded to one word:
+/// unit 0's maximum low, unit 1's high.
+__device__ __forceinline__ uint32_t pack_unit_maxima(uint32_t c0, uint32_t c1) {
+  return __vmaxu2(__byte_perm(c0, c1, 0x5410), __byte_perm(c0, c1, 0x7632));
+}
 template <int U>
 __device__ __forceinline__ void unit_pair_maxima(const uint2 (&raw)[U], int n, uint32_t (&mp)[U / 2]) {
 #pragma unroll
   for (int p = 0; p < U / 2; ++p) {
     const uint32_t c0 = __vmaxu2(mag2(raw[2 * p].x), mag2(raw[2 * p].y));
     const uint32_t c1 = __vmaxu2(mag2(raw[2 * p + 1].x), mag2(raw[2 * p + 1].y));
-    uint32_t m = __vmaxu2(__byte_perm(c0, c1, 0x5410), __byte_perm(c0, c1, 0x7632));
+    uint32_t m = pack_unit_maxima(c0, c1);
     for (int off = 1; off < n; off <<= 1) m = __vmaxu2(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
     mp[p] = m;
   }
@@ -691,7 +696,7 @@ __global__ void __launch_bounds__(256) row_nvfp4_kernel(TileArgs a, int64_t grou
         const uint4& x = raw[2 * p + u];
         c[u] = __vmaxu2(__vmaxu2(mag2(x.x), mag2(x.y)), __vmaxu2(mag2(x.z), mag2(x.w)));
       }
-      const uint32_t m = __vmaxu2(__byte_perm(c[0], c[1], 0x5410), __byte_perm(c[0], c[1], 0x7632));
+      const uint32_t m = pack_unit_maxima(c[0], c[1]);
       mp[p] = __vmaxu2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
     }
     // Round h: lane t takes block t & 15 of unit 2h + (t >> 4), i.e. K-block 64g + 32h + t.
