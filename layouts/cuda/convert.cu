@@ -42,10 +42,12 @@ namespace scalemm::layouts::gpu {
 namespace {
 
 constexpr int kThreads = 256;
-// Blocks per SM each kernel is compiled for (__launch_bounds__) and launched with (grid_x): the
-// specialised kernels need loads in flight more than registers (40 each; ptxas spills 8-24 bytes in
-// the affine kernel and the strip kernel's to-cuBLASLt direction, none in the others).
-constexpr int kGenericPerSm = 2, kAffinePerSm = 6, kTiledPerSm = 6;
+// Blocks per SM each kernel is compiled for (__launch_bounds__) and launched with (grid_x). The
+// affine and strip kernels issue all four 16-byte loads of a thread before using any (64 KB in flight
+// per SM); that needs 64 registers without spilling, so 4 blocks per SM (measured against 6 blocks of
+// 40 registers: up to 1.3x faster cuBLASLt -> compact, within 3-6% elsewhere). The grouped fill kernel
+// computes its words before its stores and keeps 6.
+constexpr int kGenericPerSm = 2, kAffinePerSm = 4, kTiledPerSm = 6, kRelayoutPerSm = 4;
 constexpr int kTile = 4096;              // elements per tile
 constexpr int kItems = kTile / kThreads;  // elements per thread
 constexpr int kTransposePad = 128;
@@ -524,23 +526,32 @@ __global__ void __launch_bounds__(kThreads, kAffinePerSm) affine_kernel(ScaleLay
     // real region, so that the store writes destination padding as zero.
     if (rp > 0 && rc > 0) {
       const uint32_t* sb = s + (s00 + p0 * sp + c0 * sc);
+      // Every load of the tile is issued before the first shared store: a store waits for its load,
+      // and one load in flight per thread is too few bytes in flight to approach the copy's bandwidth.
+      constexpr int kIt = kAT * kAT / 4 / kThreads;
+      uint32_t v[kIt][4];
       #pragma unroll
-      for (int it = 0; it < kAT * kAT / 4 / kThreads; ++it) {
+      for (int it = 0; it < kIt; ++it) {
         const int i = it * kThreads + threadIdx.x;
         const int a = (i & 15) * 4, b = i >> 4;
         const int pp = s_cfast ? b : a, cc = s_cfast ? a : b;
         const uint32_t* gp = sb + (int64_t(pp) * sp + int64_t(cc) * sc);
-        uint32_t v[4];
         if (s_vec && (s_cfast ? pp < rp && cc + 4 <= rc : cc < rc && pp + 4 <= rp) && aligned16(gp)) {
           const uint4 w = __ldg(reinterpret_cast<const uint4*>(gp));
-          v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+          v[it][0] = w.x, v[it][1] = w.y, v[it][2] = w.z, v[it][3] = w.w;
         } else {
           for (int k = 0; k < 4; ++k) {
             const int kp = pp + (s_cfast ? 0 : k), kc = cc + (s_cfast ? k : 0);
-            v[k] = kp < rp && kc < rc ? __ldg(sb + (int64_t(kp) * sp + int64_t(kc) * sc)) : 0u;
+            v[it][k] = kp < rp && kc < rc ? __ldg(sb + (int64_t(kp) * sp + int64_t(kc) * sc)) : 0u;
           }
         }
-        for (int k = 0; k < 4; ++k) tile[(pp + (s_cfast ? 0 : k)) * kALd + cc + (s_cfast ? k : 0)] = v[k];
+      }
+      #pragma unroll
+      for (int it = 0; it < kIt; ++it) {
+        const int i = it * kThreads + threadIdx.x;
+        const int a = (i & 15) * 4, b = i >> 4;
+        const int pp = s_cfast ? b : a, cc = s_cfast ? a : b;
+        for (int k = 0; k < 4; ++k) tile[(pp + (s_cfast ? 0 : k)) * kALd + cc + (s_cfast ? k : 0)] = v[it][k];
       }
     } else {
       for (int i = threadIdx.x; i < kAT * kALd; i += kThreads) tile[i] = 0;
@@ -607,7 +618,8 @@ __device__ __forceinline__ void store16(uint8_t* g, int n, const uint32_t w[4]) 
 }
 
 // Compact rows that are not 16-byte aligned (pitch % 16 != 0, e.g. 515 scales per row) still move in
-// aligned 16-byte chunks; only the row's own head and tail go byte by byte. In memory a row's chunk
+// aligned 16-byte chunks, including the chunk where one row ends and the next begins (written whole
+// by the unit that holds the row's end; see the write loop). In memory a row's chunk
 // boundaries fall at columns c with c == c0 + h (mod 16), h = (16 - addr(row, c0) % 16) % 16, the same
 // for every unit of the row since c0 % 16 == 0. Writing, a unit owns the chunks that start in
 // [c0 + h, c0 + h + 128): columns up to c0 + 143, i.e. 4 staged words past the unit's 32. Reading,
@@ -620,6 +632,13 @@ __device__ __forceinline__ uint32_t shifted_word(const uint32_t* raw, int byte_o
 // Bytes of a word at or past n (columns outside the row) as zero.
 __device__ __forceinline__ uint32_t keep_bytes(uint32_t w, int n) {
   return n >= 4 ? w : n <= 0 ? 0u : w & ((1u << (8 * n)) - 1u);
+}
+// Bytes [off, off + 4) of the 16 bytes w[0..3] (-16 < off < 16; bytes outside them read as zero). The
+// word index is selected, not used as an array index, so w stays in registers.
+__device__ __forceinline__ uint32_t word_at(const uint32_t w[4], int off) {
+  const int q = off >> 2;  // floor
+  const auto pick = [&](int i) { return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : i == 3 ? w[3] : 0u; };
+  return __funnelshift_r(pick(q), pick(q + 1), 8 * (off & 3));
 }
 // Byte b of a staged row (byte b % 4 of word b / 4).
 __device__ __forceinline__ uint8_t staged_byte(const uint32_t* row, int b) { return uint8_t(row[b >> 2] >> (8 * (b & 3))); }
@@ -642,7 +661,7 @@ __device__ __forceinline__ StripUnit strip_unit(int64_t u, int64_t chunks, int64
 // rows with 16-byte loads, then write 32 whole tiles with 16-byte stores (rows >= R and columns >= S
 // as zero); otherwise the inverse.
 template <bool kToTiled, Recipe R>
-__global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(ScaleLayout from, const uint8_t* src, ScaleLayout to,
+__global__ void __launch_bounds__(kThreads, kRelayoutPerSm) tiled_relayout_kernel(ScaleLayout from, const uint8_t* src, ScaleLayout to,
                                                                   uint8_t* dst, const int64_t* row_offsets, int groups) {
   __shared__ uint32_t stage[kStrip * kWLd];
   __shared__ int row_first[kStrip];  // unaligned compact rows: column (from c0) of a row's first raw chunk
@@ -672,22 +691,33 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
     if (kToTiled) {
       const uint8_t* cb = s + cbase;
       if (rows16) {
+        constexpr int kIt = kStrip * kChunk / 16 / kThreads;
+        uint32_t w[kIt][4];
         #pragma unroll
-        for (int it = 0; it < kStrip * kChunk / 16 / kThreads; ++it) {
+        for (int it = 0; it < kIt; ++it) {  // all loads first (see affine_kernel)
           const int i = it * kThreads + threadIdx.x;
           const int rr = i >> 3, cc = (i & 7) * 16;
-          uint32_t w[4] = {0, 0, 0, 0};
-          if (rr < su.rows && cc < su.cols) load16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
-          for (int k = 0; k < 4; ++k) stage[rr * kWLd + cc / 4 + k] = w[k];
+          for (int k = 0; k < 4; ++k) w[it][k] = 0;
+          if (rr < su.rows && cc < su.cols) load16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w[it]);
+        }
+        #pragma unroll
+        for (int it = 0; it < kIt; ++it) {
+          const int i = it * kThreads + threadIdx.x;
+          const int rr = i >> 3, cc = (i & 7) * 16;
+          for (int k = 0; k < 4; ++k) stage[rr * kWLd + cc / 4 + k] = w[it][k];
         }
       } else {
         // Raw chunks k < 9 of each row from column c0 + first (first = h - 16, or 0), in 16-byte loads
         // unless a chunk leaves the operand's buffer. Bytes outside the row are dropped below.
         const uint8_t* lo = s;
         const uint8_t* hi = s + cl.size();
-        for (int i = threadIdx.x; i < kStrip * 9; i += kThreads) {
-          const int rr = i / 9, k = i - rr * 9;
-          if (rr >= su.rows) continue;
+        constexpr int kIt = (kStrip * 9 + kThreads - 1) / kThreads;
+        uint32_t w[kIt][4];
+        #pragma unroll
+        for (int it = 0; it < kIt; ++it) {  // all loads first (see affine_kernel)
+          const int i = it * kThreads + threadIdx.x, rr = i / 9, k = i - rr * 9;
+          for (int m = 0; m < 4; ++m) w[it][m] = 0;
+          if (i >= kStrip * 9 || rr >= su.rows) continue;
           const uint8_t* row = cb + int64_t(rr) * pitch;
           const int h = int((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15);
           const int first = h ? h - 16 : 0;
@@ -695,15 +725,19 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
           const int o = first + 16 * k;
           if (o >= su.cols) continue;
           const uint8_t* g = row + o;
-          uint32_t w[4] = {0, 0, 0, 0};
           if (g >= lo && g + 16 <= hi) {
             const uint4 v = __ldg(reinterpret_cast<const uint4*>(g));
-            w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+            w[it][0] = v.x, w[it][1] = v.y, w[it][2] = v.z, w[it][3] = v.w;
           } else {
             for (int b = 0; b < 16; ++b)
-              if (g + b >= lo && g + b < hi) w[b >> 2] |= uint32_t(__ldg(g + b)) << (8 * (b & 3));
+              if (g + b >= lo && g + b < hi) w[it][b >> 2] |= uint32_t(__ldg(g + b)) << (8 * (b & 3));
           }
-          for (int m = 0; m < 4; ++m) stage[rr * kWLd + 4 * k + m] = w[m];
+        }
+        #pragma unroll
+        for (int it = 0; it < kIt; ++it) {
+          const int i = it * kThreads + threadIdx.x, rr = i / 9, k = i - rr * 9;
+          if (i < kStrip * 9 && rr < su.rows)
+            for (int m = 0; m < 4; ++m) stage[rr * kWLd + 4 * k + m] = w[it][m];
         }
       }
       __syncthreads();
@@ -726,11 +760,24 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
     } else {
       const uint8_t* tb = s + tbase;
       const int tiles = rows16 ? su.tiles : iclamp(S4 - su.c0, 4 * kWide) / 4;  // unaligned: 4 more
-      for (int i = threadIdx.x; i < tiles * 32; i += kThreads) {
-        const int q = i >> 5, lane = i & 31;
-        uint32_t w[4];
-        load16(tb + (q * 512 + lane * 16), 16, w);
-        for (int j = 0; j < 4; ++j) stage[(lane + 32 * j) * kWLd + q] = w[j];
+      // The unit's own 32 tiles with all loads first (see affine_kernel); unaligned rows' 4 more after.
+      constexpr int kIt = kChunk / 4 * 32 / kThreads;
+      uint32_t w[kIt][4];
+      #pragma unroll
+      for (int it = 0; it < kIt; ++it) {
+        const int i = it * kThreads + threadIdx.x;
+        if (i < tiles * 32) load16(tb + ((i >> 5) * 512 + (i & 31) * 16), 16, w[it]);
+      }
+      #pragma unroll
+      for (int it = 0; it < kIt; ++it) {
+        const int i = it * kThreads + threadIdx.x;
+        if (i < tiles * 32)
+          for (int j = 0; j < 4; ++j) stage[((i & 31) + 32 * j) * kWLd + (i >> 5)] = w[it][j];
+      }
+      for (int i = kIt * kThreads + threadIdx.x; i < tiles * 32; i += kThreads) {
+        uint32_t x[4];
+        load16(tb + ((i >> 5) * 512 + (i & 31) * 16), 16, x);
+        for (int j = 0; j < 4; ++j) stage[((i & 31) + 32 * j) * kWLd + (i >> 5)] = x[j];
       }
       __syncthreads();
       uint8_t* cb = d + cbase;
@@ -745,11 +792,17 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
           store16(cb + (int64_t(rr) * pitch + cc), su.cols - cc, w);
         }
       } else {
-        // The unit's chunks of row rr start at columns c0 + h + 16k, k < 8; past the row's end only
-        // its real bytes are written, and the first unit of a row writes the head [0, h).
+        // The unit's chunks of row rr start at columns c0 + h + 16k, k < 8. The chunk holding the
+        // row's end also holds the head of the next row (dense rows: the next row starts h' = 16 - a
+        // bytes before the next aligned address, a = the row's bytes in the chunk), so its owner
+        // writes it whole, reading those h' bytes from the next row's first four tiles (columns
+        // 0..15; L2-resident: the next row's first unit reads them too). Only the operand's first
+        // head and last tail (the neighbours are not ours) and rows of under 16 scales go byte by byte.
+        const bool splice = S >= 16 && pitch == S;
         for (int i = threadIdx.x; i < kStrip * 8; i += kThreads) {
           const int rr = i >> 3, k = i & 7;
           if (rr >= su.rows) continue;
+          const int64_t r = su.p0 + rr;
           uint8_t* row = cb + int64_t(rr) * pitch;
           const int h = int((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15);
           const uint32_t* sr = stage + rr * kWLd;
@@ -758,10 +811,22 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
             uint32_t w[4];
             for (int m = 0; m < 4; ++m) w[m] = shifted_word(sr, o + 4 * m);
             *reinterpret_cast<uint4*>(row + o) = uint4{w[0], w[1], w[2], w[3]};
+          } else if (o < remaining && splice && r + 1 < Rr) {
+            const uint8_t* next = s + tl.padded_offset(r + 1, 0);  // tiles 0..3 of the next row: 512 B apart
+            uint32_t nw[4], w[4];
+            for (int m = 0; m < 4; ++m)  // a misaligned source pointer reads bytes
+              nw[m] = (reinterpret_cast<uintptr_t>(next) & 3) == 0 ? __ldg(reinterpret_cast<const uint32_t*>(next + 512 * m))
+                                                                   : load_word(next + 512 * m, 4);
+            const int a = remaining - o;  // 1..15 bytes of this row, then the next row's
+            for (int m = 0; m < 4; ++m) {
+              const uint32_t mine = keep_bytes(0xFFFFFFFFu, a - 4 * m);
+              w[m] = (shifted_word(sr, o + 4 * m) & mine) | (word_at(nw, 4 * m - a) & ~mine);
+            }
+            *reinterpret_cast<uint4*>(row + o) = uint4{w[0], w[1], w[2], w[3]};
           } else {
             for (int b = o; b < remaining && b < o + 16; ++b) row[b] = staged_byte(sr, b);
           }
-          if (su.c0 == 0 && k == 0)
+          if (su.c0 == 0 && k == 0 && (r == 0 || !splice))
             for (int b = 0; b < h && b < remaining; ++b) row[b] = staged_byte(sr, b);
         }
       }
@@ -779,6 +844,25 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_relayout_kernel(S
 // 4 * to.block_k() divides from.block_k()). So a unit has only 4 x 32 distinct 32-bit words: 128
 // threads compute them (source index from Op::src, i.e. offset()) into shared memory, then every lane
 // writes whole 16-byte words (rows lane + 32j, j < 4), zeroing rows >= R.
+// The word of four destination scales (K-blocks c..c+3 of the 32-row group starting at stored row p),
+// n of them real (n <= 0: padding, zero). An inexact broadcast source scale is counted once, at the
+// first destination block it covers (as the host counts it).
+template <Kind K, class Op>
+__device__ __forceinline__ uint32_t fill_word(const Op& op, const ScaleLayout& f, const ScaleLayout& t, const uint8_t* s,
+                                              int64_t p, int64_t c, int n, int& inexact) {
+  const int64_t si = n > 0 ? op.src(p, c) : -1;  // -1: padding row or column
+  if (si < 0) return 0u;
+  if constexpr (K == Kind::kBroadcast) {
+    bool exact = true;
+    const uint32_t code = detail::e8m0_from_pow2(__ldg(reinterpret_cast<const uint32_t*>(s) + si), &exact);
+    if (!exact && (p * t.row_step()) % f.block_rows() == 0 && (c * t.block_k()) % f.block_k() == 0) ++inexact;
+    return keep_bytes(code * 0x01010101u, n);
+  } else {
+    const uint8_t* b = s + si;
+    return n >= 4 && (reinterpret_cast<uintptr_t>(b) & 3) == 0 ? __ldg(reinterpret_cast<const uint32_t*>(b)) : load_word(b, n);
+  }
+}
+
 template <Kind K, Recipe RF, Recipe RT>
 __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_fill_kernel(ScaleLayout from, const void* src, ScaleLayout to,
                                                               uint8_t* dst, const int64_t* row_offsets, int groups,
@@ -803,23 +887,8 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_fill_kernel(Scale
     // Stage the unit's distinct words: row group j (rows p0 + 32j ..) x tile q, 4 scales each.
     if (threadIdx.x < 4 * kChunk / 4) {
       const int j = threadIdx.x >> 5, q = threadIdx.x & 31;
-      const int64_t p = su.p0 + 32 * j, c = su.c0 + 4 * q;
-      const int n = su.cols - 4 * q;  // real scales in this word (may be <= 0 or > 4)
-      const int64_t si = q < su.tiles ? op.src(p, c) : -1;  // -1: padding row or column
-      uint32_t w = 0;
-      if (si >= 0) {
-        if constexpr (K == Kind::kBroadcast) {
-          bool exact = true;
-          const uint32_t code = detail::e8m0_from_pow2(__ldg(reinterpret_cast<const uint32_t*>(s) + si), &exact);
-          w = keep_bytes(code * 0x01010101u, n);
-          // Count each source scale once, at the first destination block it covers (as the host).
-          if (!exact && (p * t.row_step()) % f.block_rows() == 0 && (c * t.block_k()) % f.block_k() == 0) ++inexact;
-        } else {
-          const uint8_t* b = s + si;
-          w = n >= 4 && (reinterpret_cast<uintptr_t>(b) & 3) == 0 ? __ldg(reinterpret_cast<const uint32_t*>(b))
-                                                                  : load_word(b, n);
-        }
-      }
+      const uint32_t w = fill_word<K>(op, f, t, s, su.p0 + 32 * j, su.c0 + 4 * q, q < su.tiles ? su.cols - 4 * q : 0,
+                                      inexact);
       words[j * 32 + q] = w;
     }
     __syncthreads();
@@ -839,6 +908,46 @@ __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_fill_kernel(Scale
     for (int o = 16; o > 0; o >>= 1) inexact += __shfl_xor_sync(0xffffffffu, inexact, o);
     if ((threadIdx.x & 31) == 0 && inexact > 0 && inexact_count != nullptr)
       atomicAdd(inexact_count, (unsigned long long)inexact);
+  }
+}
+
+// Single operands: the same words and stores as tiled_fill_kernel, scheduled as a memset is. A warp
+// owns 8 consecutive tiles of one strip (4 KB of output): lane l computes the word (row group l / 8,
+// tile l % 8) and the lanes exchange them by shuffles, so there is no shared memory, no barrier and no
+// loop over units; the grid has exactly one warp per 8 tiles and the hardware deals the short blocks
+// over the SMs as they free up. (The unit loop of tiled_fill_kernel left a block 2 or 3 units of 16 KB
+// with a load latency in front of each.)
+template <Kind K, Recipe RF, Recipe RT>
+__global__ void __launch_bounds__(kThreads) tiled_fill_flat_kernel(ScaleLayout from, const void* src, ScaleLayout to,
+                                                                   uint8_t* dst, unsigned long long* inexact_count) {
+  from.recipe = RF;
+  to.recipe = RT;
+  using Op = typename OpFor<K, RF, RT>::type;
+  const Op op{from, to};
+  const int lane = int(threadIdx.x) & 31;
+  // Tiles per strip and 8-tile groups per strip; 32-bit: a strip has at most 2^31 / 512 tiles.
+  const uint32_t t4 = uint32_t(to.padded_kblocks() / 4), gps = (t4 + 7) / 8;
+  const uint32_t wu = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5), strip = wu / gps, q0 = (wu - strip * gps) * 8;
+  const bool live = int64_t(strip) * kStrip < to.padded_rows();  // the last block's spare warps
+  const int64_t p0 = int64_t(strip) * kStrip, Rr = to.real_rows();
+  int inexact = 0;
+  const uint32_t q = q0 + (lane & 7);
+  const int64_t c = 4 * int64_t(q);
+  const int n = live && q < t4 ? int(to.kblocks() - c < 4 ? to.kblocks() - c : 4) : 0;
+  const uint32_t word = fill_word<K>(op, from, to, static_cast<const uint8_t*>(src), p0 + 32 * (lane >> 3), c, n, inexact);
+  uint8_t* tb = live ? dst + to.padded_offset(p0, 0) + int64_t(q0) * 512 + lane * 16 : nullptr;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {  // shuffles by every lane (the whole warp takes part)
+    uint32_t w[4];
+    for (int j = 0; j < 4; ++j) {
+      w[j] = __shfl_sync(0xffffffffu, word, 8 * j + k);
+      if (p0 + lane + 32 * j >= Rr) w[j] = 0u;
+    }
+    if (live && q0 + k < t4) store16(tb + k * 512, 16, w);
+  }
+  if constexpr (K == Kind::kBroadcast) {
+    for (int o = 16; o > 0; o >>= 1) inexact += __shfl_xor_sync(0xffffffffu, inexact, o);
+    if (lane == 0 && inexact > 0 && inexact_count != nullptr) atomicAdd(inexact_count, (unsigned long long)inexact);
   }
 }
 
@@ -1016,7 +1125,7 @@ bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row
   } else if constexpr (K == Kind::kRelayout && RF == RT && (RT == Recipe::kMxfp8 || RT == Recipe::kNvfp4)) {
     if (op.from.format == op.to.format) return false;
     const ScaleLayout tiled = to.with_format(ScaleFormat::kCublasLt);
-    const dim3 grid(grid_x(n * ceil_div(tiled.padded_rows(), kStrip) * ceil_div(tiled.padded_kblocks(), kChunk), kTiledPerSm));
+    const dim3 grid(grid_x(n * ceil_div(tiled.padded_rows(), kStrip) * ceil_div(tiled.padded_kblocks(), kChunk), kRelayoutPerSm));
     auto* kernel = to_tiled ? &tiled_relayout_kernel<true, RT> : &tiled_relayout_kernel<false, RT>;
     SCALEMM_LAUNCH(kernel, grid, dim3(kThreads), stream)(op.from, static_cast<const uint8_t*>(src), op.to,
                                                          static_cast<uint8_t*>(dst), row_offsets, groups);
@@ -1025,6 +1134,13 @@ bool launch_special(const Op& op, const void* src, void* dst, const int64_t* row
     if (!to_tiled || (K == Kind::kRelayout && op.from.format != ScaleFormat::kCompact)) return false;
     // Broadcast words: the four K-blocks of a word must share one source scale.
     if (K == Kind::kBroadcast && op.from.block_k() % (4 * op.to.block_k()) != 0) return false;
+    if (row_offsets == nullptr) {
+      const int64_t warps = ceil_div(to.padded_rows(), kStrip) * ceil_div(to.padded_kblocks() / 4, int64_t(8));
+      auto* kernel = &tiled_fill_flat_kernel<K, RF, RT>;
+      SCALEMM_LAUNCH(kernel, dim3(unsigned(ceil_div(warps, int64_t(kThreads / 32)))), dim3(kThreads), stream)(
+          op.from, src, op.to, static_cast<uint8_t*>(dst), inexact_count);
+      return true;
+    }
     auto* kernel = &tiled_fill_kernel<K, RF, RT>;
     SCALEMM_LAUNCH(kernel, dim3(grid_x(n * tiled_units, kTiledPerSm)), dim3(kThreads), stream)(
         op.from, src, op.to, static_cast<uint8_t*>(dst), row_offsets, groups, inexact_count);

@@ -117,6 +117,15 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int o) {
   emu::barrier();
   T out; memcpy(&out, &r, sizeof(T)); return out;
 }
+template <class T> T __shfl_sync(unsigned, T v, int src) {
+  unsigned long long u = 0; memcpy(&u, &v, sizeof(T));
+  emu::barrier();
+  emu::xchg[emu::cur] = u;
+  emu::barrier();
+  unsigned long long r = emu::xchg[(emu::cur & ~31) | (src & 31)];
+  emu::barrier();
+  T out; memcpy(&out, &r, sizeof(T)); return out;
+}
 template <class T> T __ldg(const T* p) { return *p; }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
   return unsigned(((static_cast<unsigned long long>(hi) << 32) | lo) >> (s & 31));
