@@ -118,13 +118,24 @@ SCALEMM_HD inline uint32_t encode_satfinite(uint32_t bits, fmt::detail::MiniFloa
 ///   * the sign is kept (-0 and negative values that round to 0 give 0x8), except that NaN gives 0x7.
 /// About 11 instructions; the quantizer runs it once per NVFP4 element. encode_e2m1_not_nan is all of
 /// it but the NaN test: encode_e2m1_satfinite's value for every non-NaN x.
-SCALEMM_HD inline uint32_t encode_e2m1_not_nan(float x) {
+///
+/// e2m1_rounded_sum is the rounding step this encoder shares with encode_e2m1x4_not_nan: the bits of
+/// y + 2^(e+22), which are
+/// (e + 149) << 23 | k with k < 8 and bits 3..22 zero. On the GPU it is one fma of the exact power of
+/// two 2^e * 2^22 and y: the same single rounding, one instruction less.
+SCALEMM_HD inline uint32_t e2m1_rounded_sum(float x) {
   const float y = fminf(fabsf(x), 6.0f);
   const uint32_t yb = fmt::float_bits(y);
   const uint32_t eb = (yb > 0x3F800000u ? yb : 0x3F800000u) & 0x7F800000u;  // 2^e
-  const uint32_t cb = eb + (22u << 23);                                        // 2^(e + 22)
-  const uint32_t k = fmt::float_bits(y + fmt::bits_float(cb)) - cb;
-  const uint32_t code = k + (eb >> 22) - 254u;  // (eb >> 22) = 2 * (e + 127)
+#if defined(__CUDA_ARCH__)
+  return fmt::float_bits(__fmaf_rn(fmt::bits_float(eb), 4194304.0f, y));  // 2^e * 2^22 + y
+#else
+  return fmt::float_bits(y + fmt::bits_float(eb + (22u << 23)));
+#endif
+}
+SCALEMM_HD inline uint32_t encode_e2m1_not_nan(float x) {
+  const uint32_t sb = e2m1_rounded_sum(x);
+  const uint32_t code = (sb & 7u) + (sb >> 22) - 298u;  // k + 2e: (sb >> 22) = 2e + 298
   return ((fmt::float_bits(x) >> 28) & 0x8u) | code;
 }
 SCALEMM_HD inline uint32_t encode_e2m1_satfinite(uint32_t bits) {
@@ -136,9 +147,7 @@ SCALEMM_HD inline uint32_t encode_e2m1_satfinite(uint32_t bits) {
 /// encode_e2m1_not_nan(x_j), for non-NaN inputs (a NaN may disturb the other codes; the kernels
 /// replace a NaN block's codes). The quantizer kernels' inner loop, so the code is read
 /// off the rounded sum in two shift-adds per element instead of a subtraction chain:
-///   * s = y + 2^(e+22) as in encode_e2m1_not_nan (on the GPU an fma of the exact power of two
-///     2^e * 2^22 and y: the same single rounding, one instruction less); the bits of s are
-///     (e + 149) << 23 | k with k < 8 and bits 3..22 zero;
+///   * s = e2m1_rounded_sum(x_j), whose bits are (e + 149) << 23 | k with k < 8 and bits 3..22 zero;
 ///   * acc += s << 4j adds k << 4j (the exponent lands at bit 23 + 4j, above the result), and
 ///     acc += s >> (22 - 4j) adds (2e + 298) << 4j (k's bits shift out); the 298s are taken off once,
 ///     so the low 16 bits of acc are sum of (k + 2e) << 4j, codes <= 7 that never carry;
@@ -150,14 +159,7 @@ SCALEMM_HD inline uint32_t encode_e2m1x4_not_nan(float x0, float x1, float x2, f
 #pragma unroll
 #endif
   for (int j = 0; j < 4; ++j) {
-    const float y = fminf(fabsf(x[j]), 6.0f);
-    const uint32_t yb = fmt::float_bits(y);
-    const uint32_t eb = (yb > 0x3F800000u ? yb : 0x3F800000u) & 0x7F800000u;  // 2^e
-#if defined(__CUDA_ARCH__)
-    const uint32_t sb = fmt::float_bits(__fmaf_rn(fmt::bits_float(eb), 4194304.0f, y));  // 2^e * 2^22 + y
-#else
-    const uint32_t sb = fmt::float_bits(y + fmt::bits_float(eb + (22u << 23)));
-#endif
+    const uint32_t sb = e2m1_rounded_sum(x[j]);
     acc += (sb << (4 * j)) + (sb >> (22 - 4 * j));
   }
   uint32_t sign;
