@@ -161,6 +161,14 @@ struct TileArgs {
   __device__ BlockScale scale_as(float amax) const {
     return scale_as<E>(amax, globals());
   }
+  /// First row and column of this block's 128 x 128 tile. One block per tile, so tiles_c <= gridDim.x
+  /// < 2^32: a 32-bit division (a 64-bit one is ~70 instructions). Tiles from the last back, as
+  /// row_direct_kernel's items (L2 holds what was read last).
+  __device__ void tile_origin(int64_t& r0, int64_t& c0) const {
+    const uint32_t tc32 = uint32_t(tiles_c), t = gridDim.x - 1 - blockIdx.x, tr = t / tc32;
+    r0 = int64_t(tr) * kTile;
+    c0 = int64_t(t - tr * tc32) * kTile;
+  }
   /// The 128 x 128 tile at (r0, c0) lies inside the matrix and every access of it is aligned, so
   /// loads and stores need no bounds tests (load_raw4_whole / store4_whole).
   __device__ bool whole_tile(int64_t r0, int64_t c0) const {
@@ -422,11 +430,8 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
   float* stage_r = tile + kTile * kStride;
   float* stage_c = stage_r + kStage;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
-  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70
-  // instructions). Tiles from the last back, as row_direct_kernel's items (L2 holds what was read last).
-  const uint32_t tiles_c = uint32_t(a.tiles_c), t = gridDim.x - 1 - blockIdx.x, tr32 = t / tiles_c;
-  const int64_t tr = tr32, tc = t - tr32 * tiles_c;
-  const int64_t r0 = tr * kTile, c0 = tc * kTile;
+  int64_t r0, c0;
+  a.tile_origin(r0, c0);
 
   // 1. The tile, read once: warp w loads rows w, w + 8, ...; lane l columns 4l..4l+3. (A persistent
   // variant that prefetched the next tile into registers ran slower: 2 CTAs per SM instead of 3.)
@@ -469,7 +474,7 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
       m = group_amax(m, 32);
       const BlockScale s = a.scale_of(m);
       if (lane == 0) bmult[b] = s.multiplier;
-      const int64_t gr = tr * nbk + br, gk = tc * nbk + bc;  // (grid row, K-block) of the rowwise grid
+      const int64_t gr = r0 / kTile * nbk + br, gk = c0 / kTile * nbk + bc;  // (grid row, K-block), rowwise grid
       const int64_t rb = gr * bk, cb = gk * bk;
       if (rb < a.rows && cb < a.cols) {
         if (a.rowwise) {
@@ -1032,11 +1037,8 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   constexpr bool fp4 = E == 2;
   constexpr int kU = E == 2 ? 4 : 8;  // rows per rowwise batch: kU * (128 / bk) <= 32 blocks
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
-  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70
-  // instructions). Tiles from the last back, as row_direct_kernel's items (L2 holds what was read last).
-  const uint32_t tiles_c = uint32_t(a.tiles_c), t = gridDim.x - 1 - blockIdx.x, tr32 = t / tiles_c;
-  const int64_t tr = tr32, tc = t - tr32 * tiles_c;
-  const int64_t r0 = tr * kTile, c0 = tc * kTile;
+  int64_t r0, c0;
+  a.tile_origin(r0, c0);
   // Block width BK: 16 (NVFP4), 32 (MXFP8) or 128 (block1x128), a template argument so that the
   // lane arithmetic, the shuffle loops and the recipe of offset() are constants.
   static_assert(BK == 16 || BK == 32 || BK == 128, "rc1d_kernel: 1D blocks are 16, 32 or 128 wide");
@@ -1137,11 +1139,8 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
   __shared__ __align__(16) uint8_t bu_t[4][4];  // its transpose (the columnwise 128x4 tile)
   constexpr bool fp4 = E == 2;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  // One block per tile, so tiles_c <= gridDim.x < 2^32: a 32-bit division (a 64-bit one is ~70
-  // instructions). Tiles from the last back, as row_direct_kernel's items (L2 holds what was read last).
-  const uint32_t tiles_c = uint32_t(a.tiles_c), t = gridDim.x - 1 - blockIdx.x, tr32 = t / tiles_c;
-  const int64_t tr = tr32, tc = t - tr32 * tiles_c;
-  const int64_t r0 = tr * kTile, c0 = tc * kTile;
+  int64_t r0, c0;
+  a.tile_origin(r0, c0);
   // Block side BK, a template argument: 32 (mxfp8-32x32) or 128 (block128x128).
   static_assert(BK == 32 || BK == 128, "rc2d_kernel: 2D blocks are 32x32 or 128x128");
   constexpr int bk = BK, nb = BK == 32 ? 4 : 1;
