@@ -835,15 +835,6 @@ __global__ void __launch_bounds__(kThreads, kRelayoutPerSm) tiled_relayout_kerne
   });
 }
 
-// 128x4-tiled destinations computed from a tiny source: mxfp8-32x32 compact -> cublaslt (each scale
-// replicated to its 32 rows) and block128x128 -> mxfp8 / mxfp8-32x32 cublaslt (broadcast, E8M0). The
-// write is all that matters. Relies on the tiled property above and on the source: a 32-row group
-// starting at a multiple of 32 reads one source row (offset(r, kb) == offset(r - r % 32, kb) for
-// block_rows() >= 32), and four K-blocks c..c+3 (c % 4 == 0) read consecutive source bytes (compact:
-// offset(r, c + i) = offset(r, c) + i) or one source scale (broadcast: the host checks that
-// 4 * to.block_k() divides from.block_k()). So a unit has only 4 x 32 distinct 32-bit words: 128
-// threads compute them (source index from Op::src, i.e. offset()) into shared memory, then every lane
-// writes whole 16-byte words (rows lane + 32j, j < 4), zeroing rows >= R.
 // The word of four destination scales (K-blocks c..c+3 of the 32-row group starting at stored row p),
 // n of them real (n <= 0: padding, zero). An inexact broadcast source scale is counted once, at the
 // first destination block it covers (as the host counts it).
@@ -863,6 +854,16 @@ __device__ __forceinline__ uint32_t fill_word(const Op& op, const ScaleLayout& f
   }
 }
 
+// 128x4-tiled destinations computed from a tiny source: mxfp8-32x32 compact -> cublaslt (each scale
+// replicated to its 32 rows) and block128x128 -> mxfp8 / mxfp8-32x32 cublaslt (broadcast, E8M0). The
+// write is all that matters. Relies on the tiled property above and on the source: a 32-row group
+// starting at a multiple of 32 reads one source row (offset(r, kb) == offset(r - r % 32, kb) for
+// block_rows() >= 32), and four K-blocks c..c+3 (c % 4 == 0) read consecutive source bytes (compact:
+// offset(r, c + i) = offset(r, c) + i) or one source scale (broadcast: the host checks that
+// 4 * to.block_k() divides from.block_k()). So a unit has only 4 x 32 distinct 32-bit words: 128
+// threads compute them (source index from Op::src, i.e. offset()) into shared memory, then every lane
+// writes whole 16-byte words (rows lane + 32j, j < 4), zeroing rows >= R. Grouped operands only:
+// single operands take tiled_fill_flat_kernel (below).
 template <Kind K, Recipe RF, Recipe RT>
 __global__ void __launch_bounds__(kThreads, kTiledPerSm) tiled_fill_kernel(ScaleLayout from, const void* src, ScaleLayout to,
                                                               uint8_t* dst, const int64_t* row_offsets, int groups,
