@@ -19,7 +19,8 @@
 //              with the BF16 GEMM of the dequantized operands.
 //   host       host time per call with a warm plan cache, tiny 128x128x256 blockwise GEMM: raw
 //              cublasLtMatmul (descriptors and algorithm prepared once), LtContext::matmul, Handle::gemm
-//              (cuBLASLt-format and compact scales). CPU clock over bursts of back-to-back calls.
+//              (cuBLASLt-format and compact scales). CPU clock over bursts of back-to-back calls, the
+//              variants interleaved burst by burst; "over raw" is the median same-round difference.
 //   verify     SCALEMM_VERIFY=off|sample|full at 4096^3 (a Handle constructed under each setting).
 //   reference  emulation::gemm_device (and sgemm_nt_device alone) at 8192^3.
 //
@@ -609,7 +610,8 @@ void print_native_header() {
 }
 
 void print_emulated_header() {
-  std::printf("\n## BF16 and emulated recipes: scalemm vs a BF16 cuBLASLt GEMM of the same shape\n\n"
+  std::printf("\n## BF16 and emulated recipes: scalemm vs a BF16 cuBLASLt GEMM of the same shape (emulated rows:\n"
+              "the BF16 GEMM timed interleaved with them, call by call)\n\n"
               "| shape | M | N | K | recipe | backend | scalemm us | TFLOP/s | BF16 cuBLASLt us | BF16 TFLOP/s | "
               "rate vs BF16 | floor us | floor/time | output vs BF16 GEMM of dequantized inputs |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -758,7 +760,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
                        .str());
 }
 
-void emulated_case(Ctx& cx, const Shape& sh, const RecipeCase& rc, double bf16_us, std::vector<std::string>& lines) {
+void emulated_case(Ctx& cx, const Shape& sh, const RecipeCase& rc, std::vector<std::string>& lines) {
   const int64_t M = sh.m, N = sh.n, K = sh.k;
   const std::string what = std::string(rc.name) + " " + sh.label + " " + shape_str(sh);
   std::vector<Operand> a, b;
@@ -786,7 +788,24 @@ void emulated_case(Ctx& cx, const Shape& sh, const RecipeCase& rc, double bf16_u
   const Plan plan = cx.handle->plan(args(0));
   const std::string backend(to_string(plan.backend));
   if (plan.backend != Backend::kEmulated) g_plan_notes.push_back(what + ": " + plan.explain());
-  const Stat t_s = time_calls(cx.st, nsets, g_warm, g_iters, [&](int s) { cx.handle->gemm(args(s), cx.st); });
+  // Timed interleaved call by call with a BF16 cuBLASLt GEMM of the same shape on its own bf16
+  // operands (rotated like the quantized sets): at the power limit the SM clock follows the GPU's
+  // recent load, and a BF16 GEMM timed minutes earlier or later ran at another clock (docs/dispatch.md).
+  std::vector<Dev> a_bf, b_bf, d_bf;
+  for (int s = 0; s < nsets; ++s) {
+    a_bf.push_back(make_bf16(M, K, 1000 + 2 * s, cx.st));
+    b_bf.push_back(make_bf16(N, K, 1001 + 2 * s, cx.st));
+    d_bf.push_back(Dev(size_t(M * N) * 2));
+  }
+  const std::vector<Stat> tv = time_interleaved(
+      cx.st, nsets, g_warm, g_iters,
+      {[&](int s) { cx.handle->gemm(args(s), cx.st); },
+       [&](int s) {
+         cx.lt->matmul(bf16_call(M, N, K, a_bf[size_t(s)].p, b_bf[size_t(s)].p, d_bf[size_t(s)].p), cx.lt_ws.p,
+                       kLtWorkspace, cx.st);
+       }});
+  const Stat t_s = tv[0];
+  const double bf16_us = tv[1].med_us;
 
   // Output check: the BF16 GEMM of the dequantized operands (what the emulated backend runs).
   std::string check;
@@ -840,21 +859,41 @@ struct RawLt {
   }
 };
 
-/// Median over bursts of `burst` back-to-back calls (device idle at the start of each burst, so the
-/// launch queue never throttles the host), microseconds of CPU time per call.
-double host_us_per_call(cudaStream_t st, const std::function<void()>& fn, int bursts, int burst) {
-  for (int i = 0; i < 200; ++i) fn();
+/// Host time per call of several variants: rounds of one burst of `burst` back-to-back calls per variant
+/// (device idle at the start of each burst, so the launch queue never throttles the host), the variants
+/// interleaved round by round in rotating order so that drift in the host's clock or load during the
+/// measurement cannot favour one of them. Per variant: the median over rounds of microseconds per call;
+/// `paired[v]`: the median over rounds of (variant v - variant 0) in the same round.
+struct HostTimes {
+  std::vector<double> median, paired;
+};
+HostTimes host_us_per_call(cudaStream_t st, const std::vector<std::function<void()>>& fns, int rounds, int burst) {
+  const size_t n = fns.size();
+  for (const auto& fn : fns)
+    for (int i = 0; i < 200; ++i) fn();
   CK(cudaStreamSynchronize(st));
-  std::vector<double> per;
-  for (int b = 0; b < bursts; ++b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < burst; ++i) fn();
-    const auto t1 = std::chrono::steady_clock::now();
-    per.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / burst);
-    CK(cudaStreamSynchronize(st));
+  std::vector<std::vector<double>> per(n, std::vector<double>(size_t(rounds)));
+  for (int r = 0; r < rounds; ++r)
+    for (size_t j = 0; j < n; ++j) {
+      const size_t v = (j + size_t(r)) % n;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < burst; ++i) fns[v]();
+      const auto t1 = std::chrono::steady_clock::now();
+      per[v][size_t(r)] = std::chrono::duration<double, std::micro>(t1 - t0).count() / burst;
+      CK(cudaStreamSynchronize(st));
+    }
+  auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  HostTimes out;
+  for (size_t v = 0; v < n; ++v) {
+    out.median.push_back(median(per[v]));
+    std::vector<double> diff(static_cast<size_t>(rounds));
+    for (int r = 0; r < rounds; ++r) diff[size_t(r)] = per[v][size_t(r)] - per[0][size_t(r)];
+    out.paired.push_back(median(diff));
   }
-  std::sort(per.begin(), per.end());
-  return per[per.size() / 2];
+  return out;
 }
 
 /// As ../shared/reference/anchors-measured.md: N back-to-back calls, CPU clock, final synchronise included.
@@ -952,42 +991,60 @@ void host_overhead(Ctx& cx) {
       row.error = e.what();
     }
   }
-  std::printf("| call | host us/call (bursts of %d, median) | - raw | %d back-to-back incl. sync, us/call | GPU event us/call |\n"
-              "|---|---|---|---|---|\n", burst, n_b2b);
-  for (auto& row : rows) {
-    if (!row.error.empty()) continue;
-    try {
-      row.host = host_us_per_call(cx.st, row.fn, bursts, burst);
-      row.b2b = backtoback_us_per_call(cx.st, row.fn, n_b2b);
-      row.gpu = time_calls(cx.st, 1, g_warm, g_iters, [&](int) { row.fn(); }).med_us;
-    } catch (const std::exception& e) {
-      row.error = e.what();
-    }
-  }
+  std::printf("| call | host us/call (median of %d rounds of %d calls) | - raw (paired median) | %d back-to-back incl. sync, us/call | GPU event us/call |\n"
+              "|---|---|---|---|---|\n", bursts, burst, n_b2b);
   // The floor of the compact-scale row's extra cost: the host time of one launch of an empty kernel
   // on the same stream (no output to check).
   Row empty{"one empty kernel launch (the compact row's extra launch)", [&] { empty_kernel<<<1, 32, 0, cx.st>>>(); },
             nullptr};
-  empty.host = host_us_per_call(cx.st, empty.fn, bursts, burst);
-  empty.b2b = backtoback_us_per_call(cx.st, empty.fn, n_b2b);
-  empty.gpu = time_calls(cx.st, 1, g_warm, g_iters, [&](int) { empty.fn(); }).med_us;
-  for (auto& row : rows) {
-    if (row.error.empty())
-      std::printf("| %s | %.2f | %+.2f | %.2f | %.2f |\n", row.name, row.host, row.host - rows[0].host, row.b2b, row.gpu);
-    else
-      std::printf("| %s | failed: %s | | | |\n", row.name, row.error.c_str());
+  // Host time: every variant that ran its check, interleaved round by round (raw first in the list, so
+  // "paired" is the same-round difference to raw).
+  std::vector<Row*> timed;
+  for (auto& row : rows)
+    if (row.error.empty()) timed.push_back(&row);
+  timed.push_back(&empty);
+  std::vector<double> paired(timed.size(), NAN);
+  if (rows[0].error.empty()) {
+    try {
+      std::vector<std::function<void()>> fns;
+      for (Row* row : timed) fns.push_back(row->fn);
+      const HostTimes ht = host_us_per_call(cx.st, fns, bursts, burst);
+      for (size_t i = 0; i < timed.size(); ++i) timed[i]->host = ht.median[i], paired[i] = ht.paired[i];
+    } catch (const std::exception& e) {
+      for (auto& row : rows) row.error = e.what();
+    }
   }
-  std::printf("| %s | %.2f | | %.2f | %.2f |\n", empty.name, empty.host, empty.b2b, empty.gpu);
+  for (Row* row : timed) {
+    if (!row->error.empty()) continue;
+    try {
+      row->b2b = backtoback_us_per_call(cx.st, row->fn, n_b2b);
+      row->gpu = time_calls(cx.st, 1, g_warm, g_iters, [&](int) { row->fn(); }).med_us;
+    } catch (const std::exception& e) {
+      row->error = e.what();
+    }
+  }
+  for (size_t i = 0; i < timed.size(); ++i) {
+    const Row& row = *timed[i];
+    if (row.error.empty())
+      std::printf("| %s | %.2f | %+.2f | %.2f | %.2f |\n", row.name, row.host, paired[i], row.b2b, row.gpu);
+  }
+  for (auto& row : rows)
+    if (!row.error.empty()) std::printf("| %s | failed: %s | | | |\n", row.name, row.error.c_str());
   std::printf("\noutputs of the four calls: %s\n", check.c_str());
   std::fflush(stdout);
   std::vector<std::string> js;
+  auto paired_of = [&](const Row& r) {
+    for (size_t i = 0; i < timed.size(); ++i)
+      if (timed[i] == &r) return paired[i];
+    return double(NAN);
+  };
   for (auto& row : rows)
-    js.push_back(JObj().s("call", row.name).n("host_us", row.host).n("over_raw_us", row.host - rows[0].host)
+    js.push_back(JObj().s("call", row.name).n("host_us", row.host).n("over_raw_us", paired_of(row))
                      .n("backtoback_us", row.b2b).n("gpu_event_us", row.gpu).s("error", row.error).str());
   g_host.n("empty_launch_host_us", empty.host).n("empty_launch_backtoback_us", empty.b2b);
   g_host.i("m", M).i("n", N).i("k", K).s("recipe", "blockwise").i("burst", burst).i("bursts", bursts)
       .i("backtoback_calls", n_b2b).s("output_check", check).raw("calls", jarr(js));
-  const double over_lt = rows[2].host - rows[0].host, over_c = rows[3].host - rows[0].host;
+  const double over_lt = paired_of(rows[2]), over_c = paired_of(rows[3]);
   g_targets.push_back(JObj().s("target", "host time per call <= raw cublasLtMatmul + 1.5 us (cuBLASLt-format scales)")
                           .n("value", over_lt).b("met", std::isfinite(over_lt) && over_lt <= 1.5).str());
   g_targets.push_back(JObj().s("target", "host time per call <= raw cublasLtMatmul + 1.5 us (compact scales)")
@@ -1229,9 +1286,8 @@ int main(int argc, char** argv) {
   print_native_header();
   g_in_table = true;
   for (const Shape& sh : shp) {
-    double bf16_us = NAN;
     try {
-      bf16_us = bf16_case(cx, sh, emu_lines);
+      bf16_case(cx, sh, emu_lines);
     } catch (const std::exception& e) {
       skipped("bf16 " + sh.label + " " + shape_str(sh), e.what(), &emu_lines);
       sticky();
@@ -1246,7 +1302,7 @@ int main(int argc, char** argv) {
     }
     for (const RecipeCase& rc : kEmulated) {
       try {
-        emulated_case(cx, sh, rc, bf16_us, emu_lines);
+        emulated_case(cx, sh, rc, emu_lines);
       } catch (const std::exception& e) {
         skipped(std::string(rc.name) + " " + sh.label + " " + shape_str(sh), e.what(), &emu_lines);
         sticky();

@@ -560,7 +560,9 @@ def markdown(env, cpp, tor, rows, tg, cpp_status):
         L.append(f"## Host time per call, warm plan cache ({h.get('m', 128)}x{h.get('n', 128)}x{h.get('k', 256)} "
                  f"blockwise unless named)")
         L.append("")
-        L.append(f"CPU clock; bursts of {h.get('burst', 100)} back-to-back calls started on an idle GPU (median), and "
+        L.append(f"CPU clock; rounds of one burst of {h.get('burst', 100)} back-to-back calls per variant, started on an "
+                 f"idle GPU, the variants interleaved round by round (median over {h.get('bursts', 50)} rounds; 'over raw' "
+                 f"is the median of the same-round differences; torch rows: separate process, difference of medians), and "
                  f"{h.get('backtoback_calls', 5000)} back-to-back calls including the final synchronisation (the "
                  f"anchor's method). Output check of the scalemm/raw calls: {h.get('output_check', '-')}.")
         L.append("")
