@@ -1,14 +1,24 @@
 // Where the time of the emulated backend and of sample verification goes, stage by stage.
 // CUDA events around each stage, 5 warm-ups, median of 30; random MXFP8/NVFP4 inputs quantized on
-// the host (never zeros). Usage: bench_dispatch_stages [--quick]
+// the host (never zeros). Usage: bench_dispatch_stages [--quick | --shape M N K]
+//
+// The full run adds, at 8192^3, the back-to-back sequence split by events into its stages, and the
+// BF16 GEMM alone, after a D2D copy moving the dequantizations' bytes, and back to back, each over
+// 300 calls with the SM clock and board power sampled by NVML (loaded at run time; "-" without it):
+// the answer to "why is the GEMM slower right after the memory-bound passes".
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../lib/backends/cublaslt.hpp"
@@ -51,6 +61,56 @@ double median_us(const std::function<void()>& fn, int iters = 30) {
   return t[t.size() / 2];
 }
 
+// NVML through dlopen (no build dependency): SM clock (MHz) and board power (mW), sampled every
+// 200 us by a thread while a phase runs.
+struct Nvml {
+  using Init = int (*)();
+  using Handle = int (*)(unsigned, void**);
+  using Clock = int (*)(void*, int, unsigned*);
+  using Power = int (*)(void*, unsigned*);
+  Clock clock = nullptr;
+  Power power = nullptr;
+  void* dev = nullptr;
+  Nvml() {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!lib) return;
+    auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
+    auto handle = reinterpret_cast<Handle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    clock = reinterpret_cast<Clock>(dlsym(lib, "nvmlDeviceGetClockInfo"));
+    power = reinterpret_cast<Power>(dlsym(lib, "nvmlDeviceGetPowerUsage"));
+    if (!init || !handle || !clock || !power || init() != 0 || handle(0, &dev) != 0) clock = nullptr;
+  }
+  bool ok() const { return clock != nullptr; }
+};
+
+struct Sampled {
+  double us = 0, mhz = 0, watts = 0;  // medians
+};
+
+template <class Fn>
+Sampled sampled_phase(const Nvml& nv, int iters, Fn&& one_call) {
+  std::vector<unsigned> mhz, mw;
+  std::atomic<bool> run{true};
+  std::thread t([&] {
+    while (run.load()) {
+      unsigned c = 0, p = 0;
+      if (nv.ok() && nv.clock(nv.dev, 1 /* NVML_CLOCK_SM */, &c) == 0 && nv.power(nv.dev, &p) == 0)
+        mhz.push_back(c), mw.push_back(p);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::vector<float> us;
+  for (int i = 0; i < iters; ++i) us.push_back(float(one_call()));
+  run = false;
+  t.join();
+  auto med = [](auto v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return double(v[v.size() / 2]);
+  };
+  return {med(us), med(mhz), med(mw) / 1000.0};
+}
+
 struct Operand {
   void* data = nullptr;
   void* scales = nullptr;
@@ -83,7 +143,106 @@ Operand make(Recipe r, int64_t rows, int64_t k, uint64_t seed) {
   return op;
 }
 
-void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k) {
+__global__ void spin_kernel(long long ns) {
+  const long long t0 = clock64(), cycles = ns * 3 / 2;  // >= ns at clocks up to 1.5 GHz
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// The sequence split by events, and the BF16 GEMM in three surroundings, 300 calls each with NVML
+// sampling. Printed after the stage table's row.
+std::vector<std::string> g_split_lines;
+void split_stages(const dispatch::EmulatedOperand& ea, const dispatch::EmulatedOperand& eb,
+                  dispatch::EmulatedShifts* shifts, backends::LtContext& lt, const backends::LtCall& call, void* ws,
+                  int64_t m, int64_t n, int64_t k, void* a16, void* b16) {
+  const Nvml nv;
+  const int iters = 300;
+  cudaEvent_t ev[5];
+  for (auto& e : ev) OK(cudaEventCreate(&e));
+  auto gemm = [&] { lt.matmul(call, ws, 32u << 20, nullptr); };
+  auto elapsed = [&](int i, int j) {
+    float ms = 0;
+    OK(cudaEventElapsedTime(&ms, ev[i], ev[j]));
+    return double(ms) * 1000.0;
+  };
+  // 1. The four launches back to back, an event between each: per-stage medians inside the sequence.
+  // A 200-us spin kernel holds the GPU while the host enqueues them, so these are GPU times without
+  // the host's launch latency (which the stage table above includes).
+  std::vector<std::vector<double>> parts(4);
+  for (int i = 0; i < 5; ++i) gemm();
+  const Sampled seq = sampled_phase(nv, iters, [&] {
+    spin_kernel<<<1, 1>>>(200000);
+    OK(cudaEventRecord(ev[0]));
+    dispatch::emulated_prepare(ea, eb, shifts, nullptr);
+    OK(cudaEventRecord(ev[1]));
+    dispatch::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr);
+    OK(cudaEventRecord(ev[2]));
+    dispatch::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr);
+    OK(cudaEventRecord(ev[3]));
+    gemm();
+    OK(cudaEventRecord(ev[4]));
+    OK(cudaEventSynchronize(ev[4]));
+    for (int s = 0; s < 4; ++s) parts[size_t(s)].push_back(elapsed(s, s + 1));
+    return elapsed(0, 4);
+  });
+  for (auto& p : parts) std::sort(p.begin(), p.end());
+  // 2. The GEMM alone, the host waiting for each call (as the stage table times it).
+  const Sampled alone = sampled_phase(nv, iters, [&] {
+    OK(cudaEventRecord(ev[0]));
+    gemm();
+    OK(cudaEventRecord(ev[1]));
+    OK(cudaEventSynchronize(ev[1]));
+    return elapsed(0, 1);
+  });
+  // 3. The GEMM right after a D2D copy moving the same bytes as the two dequantizations (no compute).
+  const size_t copy_bytes = size_t((m + n) * k) * 3 / 2;  // read + write = (m + n) k (1 + 2) bytes
+  void *src = nullptr, *dst = nullptr;
+  OK(cudaMalloc(&src, copy_bytes));
+  OK(cudaMalloc(&dst, copy_bytes));
+  std::vector<double> copy_part;
+  const Sampled after_copy = sampled_phase(nv, iters, [&] {
+    OK(cudaEventRecord(ev[0]));
+    OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
+    OK(cudaEventRecord(ev[1]));
+    gemm();
+    OK(cudaEventRecord(ev[2]));
+    OK(cudaEventSynchronize(ev[2]));
+    copy_part.push_back(elapsed(0, 1));
+    return elapsed(1, 2);
+  });
+  std::sort(copy_part.begin(), copy_part.end());
+  cudaFree(src);
+  cudaFree(dst);
+  // 4. The GEMM back to back, four per sample, the host never idle-waiting between them.
+  const Sampled b2b = sampled_phase(nv, iters / 4, [&] {
+    OK(cudaEventRecord(ev[0]));
+    for (int i = 0; i < 4; ++i) gemm();
+    OK(cudaEventRecord(ev[1]));
+    OK(cudaEventSynchronize(ev[1]));
+    return elapsed(0, 1) / 4;
+  });
+  for (auto& e : ev) cudaEventDestroy(e);
+  auto med = [](const std::vector<double>& v) { return v[v.size() / 2]; };
+  char line[512];
+  auto clk = [&](const Sampled& x) {
+    char b[64];
+    if (!nv.ok()) return std::string("- | -");
+    std::snprintf(b, sizeof b, "%.0f | %.0f", x.mhz, x.watts);
+    return std::string(b);
+  };
+  std::snprintf(line, sizeof line, "| sequence, GPU time (prepare %.1f, dequant A %.1f, dequant B %.1f, GEMM %.1f) | %.1f | %s |",
+                med(parts[0]), med(parts[1]), med(parts[2]), med(parts[3]), seq.us, clk(seq).c_str());
+  g_split_lines.push_back(line);
+  std::snprintf(line, sizeof line, "| GEMM alone, host waits for each call | %.1f | %s |", alone.us, clk(alone).c_str());
+  g_split_lines.push_back(line);
+  std::snprintf(line, sizeof line, "| GEMM right after a %.0f MB D2D copy (copy %.1f) | %.1f | %s |",
+                2.0 * double(copy_bytes) / 1e6, med(copy_part), after_copy.us, clk(after_copy).c_str());
+  g_split_lines.push_back(line);
+  std::snprintf(line, sizeof line, "| GEMM back to back (4 per sample) | %.1f | %s |", b2b.us, clk(b2b).c_str());
+  g_split_lines.push_back(line);
+}
+
+void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = false) {
   const Operand a = make(r, m, k, 1), b = make(r, n, k, 2);
   void *a16, *b16, *d, *ws, *scratch;
   OK(cudaMalloc(&a16, size_t(m * k) * 2));
@@ -126,6 +285,7 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k) {
     dispatch::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr);
     lt.matmul(host_alpha, ws, 32u << 20, nullptr);
   });
+  if (split) split_stages(ea, eb, shifts, lt, host_alpha, ws, m, n, k, a16, b16);
   const double bytes_a = double(m * k) * (a.dtype == DType::kE2M1 ? 0.5 : 1.0) + double(m * k) * 2;
   const double bytes_b = double(n * k) * (b.dtype == DType::kE2M1 ? 0.5 : 1.0) + double(n * k) * 2;
   std::printf("| %s %lldx%lldx%lld | %.1f | %.1f (%.0f GB/s) | %.1f (%.0f GB/s) | %.1f | %.1f | %.1f | %.1f |\n",
@@ -165,12 +325,21 @@ int main(int argc, char** argv) {
   std::printf("bench_dispatch_stages on %s; CUDA-event medians of 30 after 5 warm-ups, microseconds\n\n", p.name);
   std::printf("| emulated case | prepare | dequant A | dequant B | BF16 GEMM host alpha | BF16 GEMM device alpha | stages back to back | Handle::gemm |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
+  if (argc == 5 && std::strcmp(argv[1], "--shape") == 0) {  // one shape, mxfp8 and nvfp4 (for profilers)
+    const int64_t m = std::atoll(argv[2]), n = std::atoll(argv[3]), k = std::atoll(argv[4]);
+    emulated_stages(Recipe::kMxfp8, m, n, k);
+    emulated_stages(Recipe::kNvfp4, m, n, k);
+    return 0;
+  }
   emulated_stages(Recipe::kMxfp8, 128, 7168, 2048);
   emulated_stages(Recipe::kNvfp4, 128, 7168, 2048);
   emulated_stages(Recipe::kMxfp8, 4096, 4096, 4096);
   if (!quick) {
-    emulated_stages(Recipe::kMxfp8, 8192, 8192, 8192);
+    emulated_stages(Recipe::kMxfp8, 8192, 8192, 8192, true);
     emulated_stages(Recipe::kNvfp4, 8192, 8192, 8192);
+    std::printf("\n| mxfp8 8192^3, 300 calls per row (NVML SM clock and board power: medians of 200-us samples) "
+                "| us per call | SM MHz | W |\n|---|---|---|---|\n");
+    for (const auto& l : g_split_lines) std::printf("%s\n", l.c_str());
   }
   std::printf("\n| sample verification | GEMM | sample check (enqueue + kernels) | overhead |\n|---|---|---|---|\n");
   sample_stage(4096, 4096, 4096);
