@@ -1,6 +1,5 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_fp4.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -78,6 +77,8 @@ struct NeedArgs {
   bool flat[2];  // compact 1x32 scales: the buffer is the logical grid itself, scanned as bytes
 };
 
+constexpr int kNeedLoads = 4;  // 16-code words per thread and pass of the flat scan
+
 // The shift an E8M0 scale's block needs (low bound minus code; blocks under code 3 are read to see
 // whether they hold subnormal, normal or no nonzero values), and the largest code. Both operands in one
 // launch (blockIdx.y); the last block to finish chooses the shifts, so prepare is two small launches.
@@ -86,7 +87,9 @@ struct NeedArgs {
 // checked against offset(). Other formats walk (row, K-block) and read four adjacent codes at once
 // (adjacent in both formats: compact rows, and the s % 4 lane of a 128x4 tile; checked through
 // offset() before one 32-bit load).
-__global__ void __launch_bounds__(256) e8m0_need_kernel(NeedArgs a, EmulatedShifts* s) {
+// `a` is a grid constant: indexing it by blockIdx.y reads the parameter space in place instead of
+// copying the struct to each thread's stack.
+__global__ void __launch_bounds__(256) e8m0_need_kernel(const __grid_constant__ NeedArgs a, EmulatedShifts* s) {
   __shared__ int need_s[8], max_s[8];
   __shared__ bool last;
   const int which = blockIdx.y;
@@ -122,14 +125,40 @@ __global__ void __launch_bounds__(256) e8m0_need_kernel(NeedArgs a, EmulatedShif
       const int64_t r = idx / kbs, kb = idx - r * kbs;
       if (l.offset(r, kb) == idx) visit(c, r, kb);
     };
+    // kNeedLoads 16-code words per thread, all loaded before any is looked at (a one-wave grid of
+    // latency-bound blocks otherwise). Words whose 16 codes all lie in [low_code, 254] need only
+    // their minimum and maximum; the others (rare) are re-read byte by byte afterwards.
     const bool vec = (reinterpret_cast<uintptr_t>(scales) & 15) == 0;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i * 16 < n; i += int64_t(gridDim.x) * blockDim.x) {
-      if (vec && i * 16 + 16 <= n) {
-        const uint4 w = *reinterpret_cast<const uint4*>(scales + i * 16);
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    const int64_t n16 = (n + 15) / 16, stride = int64_t(gridDim.x) * blockDim.x;
+    for (int64_t base = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; base < n16; base += kNeedLoads * stride) {
+      uint4 w[kNeedLoads];
 #pragma unroll
-        for (int q = 0; q < 16; ++q) visit_flat(int((words[q / 4] >> (8 * (q % 4))) & 0xFF), i * 16 + q);
-      } else {
+      for (int u = 0; u < kNeedLoads; ++u) {
+        const int64_t i = base + u * stride;
+        if (vec && i * 16 + 16 <= n) w[u] = *reinterpret_cast<const uint4*>(scales + i * 16);
+      }
+      unsigned slow = 0;
+#pragma unroll
+      for (int u = 0; u < kNeedLoads; ++u) {
+        const int64_t i = base + u * stride;
+        if (i >= n16) continue;
+        if (!vec || i * 16 + 16 > n) {
+          slow |= 1u << u;
+          continue;
+        }
+        const uint32_t lo4 = __vminu4(__vminu4(w[u].x, w[u].y), __vminu4(w[u].z, w[u].w));
+        const uint32_t hi4 = __vmaxu4(__vmaxu4(w[u].x, w[u].y), __vmaxu4(w[u].z, w[u].w));
+        const int lo_c = int(min(min(lo4 & 0xFF, (lo4 >> 8) & 0xFF), min((lo4 >> 16) & 0xFF, lo4 >> 24)));
+        const int hi_c = int(max(max(hi4 & 0xFF, (hi4 >> 8) & 0xFF), max((hi4 >> 16) & 0xFF, hi4 >> 24)));
+        if (lo_c >= low_code && hi_c != 255) {
+          hi = max(hi, hi_c);
+          need = max(need, low_code - lo_c);
+        } else {
+          slow |= 1u << u;
+        }
+      }
+      for (; slow; slow &= slow - 1) {
+        const int64_t i = base + (__ffs(int(slow)) - 1) * stride;
         for (int64_t idx = i * 16; idx < min(n, i * 16 + 16); ++idx) visit_flat(scales[idx], idx);
       }
     }
@@ -174,65 +203,90 @@ __device__ __forceinline__ float pow2f(int e) {
   return (e >= -126 && e <= 127) ? __int_as_float((e + 127) << 23) : scalbnf(1.0f, e);
 }
 
-// Each thread turns chunks of 8 consecutive K elements (one scale: block_k is 16 or 32) into bf16:
-// 8 (FP8) or 4 (FP4) bytes in, 16 bytes out, so a warp's loads and stores are both contiguous. Rows
-// run over blockIdx.y and K over blockIdx.x (no division per chunk). Decoding uses the hardware
-// conversions (bit-identical to formats.hpp: tests/formats compares them on the GPU), and the scale
-// is a power of two, so every step is exact.
-constexpr int kDqThreads = 256, kDqPer = 8, kDqUnroll = 2;
+// Two E2M1 values (the low byte of b: element 0 in the low nibble) as f16x2 bits whose values are
+// the E2M1 values times 2^-14: sign to bit 15, the three magnitude bits (exponent, mantissa) to the
+// top of the f16 exponent and mantissa fields. Exponent 0 lands on the f16 subnormal 2^-15 (E2M1
+// 0.5), exponent e > 0 on 2^(e-15) (E2M1 2^(e-1)), so one scale factor of 2^14 restores every value.
+// sm_90 has no E2M1 conversion instruction (cuda_fp4.hpp falls back to a generic software path).
+__device__ __forceinline__ uint32_t e2m1x2_to_f16x2_times_2pow_m14(uint32_t b) {
+  return ((b & 0x7u) << 9) | ((b & 0x8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
+}
+
+// Each thread turns kDqUnroll chunks of 8 consecutive K elements (8 FP8 / 4 FP4 bytes in, 16 bytes of
+// bf16 out) into bf16. Chunks are numbered over the whole (rows, K) matrix, which K % 8 == 0 makes
+// contiguous in both the input and the output: the lanes of a warp read and write adjacent chunks
+// (coalesced on both sides), and only the scale lookup needs the row (one 32-bit division per chunk).
+// A chunk lies inside one 16- or 32-element block, so it has one scale. FP8 decodes through the
+// hardware conversion (bit-identical to formats.hpp: tests/formats compares them on the GPU), FP4
+// through the bit mapping above; every scale is a power of two or a UE4M3 value and every product
+// fits BF16 (see emulated_prepare), so every step is exact.
+constexpr int kDqThreads = 256, kDqPer = 8, kDqUnroll = 4;
 template <DType kData>
 __global__ void __launch_bounds__(kDqThreads) dequant_bf16_kernel(const uint8_t* __restrict__ data,
-                                                                  const void* __restrict__ scales,
+                                                                  const uint8_t* __restrict__ scales,
                                                                   layouts::ScaleLayout l,
                                                                   const EmulatedShifts* shifts, int which,
-                                                                  uint16_t* __restrict__ out) {
+                                                                  uint16_t* __restrict__ out,
+                                                                  uint32_t chunks_per_row, uint64_t chunks) {
+  constexpr bool kFp4 = kData == DType::kE2M1;
+  constexpr int kIn = kFp4 ? kDqPer / 2 : kDqPer;  // input bytes per chunk
   const bool e8m0 = l.scale_dtype() == DType::kE8M0;
-  const int shift = shifts->shift[which];
+  const int shift = shifts->shift[which] + (kFp4 ? 14 : 0);
   const int bk_log2 = __ffs(int(l.block_k())) - 1;  // 16 or 32: a power of two
-  const int64_t k = l.k;
-  constexpr int kBytes = kData == DType::kE2M1 ? kDqPer / 2 : kDqPer;  // input bytes per chunk
-  for (int64_t r = blockIdx.y; r < l.rows; r += gridDim.y) {
-    uint32_t w[kDqUnroll][kBytes / 4];
-    float scale[kDqUnroll];
-    int64_t k0[kDqUnroll];
+  const bool narrow = chunks <= 0xFFFFFFFFull;
+  uint32_t w[kDqUnroll][kIn / 4];
+  float scale[kDqUnroll];
+  uint64_t c[kDqUnroll];
 #pragma unroll
-    for (int u = 0; u < kDqUnroll; ++u) {  // all loads first: bytes in flight
-      k0[u] = (int64_t(blockIdx.x) * kDqUnroll + u) * (kDqThreads * kDqPer) + threadIdx.x * kDqPer;
-      if (k0[u] >= k) continue;
-      const uint8_t code = static_cast<const uint8_t*>(scales)[l.offset(r, k0[u] >> bk_log2)];
-      if (e8m0) scale[u] = code == 255 ? __int_as_float(0x7FC00000) : pow2f(int(code) - 127 + shift);
-      else scale[u] = formats::decode_ue4m3(code) * pow2f(shift);
-      const uint8_t* src = data + (r * k + k0[u]) * kBytes / kDqPer;
-      if constexpr (kBytes == 8) {
-        const uint2 v = __ldcs(reinterpret_cast<const uint2*>(src));
-        w[u][0] = v.x, w[u][1] = v.y;
-      } else {
-        w[u][0] = __ldcs(reinterpret_cast<const unsigned int*>(src));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kDqUnroll; ++u) {
-      if (k0[u] >= k) continue;
-      uint32_t o[kDqPer / 2];
-#pragma unroll
-      for (int j = 0; j < kDqPer; j += 2) {
-        __half2_raw h;
-        if constexpr (kData == DType::kE2M1) {
-          const uint8_t pair = uint8_t(w[u][j / 8] >> (4 * (j % 8)));
-          h = __nv_cvt_fp4x2_to_halfraw2(__nv_fp4x2_storage_t(pair), __NV_E2M1);
-        } else {
-          const uint16_t pair = uint16_t(w[u][j / 4] >> (8 * (j % 4)));
-          h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair), kData == DType::kE4M3 ? __NV_E4M3 : __NV_E5M2);
-        }
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-        const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale[u], f.y * scale[u]);
-        o[j / 2] = *reinterpret_cast<const uint32_t*>(&b);
-      }
-      // Streaming store: the BF16 copy is read once, by the GEMM that follows, and should not sit in
-      // L2 as dirty lines when that GEMM starts.
-      __stcs(reinterpret_cast<uint4*>(out + r * k + k0[u]), make_uint4(o[0], o[1], o[2], o[3]));
+  for (int u = 0; u < kDqUnroll; ++u) {  // all loads first: bytes in flight
+    c[u] = (uint64_t(blockIdx.x) * kDqUnroll + u) * kDqThreads + threadIdx.x;
+    if (c[u] >= chunks) continue;
+    const uint64_t r = narrow ? uint64_t(uint32_t(c[u]) / chunks_per_row) : c[u] / chunks_per_row;
+    const int64_t kb = (int64_t(c[u] - r * chunks_per_row) * kDqPer) >> bk_log2;
+    const uint8_t code = scales[l.offset(int64_t(r), kb)];
+    if (e8m0) scale[u] = code == 255 ? __int_as_float(0x7FC00000) : pow2f(int(code) - 127 + shift);
+    else scale[u] = formats::decode_ue4m3(code) * pow2f(shift);
+    const uint8_t* src = data + c[u] * kIn;
+    if constexpr (kIn == 8) {
+      const uint2 v = __ldcs(reinterpret_cast<const uint2*>(src));
+      w[u][0] = v.x, w[u][1] = v.y;
+    } else {
+      w[u][0] = __ldcs(reinterpret_cast<const unsigned int*>(src));
     }
   }
+#pragma unroll
+  for (int u = 0; u < kDqUnroll; ++u) {
+    if (c[u] >= chunks) continue;
+    uint32_t o[kDqPer / 2];
+#pragma unroll
+    for (int p = 0; p < kDqPer / 2; ++p) {  // elements 2p, 2p + 1
+      uint32_t h;
+      if constexpr (kFp4) {
+        h = e2m1x2_to_f16x2_times_2pow_m14(w[u][0] >> (8 * p));
+      } else {
+        const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[u][p / 2] >> (16 * (p % 2))),
+                                                          kData == DType::kE4M3 ? __NV_E4M3 : __NV_E5M2);
+        h = uint32_t(r.x) | (uint32_t(r.y) << 16);
+      }
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale[u], f.y * scale[u]);
+      o[p] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    // Streaming store: the BF16 copy is read once, by the GEMM that follows, and should not sit in
+    // L2 as dirty lines when that GEMM starts.
+    __stcs(reinterpret_cast<uint4*>(out + c[u] * kDqPer), make_uint4(o[0], o[1], o[2], o[3]));
+  }
+}
+
+template <DType kData>
+void launch_dequant(const EmulatedOperand& op, const EmulatedShifts* shifts, int which, uint16_t* out,
+                    cudaStream_t cs) {
+  const uint64_t per_row = uint64_t(op.layout.k / kDqPer), chunks = per_row * uint64_t(op.layout.rows);
+  if (chunks == 0) return;
+  const uint64_t blocks = (chunks + kDqThreads * kDqUnroll - 1) / (kDqThreads * kDqUnroll);
+  dequant_bf16_kernel<kData><<<unsigned(blocks), kDqThreads, 0, cs>>>(
+      static_cast<const uint8_t*>(op.data), static_cast<const uint8_t*>(op.scales), op.layout, shifts, which, out,
+      uint32_t(per_row), chunks);
 }
 
 // Small scale conversions of one GEMM in one launch: each thread writes one element of a destination's
@@ -313,9 +367,10 @@ void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, Emulat
     na.dtype[i] = ops[i]->dtype;
     na.e8m0[i] = l.scale_dtype() == DType::kE8M0;
     na.flat[i] = l.recipe == Recipe::kMxfp8 && l.format == ScaleFormat::kCompact;
-    if (na.e8m0[i]) blocks = std::max(blocks, na.flat[i] ? (l.size() + 4095) / 4096 : l.rows);
+    if (na.e8m0[i]) blocks = std::max(blocks, na.flat[i] ? (l.size() + 16 * 256 * kNeedLoads - 1) / (16 * 256 * kNeedLoads) : l.rows);
   }
-  // Flat scans: 4096 codes per block; row walks: one row per block. At most 1024 blocks per operand.
+  // Flat scans: 16 codes x kNeedLoads per thread; row walks: one row per block. At most 1024 blocks
+  // per operand.
   const dim3 grid(unsigned(std::min<int64_t>(blocks, 1024)), 2);
   e8m0_need_kernel<<<grid, 256, 0, cs>>>(na, shifts);
   check_launch("emulated_prepare");
@@ -323,18 +378,15 @@ void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, Emulat
 
 void emulated_dequantize_bf16(const EmulatedOperand& op, const EmulatedShifts* shifts, int which, uint16_t* out,
                               Stream stream) {
-  if (op.layout.k % 8 != 0)
-    throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: K=" + std::to_string(op.layout.k) +
+  const int64_t k = op.layout.k;
+  if (k % 8 != 0)
+    throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: K=" + std::to_string(k) +
                                            " is not a multiple of 8 (the planner should not have chosen this path)");
   const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
-  constexpr int64_t kPerBlock = int64_t(kDqThreads) * kDqPer * kDqUnroll;
-  const dim3 grid(unsigned((op.layout.k + kPerBlock - 1) / kPerBlock),
-                  unsigned(std::max<int64_t>(1, std::min<int64_t>(op.layout.rows, 65535))));
-  const auto* d = static_cast<const uint8_t*>(op.data);
   switch (op.dtype) {
-    case DType::kE4M3: dequant_bf16_kernel<DType::kE4M3><<<grid, kDqThreads, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
-    case DType::kE5M2: dequant_bf16_kernel<DType::kE5M2><<<grid, kDqThreads, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
-    case DType::kE2M1: dequant_bf16_kernel<DType::kE2M1><<<grid, kDqThreads, 0, cs>>>(d, op.scales, op.layout, shifts, which, out); break;
+    case DType::kE4M3: launch_dequant<DType::kE4M3>(op, shifts, which, out, cs); break;
+    case DType::kE5M2: launch_dequant<DType::kE5M2>(op, shifts, which, out, cs); break;
+    case DType::kE2M1: launch_dequant<DType::kE2M1>(op, shifts, which, out, cs); break;
     default: throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: unsupported data type");
   }
   check_launch("emulated_dequantize_bf16");

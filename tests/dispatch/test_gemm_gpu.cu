@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "../../lib/dispatch/kernels.cuh"
 #include "../../lib/dispatch/verify.hpp"
 #include "device_buffer.hpp"
 #include "operands.hpp"
@@ -154,18 +155,20 @@ TEST_CASE("GEMMs on random data agree with the reference: 75 dB native FP8, 120 
     }
 }
 
+// K = 40 and 48 end in a partial 32-element block; 40 is not a multiple of 16 either.
 TEST_CASE("the emulated backend equals the reference for mxfp8, mxfp8-32x32 and nvfp4", "[gpu][dispatch]") {
   auto rng = scalemm::testing::rng(0xE3);
   Handle h;
   for (auto [ra, rb] : {std::pair{Recipe::kMxfp8, Recipe::kMxfp8}, {Recipe::kMxfp8, Recipe::kMxfp8_32x32},
-                        {Recipe::kMxfp8_32x32, Recipe::kMxfp8_32x32}, {Recipe::kNvfp4, Recipe::kNvfp4}}) {
-    auto a = scalemm::testing::exact_operand(ra, 256, 512, ScaleFormat::kCompact, rng);
-    auto b = scalemm::testing::exact_operand(rb, 384, 512, ScaleFormat::kCublasLt, rng);
-    const Result r = run(h, a, b, DType::kF32);
-    CAPTURE(to_string(ra), to_string(rb), r.cmp.to_string());
-    CHECK(r.backend == Backend::kEmulated);
-    CHECK(r.cmp.bitwise_equal());
-  }
+                        {Recipe::kMxfp8_32x32, Recipe::kMxfp8_32x32}, {Recipe::kNvfp4, Recipe::kNvfp4}})
+    for (int64_t k : {512, 40, 48}) {
+      auto a = scalemm::testing::exact_operand(ra, 256, k, ScaleFormat::kCompact, rng);
+      auto b = scalemm::testing::exact_operand(rb, 384, k, ScaleFormat::kCublasLt, rng);
+      const Result r = run(h, a, b, DType::kF32);
+      CAPTURE(to_string(ra), to_string(rb), k, r.cmp.to_string());
+      CHECK(r.backend == Backend::kEmulated);
+      CHECK(r.cmp.bitwise_equal());
+    }
 }
 
 TEST_CASE("a forced backend runs exactly that backend and still matches", "[gpu][dispatch]") {
@@ -302,6 +305,60 @@ TEST_CASE("verification passes correct calls and names the worst element of a wr
       CHECK_THAT(std::string(e.what()), Catch::Contains("native"));
     }
   }
+}
+
+// Every FP8 and E2M1 byte pattern, scale codes across their whole range (NaN included) and two shifts,
+// K with and without a partial last block, through the emulated backend's dequantization, against
+// formats.hpp: bf16(decode(x) * decode(scale) * 2^shift), bit for bit (NaN as NaN).
+TEST_CASE("the emulated dequantization to bf16 equals formats.hpp for every data and scale code", "[gpu][dispatch]") {
+  const int64_t rows = 3;
+  for (auto [recipe, dtype] : {std::pair{Recipe::kMxfp8, DType::kE4M3}, {Recipe::kMxfp8, DType::kE5M2},
+                               {Recipe::kNvfp4, DType::kE2M1}})
+    for (int64_t k : {512, 520})  // 520: a partial last block
+      for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+        for (int shift : {0, 3}) {
+          const bool fp4 = dtype == DType::kE2M1;
+          const layouts::ScaleLayout l(recipe, rows, k, f);
+          const int64_t row_bytes = fp4 ? k / 2 : k;
+          std::vector<uint8_t> data(size_t(rows * row_bytes)), scales(size_t(l.bytes()), 0);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < row_bytes; ++i) data[size_t(r * row_bytes + i)] = uint8_t(i + 37 * r);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t kb = 0; kb < l.kblocks(); ++kb) {
+              int c = int((kb * 29 + r * 101) % 256);  // E8M0 0..255 (255: NaN); UE4M3 below
+              if (shift > 0 && c > 251 && c < 255) c -= 8;  // the prepare step never shifts past 2^127
+              scales[size_t(l.offset(r, kb))] = uint8_t(fp4 ? c % 128 : c);
+            }
+          scales[size_t(l.offset(0, 1))] = fp4 ? 0x7F : 0xFF;  // a NaN scale code in every case
+          Dev d_data(data), d_scales(scales), d_out(size_t(rows * k) * 2), d_shifts(sizeof(dispatch::EmulatedShifts));
+          dispatch::EmulatedShifts sh{};
+          sh.shift[0] = shift;
+          CUDA_OK(cudaMemcpy(d_shifts.p, &sh, sizeof sh, cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemset(d_out.p, 0xFF, d_out.bytes));
+          const dispatch::EmulatedOperand op{d_data.p, dtype, d_scales.p, l};
+          dispatch::emulated_dequantize_bf16(op, d_shifts.as<dispatch::EmulatedShifts>(), 0, d_out.as<uint16_t>(),
+                                             nullptr);
+          CUDA_OK(cudaDeviceSynchronize());
+          std::vector<uint16_t> got(size_t(rows * k));
+          CUDA_OK(cudaMemcpy(got.data(), d_out.p, d_out.bytes, cudaMemcpyDeviceToHost));
+          int64_t wrong = 0, nan = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const uint8_t byte = data[size_t(r * row_bytes + (fp4 ? kk / 2 : kk))];
+              const float x = fp4 ? formats::decode_e2m1(uint8_t(kk % 2 ? byte >> 4 : byte & 0xF))
+                                  : dtype == DType::kE4M3 ? formats::decode_e4m3(byte) : formats::decode_e5m2(byte);
+              const uint8_t code = scales[size_t(l.offset(r, kk / l.block_k()))];
+              const float sc = fp4 ? formats::decode_ue4m3(code) : formats::decode_e8m0(code);
+              const float want = x * sc * std::ldexp(1.0f, shift);
+              const uint16_t g = got[size_t(r * k + kk)];
+              const bool g_nan = (g & 0x7F80) == 0x7F80 && (g & 0x7F) != 0;
+              if (std::isnan(want)) nan += 1, wrong += !g_nan;
+              else wrong += g != formats::encode_bf16(want);
+            }
+          CAPTURE(to_string(dtype), k, to_string(f), shift, wrong);
+          CHECK(wrong == 0);
+          CHECK(nan > 0);  // the NaN codes (E8M0 255, FP8 NaN patterns, UE4M3 0x7F) took part
+        }
 }
 
 // E4M3 x 2^(c-127) is exact in BF16 only for E8M0 codes in [3, 246]: below, values fall under BF16's
