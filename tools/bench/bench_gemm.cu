@@ -1055,7 +1055,8 @@ void host_overhead(Ctx& cx) {
 
 void verify_overhead(Ctx& cx) {
   const int64_t S = 4096;
-  std::printf("\n## Verify-mode overhead at %lld^3 (a Handle constructed under each SCALEMM_VERIFY)\n\n"
+  std::printf("\n## Verify-mode overhead at %lld^3 (a Handle constructed under each SCALEMM_VERIFY; off and sample\n"
+              "timed interleaved)\n\n"
               "| recipe | backend | off us | sample us | sample overhead | full us | full overhead |\n"
               "|---|---|---|---|---|---|---|\n", (long long)S);
   std::fflush(stdout);
@@ -1079,23 +1080,36 @@ void verify_overhead(Ctx& cx) {
       std::string err[3];
       std::string backend;
       const char* modes[3] = {"off", "sample", "full"};
-      for (int m = 0; m < 3; ++m) {
-        if (setenv("SCALEMM_VERIFY", modes[m], 1) != 0) fail("setenv SCALEMM_VERIFY");
-        try {
-          Handle h;  // reads SCALEMM_VERIFY now
-          setenv("SCALEMM_VERIFY", "off", 1);
-          auto args = [&](int s) {
-            GemmArgs g;
-            g.m = S, g.n = S, g.k = S;
-            g.a = a[size_t(s)].op(false), g.b = b[size_t(s)].op(false), g.d = d[size_t(s)].p;
-            return g;
-          };
-          backend = std::string(to_string(h.plan(args(0)).backend));
-          t[m] = time_calls(cx.st, nsets, g_warm, g_iters, [&](int s) { h.gemm(args(s), cx.st); }).med_us;
-        } catch (const std::exception& e) {
-          err[m] = e.what();
-        }
+      auto args = [&](int s) {
+        GemmArgs g;
+        g.m = S, g.n = S, g.k = S;
+        g.a = a[size_t(s)].op(false), g.b = b[size_t(s)].op(false), g.d = d[size_t(s)].p;
+        return g;
+      };
+      auto handle_for = [&](const char* mode) {
+        if (setenv("SCALEMM_VERIFY", mode, 1) != 0) fail("setenv SCALEMM_VERIFY");
+        auto h = std::make_unique<Handle>();  // reads SCALEMM_VERIFY now
         setenv("SCALEMM_VERIFY", "off", 1);
+        return h;
+      };
+      // off and sample timed interleaved call by call (the SM clock moves with the GPU's load over a
+      // run, by more than the overhead measured); full alone, it is synchronous and slow.
+      try {
+        auto h_off = handle_for("off"), h_sample = handle_for("sample");
+        backend = std::string(to_string(h_off->plan(args(0)).backend));
+        const std::vector<Stat> tv =
+            time_interleaved(cx.st, nsets, g_warm, g_iters,
+                             {[&](int s) { h_off->gemm(args(s), cx.st); }, [&](int s) { h_sample->gemm(args(s), cx.st); }});
+        h_sample->check_verification();
+        t[0] = tv[0].med_us, t[1] = tv[1].med_us;
+      } catch (const std::exception& e) {
+        err[0] = err[1] = e.what();
+      }
+      try {
+        auto h = handle_for("full");
+        t[2] = time_calls(cx.st, nsets, g_warm, g_iters, [&](int s) { h->gemm(args(s), cx.st); }).med_us;
+      } catch (const std::exception& e) {
+        err[2] = e.what();
       }
       auto cell = [&](int m) {
         char b[64];

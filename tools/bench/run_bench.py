@@ -587,7 +587,7 @@ def markdown(env, cpp, tor, rows, tg, cpp_status):
                      f"{fmt(x['gpu_event_us'], 2)} |")
     if (cpp or {}).get("verify"):
         L.append("")
-        L.append("## Verify-mode overhead (SCALEMM_VERIFY, Handle constructed under each setting)")
+        L.append("## Verify-mode overhead (SCALEMM_VERIFY, Handle constructed under each setting; off and sample timed interleaved)")
         L.append("")
         L.append("| recipe | M=N=K | backend | off us | sample us | sample overhead | full us | full overhead |")
         L.append("|---|---|---|---|---|---|---|---|")
