@@ -76,11 +76,13 @@ std::vector<uint8_t> random_bytes(size_t n, std::mt19937_64& g) {
   return v;
 }
 
+bool selected(const std::string& name, int64_t R, int64_t K) {
+  return g_only.empty() || (name + " " + std::to_string(R) + "x" + std::to_string(K)).find(g_only) != std::string::npos;
+}
+
 void row(const std::string& name, int64_t R, int64_t K, size_t src_bytes, size_t dst_bytes,
          const std::function<void(cudaStream_t)>& kernel, const std::vector<uint8_t>& want, const Dev& out,
          cudaStream_t st) {
-  if (!g_only.empty() && (name + " " + std::to_string(R) + "x" + std::to_string(K)).find(g_only) == std::string::npos)
-    return;
   // Correctness first.
   CK(cudaMemsetAsync(out.p, 0xCD, dst_bytes, st));
   kernel(st);
@@ -105,6 +107,8 @@ void row(const std::string& name, int64_t R, int64_t K, size_t src_bytes, size_t
 }
 
 void bench_relayout(Recipe rc, int64_t R, int64_t K, bool to_lt, std::mt19937_64& g, cudaStream_t st) {
+  const std::string name = std::string(to_string(rc)) + (to_lt ? " compact->cublaslt" : " cublaslt->compact");
+  if (!selected(name, R, K)) return;  // before the host reference, which dominates a filtered run
   const ScaleLayout c(rc, R, K, ScaleFormat::kCompact), l = c.with_format(ScaleFormat::kCublasLt);
   const ScaleLayout from = to_lt ? c : l, to = to_lt ? l : c;
   std::vector<uint8_t> src = random_bytes(size_t(c.bytes()), g);
@@ -113,22 +117,25 @@ void bench_relayout(Recipe rc, int64_t R, int64_t K, bool to_lt, std::mt19937_64
   convert(from, src.data(), to, want.data());
   Dev ds(src.size()), dd(want.size());
   CK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
-  row(std::string(to_string(rc)) + (to_lt ? " compact->cublaslt" : " cublaslt->compact"), R, K, src.size(),
-      want.size(), [&](cudaStream_t s) { gpu::convert(from, ds.p, to, dd.p, s); }, want, dd, st);
+  row(name, R, K, src.size(), want.size(), [&](cudaStream_t s) { gpu::convert(from, ds.p, to, dd.p, s); }, want, dd,
+      st);
 }
 
 void bench_transpose(Recipe rc, int64_t R, int64_t K, ScaleFormat tf, std::mt19937_64& g, cudaStream_t st) {
+  const std::string name = std::string(to_string(rc)) + " transpose ->" + std::string(to_string(tf));
+  if (!selected(name, R, K)) return;
   const ScaleLayout from(rc, R, K, ScaleFormat::kCompact), to = transposed(from, tf);
   const auto src = random_bytes(size_t(from.bytes()), g);
   std::vector<uint8_t> want(size_t(to.bytes()));
   transpose(from, src.data(), to, want.data());
   Dev ds(src.size()), dd(want.size());
   CK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
-  row(std::string(to_string(rc)) + " transpose ->" + std::string(to_string(tf)), R, K, src.size(), want.size(),
-      [&](cudaStream_t s) { gpu::transpose(from, ds.p, to, dd.p, s); }, want, dd, st);
+  row(name, R, K, src.size(), want.size(), [&](cudaStream_t s) { gpu::transpose(from, ds.p, to, dd.p, s); }, want,
+      dd, st);
 }
 
 void bench_broadcast(int64_t R, int64_t K, std::mt19937_64& g, cudaStream_t st) {
+  if (!selected("block128x128 -> mxfp8 cublaslt", R, K)) return;
   const ScaleLayout b(Recipe::kBlock128x128, R, K, ScaleFormat::kCompact);
   const ScaleLayout m = mxfp8_layout_for(b, Recipe::kMxfp8, ScaleFormat::kCublasLt);
   std::vector<float> s(size_t(b.size()));
@@ -145,6 +152,8 @@ void bench_broadcast(int64_t R, int64_t K, std::mt19937_64& g, cudaStream_t st) 
 }
 
 void bench_grouped(Recipe rc, int64_t R, int64_t K, int G, std::mt19937_64& g, cudaStream_t st) {
+  const std::string name = std::string(to_string(rc)) + " grouped G=" + std::to_string(G) + " ->cublaslt";
+  if (!selected(name, R, K)) return;
   // Ragged groups: random cut points, as a router would produce.
   std::vector<int64_t> offs(size_t(G) + 1, 0);
   std::vector<int64_t> cuts;
@@ -162,7 +171,7 @@ void bench_grouped(Recipe rc, int64_t R, int64_t K, int G, std::mt19937_64& g, c
   CK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(doffs.p, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
   const auto* d_offs = static_cast<const int64_t*>(doffs.p);
-  row(std::string(to_string(rc)) + " grouped G=" + std::to_string(G) + " ->cublaslt", R, K, src.size(), want.size(),
+  row(name, R, K, src.size(), want.size(),
       [&](cudaStream_t s) {
         gpu::convert_grouped(rc, K, d_offs, G, R, ScaleFormat::kCompact, ds.p, ScaleFormat::kCublasLt, dd.p, s);
       },
