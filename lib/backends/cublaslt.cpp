@@ -9,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "scalemm/status.hpp"
@@ -54,6 +55,15 @@ int alignment_class(const void* p) {
 // Everything that decides descriptors and the algorithm (pointers excluded, alignment classes in).
 using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool, bool, int, int, int, int, bool>;
 
+// Prepared problems are found by hash: a warm call's lookup stays constant however many shapes ran.
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 0xCBF29CE484222325ull;
+    std::apply([&h](const auto&... v) { ((h = (h ^ uint64_t(v)) * 0x9E3779B97F4A7C15ull, h ^= h >> 29), ...); }, k);
+    return size_t(h);
+  }
+};
+
 Key key_of(const LtCall& c) {
   return Key{c.m, c.n, c.k, int(c.a_dtype), int(c.b_dtype), int(c.d_dtype), c.a_scale_mode, c.b_scale_mode,
              c.bias != nullptr, c.alpha_device != nullptr, alignment_class(c.a), alignment_class(c.b),
@@ -90,7 +100,7 @@ struct Prepared {
 struct LtContext::Impl {
   cublasLtHandle_t handle = nullptr;
   bool autotune = false;
-  std::map<Key, std::unique_ptr<Prepared>> cache;
+  std::unordered_map<Key, std::unique_ptr<Prepared>, KeyHash> cache;
 };
 
 namespace {

@@ -964,15 +964,24 @@ void host_overhead(Ctx& cx) {
   gc.a = a.op(false), gc.b = b.op(false), gc.d = d_cmp.p;
   auto lib_lt = [&] { cx.handle->gemm(g, cx.st); };
   auto lib_compact = [&] { cx.handle->gemm(gc, cx.st); };
-  // The cuBLASLt-format call on a Handle that has planned 256 other problems first, as a model with
-  // many layer shapes would: the warm lookup must not grow with the number of cached plans.
+  // The cuBLASLt-format call on a Handle that has run 256 other problems first (tensorwise, M = 144 ..
+  // 4224), as a model with many layer shapes would: its plan and cuBLASLt caches then hold 257 entries,
+  // and the warm lookups must not grow with them.
   HandleOptions ho;
   ho.autotune = g_autotune ? Autotune::kOn : Autotune::kOff;
   Handle many(ho);
-  for (int i = 1; i <= 256; ++i) {
-    GemmArgs other = g;
-    other.m = M + 16 * i;
-    many.plan(other);
+  {
+    const int64_t m_max = M + 16 * 256;
+    Operand ta = make_operand(Recipe::kTensorwise, DType::kE4M3, m_max, K, 4100, cx.st);
+    Operand tb = make_operand(Recipe::kTensorwise, DType::kE4M3, N, K, 4101, cx.st);
+    Dev d_other(size_t(m_max * N) * 2);
+    for (int i = 1; i <= 256; ++i) {
+      GemmArgs other;
+      other.m = M + 16 * i, other.n = N, other.k = K;
+      other.a = ta.op(true), other.b = tb.op(true), other.d = d_other.p;
+      many.gemm(other, cx.st);
+    }
+    CK(cudaStreamSynchronize(cx.st));
   }
   Dev d_many(size_t(M * N) * 2);
   GemmArgs gm = g;
@@ -991,7 +1000,7 @@ void host_overhead(Ctx& cx) {
                            {"LtContext::matmul (library backend)", ctx, &d_ctx},
                            {"Handle::gemm, cuBLASLt-format scales", lib_lt, &d_lt},
                            {"Handle::gemm, compact scales (converted per call)", lib_compact, &d_cmp},
-                           {"Handle::gemm, cuBLASLt-format scales, 256 other problems planned", lib_many, &d_many}};
+                           {"Handle::gemm, cuBLASLt-format scales, 256 other problems run before", lib_many, &d_many}};
   // All must agree bit for bit (same algorithm, same inputs); a call that throws is reported.
   std::string check = "bit-identical";
   for (auto& row : rows) {
@@ -1060,7 +1069,7 @@ void host_overhead(Ctx& cx) {
   g_host.i("m", M).i("n", N).i("k", K).s("recipe", "blockwise").i("burst", burst).i("bursts", bursts)
       .i("backtoback_calls", n_b2b).s("output_check", check).raw("calls", jarr(js));
   const double over_lt = paired_of(rows[2]), over_c = paired_of(rows[3]), over_many = paired_of(rows[4]);
-  g_targets.push_back(JObj().s("target", "host time per call <= raw cublasLtMatmul + 1.5 us (cuBLASLt-format scales, 256 other problems planned)")
+  g_targets.push_back(JObj().s("target", "host time per call <= raw cublasLtMatmul + 1.5 us (cuBLASLt-format scales, 256 other problems run before)")
                           .n("value", over_many).b("met", std::isfinite(over_many) && over_many <= 1.5).str());
   g_targets.push_back(JObj().s("target", "host time per call <= raw cublasLtMatmul + 1.5 us (cuBLASLt-format scales)")
                           .n("value", over_lt).b("met", std::isfinite(over_lt) && over_lt <= 1.5).str());
