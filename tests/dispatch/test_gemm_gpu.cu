@@ -24,10 +24,13 @@ using scalemm::testing::Dev;
 struct DeviceOperand {
   Dev data, scales;
   GemmOperand op;
-  explicit DeviceOperand(const HostOperand& h)
-      : data(h.data.data(), h.data.size()), scales(h.scales.data(), h.scales.size()), op(h.view()) {
+  // scale_offset > 0 places the scales that many bytes past an aligned address.
+  explicit DeviceOperand(const HostOperand& h, size_t scale_offset = 0)
+      : data(h.data.data(), h.data.size()), scales(h.scales.size() + scale_offset), op(h.view()) {
+    CUDA_OK(cudaMemcpy(static_cast<char*>(scales.p) + scale_offset, h.scales.data(), h.scales.size(),
+                       cudaMemcpyHostToDevice));
     op.data = data.p;
-    op.scale = scales.p;
+    op.scale = static_cast<char*>(scales.p) + scale_offset;
   }
 };
 
@@ -55,8 +58,8 @@ struct Result {
 
 // Runs D = A * B^T on the GPU through `h` and on the host reference; compares.
 Result run(Handle& h, const HostOperand& a, const HostOperand& b, DType out, const PlanOptions* opts = nullptr,
-           float alpha = 1.0f) {
-  DeviceOperand da(a), db(b);
+           float alpha = 1.0f, size_t scale_offset = 0) {
+  DeviceOperand da(a, scale_offset), db(b, scale_offset);
   const size_t bytes = size_t(a.rows * b.rows) * out_bytes(out);
   Dev d(bytes);
   CUDA_OK(cudaMemset(d.p, 0xFF, bytes));  // poison: NaN in every float type
@@ -394,6 +397,42 @@ TEST_CASE("the emulated backend stays exact when scale codes leave the BF16-exac
   int64_t nonzero = 0;
   for (float v : r.ref) nonzero += v != 0.0f;
   CHECK(nonzero > int64_t(r.ref.size()) / 2);  // the test is not vacuous: the products are not all zero
+}
+
+// The prepare step scans compact MX scales 16 codes per 16-byte load when the buffer is aligned; at an
+// odd address, and for the codes past the last whole 16 (7 x 3 = 21 codes here), it reads bytes. Codes
+// 0..2 with subnormal data force both the per-block data check and a nonzero shift.
+TEST_CASE("the emulated backend stays exact with compact MX scales at an odd address and a ragged code count",
+          "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0x0DD);
+  const int64_t k = 96;
+  auto make = [&](int64_t rows, int lo_code, int hi_code, bool subnormal_data) {
+    HostOperand op;
+    op.recipe = Recipe::kMxfp8;
+    op.dtype = DType::kE4M3;
+    op.format = ScaleFormat::kCompact;
+    op.rows = rows, op.k = k;
+    std::uniform_int_distribution<int> mag(1, 3), sign(0, 1), code(lo_code, hi_code);
+    op.data.resize(size_t(rows * k));
+    for (auto& b : op.data) {
+      const float v = float(mag(rng)) * (sign(rng) ? -1.0f : 1.0f) * (subnormal_data ? std::ldexp(1.0f, -9) : 1.0f);
+      b = formats::encode_e4m3(v);
+    }
+    op.scales.assign(size_t(op.layout().bytes()), 0);
+    for (auto& c : op.scales) c = uint8_t(code(rng));
+    return op;
+  };
+  const HostOperand a = make(7, 0, 2, true), b = make(33, 247, 250, false);
+  for (size_t offset : {size_t(0), size_t(1), size_t(5)}) {
+    Handle h;
+    const Result r = run(h, a, b, DType::kF32, nullptr, 1.0f, offset);
+    CAPTURE(offset, r.cmp.to_string());
+    CHECK(r.backend == Backend::kEmulated);
+    CHECK(r.cmp.bitwise_equal());
+    int64_t nonzero = 0;
+    for (float v : r.ref) nonzero += v != 0.0f;
+    CHECK(nonzero > int64_t(r.ref.size()) / 2);
+  }
 }
 
 TEST_CASE("sample verification runs asynchronously and reports a wrong result at the next check",
