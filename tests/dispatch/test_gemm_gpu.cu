@@ -364,31 +364,34 @@ TEST_CASE("the emulated dequantization to bf16 equals formats.hpp for every data
         }
 }
 
+// A compact mxfp8 operand of small E4M3 values (1..3, either sign; times 2^-9, subnormal, when asked)
+// whose E8M0 scale codes are drawn from [lo_code, hi_code].
+template <class Rng>
+HostOperand mxfp8_coded(Rng& rng, int64_t rows, int64_t k, int lo_code, int hi_code, bool subnormal_data) {
+  HostOperand op;
+  op.recipe = Recipe::kMxfp8;
+  op.dtype = DType::kE4M3;
+  op.format = ScaleFormat::kCompact;
+  op.rows = rows, op.k = k;
+  std::uniform_int_distribution<int> mag(1, 3), sign(0, 1), code(lo_code, hi_code);
+  op.data.resize(size_t(rows * k));
+  for (auto& b : op.data) {
+    const float v = float(mag(rng)) * (sign(rng) ? -1.0f : 1.0f) * (subnormal_data ? std::ldexp(1.0f, -9) : 1.0f);
+    b = formats::encode_e4m3(v);
+  }
+  op.scales.assign(size_t(op.layout().bytes()), 0);
+  for (auto& c : op.scales) c = uint8_t(code(rng));
+  return op;
+}
+
 // E4M3 x 2^(c-127) is exact in BF16 only for E8M0 codes in [3, 246]: below, values fall under BF16's
 // subnormal floor (2^-133) although fp32 (the reference) still holds them. The emulated backend must
 // shift such an operand up by a power of two and fold the shift into alpha, and stay bit-exact.
 TEST_CASE("the emulated backend stays exact when scale codes leave the BF16-exact range", "[gpu][dispatch]") {
   auto rng = scalemm::testing::rng(0xB16);
   const int64_t m = 256, n = 384, k = 512;
-  auto make = [&](int64_t rows, int lo_code, int hi_code, bool subnormal_data) {
-    HostOperand op;
-    op.recipe = Recipe::kMxfp8;
-    op.dtype = DType::kE4M3;
-    op.format = ScaleFormat::kCompact;
-    op.rows = rows, op.k = k;
-    std::uniform_int_distribution<int> mag(1, 3), sign(0, 1), code(lo_code, hi_code);
-    op.data.resize(size_t(rows * k));
-    for (auto& b : op.data) {
-      const float v = float(mag(rng)) * (sign(rng) ? -1.0f : 1.0f) * (subnormal_data ? std::ldexp(1.0f, -9) : 1.0f);
-      b = formats::encode_e4m3(v);
-    }
-    const auto l = op.layout();
-    op.scales.assign(size_t(l.bytes()), 0);
-    for (auto& s : op.scales) s = uint8_t(code(rng));
-    return op;
-  };
   // A: tiny values (m * 2^-9 with scale codes 0..2, i.e. down to 2^-136); B: large (codes 247..250).
-  const HostOperand a = make(m, 0, 2, true), b = make(n, 247, 250, false);
+  const HostOperand a = mxfp8_coded(rng, m, k, 0, 2, true), b = mxfp8_coded(rng, n, k, 247, 250, false);
   Handle h;
   const Result r = run(h, a, b, DType::kF32, nullptr, 0.75f);
   CAPTURE(r.cmp.to_string());
@@ -406,23 +409,7 @@ TEST_CASE("the emulated backend stays exact with compact MX scales at an odd add
           "[gpu][dispatch]") {
   auto rng = scalemm::testing::rng(0x0DD);
   const int64_t k = 96;
-  auto make = [&](int64_t rows, int lo_code, int hi_code, bool subnormal_data) {
-    HostOperand op;
-    op.recipe = Recipe::kMxfp8;
-    op.dtype = DType::kE4M3;
-    op.format = ScaleFormat::kCompact;
-    op.rows = rows, op.k = k;
-    std::uniform_int_distribution<int> mag(1, 3), sign(0, 1), code(lo_code, hi_code);
-    op.data.resize(size_t(rows * k));
-    for (auto& b : op.data) {
-      const float v = float(mag(rng)) * (sign(rng) ? -1.0f : 1.0f) * (subnormal_data ? std::ldexp(1.0f, -9) : 1.0f);
-      b = formats::encode_e4m3(v);
-    }
-    op.scales.assign(size_t(op.layout().bytes()), 0);
-    for (auto& c : op.scales) c = uint8_t(code(rng));
-    return op;
-  };
-  const HostOperand a = make(7, 0, 2, true), b = make(33, 247, 250, false);
+  const HostOperand a = mxfp8_coded(rng, 7, k, 0, 2, true), b = mxfp8_coded(rng, 33, k, 247, 250, false);
   for (size_t offset : {size_t(0), size_t(1), size_t(5)}) {
     Handle h;
     const Result r = run(h, a, b, DType::kF32, nullptr, 1.0f, offset);
