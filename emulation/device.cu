@@ -1029,22 +1029,21 @@ __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uin
   }
 }
 
-template <int S, int E, int BK>
-__global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
-  __shared__ uint32_t tile[kTile * kW];
-  __shared__ uint32_t cmax[8][kPairs * 8];      // per warp: (pair, block) packed column-pair maxima
-  __shared__ float cmult[8][kPairs * 2 * 8];    // per warp: (pair, column, block) multipliers
+// One tile of rc1d_kernel. kWhole (the tile lies inside the matrix) is a template argument so that the
+// interior tiles, nearly all of a large matrix, run without bounds checks, divergent-branch bookkeeping
+// or the partial-store paths.
+template <int S, int E, int BK, bool kWhole>
+__device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uint32_t (*cmax)[kPairs * 8],
+                                          float (*cmult)[kPairs * 2 * 8], int64_t r0, int64_t c0) {
   constexpr bool fp4 = E == 2;
   constexpr int kU = E == 2 ? 4 : 8;  // rows per rowwise batch: kU * (128 / bk) <= 32 blocks
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
-  int64_t r0, c0;
-  a.tile_origin(r0, c0);
   // Block width BK: 16 (NVFP4), 32 (MXFP8) or 128 (block1x128), a template argument so that the
   // lane arithmetic, the shuffle loops and the recipe of offset() are constants.
   static_assert(BK == 16 || BK == 32 || BK == 128, "rc1d_kernel: 1D blocks are 16, 32 or 128 wide");
   constexpr int bk = BK, lg_lpb = BK == 16 ? 2 : BK == 32 ? 3 : 5, lg_nb = 5 - lg_lpb;
   constexpr int lpb = 1 << lg_lpb, nb = 1 << lg_nb;
-  const bool whole = a.whole_tile(r0, c0);
+  constexpr bool whole = kWhole;
   const float2 gs = a.globals();
 
   // 1. Rows: batches of kU rows (warp + 8 * (b * kU + k)).
@@ -1122,6 +1121,17 @@ __global__ void __launch_bounds__(kQThreads, 4) rc1d_kernel(TileArgs a) {
   encode_tile_columns<S, E>(a, tile, warp, lane, r0, c0, whole, [&](int q, int col) {
     return cmult[warp][((2 * q + col) << lg_nb) + (lane >> lg_lpb)];
   });
+}
+
+template <int S, int E, int BK>
+__global__ void __launch_bounds__(kQThreads, E == 2 ? 5 : 4) rc1d_kernel(TileArgs a) {
+  __shared__ uint32_t tile[kTile * kW];
+  __shared__ uint32_t cmax[8][kPairs * 8];      // per warp: (pair, block) packed column-pair maxima
+  __shared__ float cmult[8][kPairs * 2 * 8];    // per warp: (pair, column, block) multipliers
+  int64_t r0, c0;
+  a.tile_origin(r0, c0);
+  if (a.whole_tile(r0, c0)) rc1d_tile<S, E, BK, true>(a, tile, cmax, cmult, r0, c0);  // block-uniform
+  else rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0);
 }
 
 // ---- 2D blocks in both directions through a 16-bit tile (bf16 / f16 sources, FP8) -----------------
