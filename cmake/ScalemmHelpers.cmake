@@ -13,7 +13,8 @@ endfunction()
 # scalemm_add_test(NAME SOURCES ... [LIBS ...])
 # One Catch2 executable per component. Host cases run everywhere; cases tagged [gpu] are registered
 # with SKIP_RETURN_CODE 77 so that, on a machine without a CUDA device, CTest reports them Skipped
-# (the test main prints the reason) instead of passing them silently.
+# (the test main prints the reason) instead of passing them silently. Cases tagged [gpu][serial] read
+# device-wide state (free memory) and run with no other test beside them (RUN_SERIAL).
 function(scalemm_add_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
@@ -24,7 +25,11 @@ function(scalemm_add_test name)
     PROPERTIES LABELS "host" TIMEOUT 600
     DISCOVERY_TIMEOUT 60)
   catch_discover_tests(${name}
-    TEST_SPEC "[gpu]" TEST_PREFIX "${name}: "
+    TEST_SPEC "[gpu]~[serial]" TEST_PREFIX "${name}: "
     PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77 TIMEOUT 600
+    DISCOVERY_TIMEOUT 60)
+  catch_discover_tests(${name}
+    TEST_SPEC "[gpu][serial]" TEST_PREFIX "${name}: "
+    PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77 TIMEOUT 600 RUN_SERIAL TRUE
     DISCOVERY_TIMEOUT 60)
 endfunction()
