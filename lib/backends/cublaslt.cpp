@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../hash.hpp"
 #include "scalemm/status.hpp"
 
 namespace scalemm::backends {
@@ -58,8 +59,8 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool,
 // Prepared problems are found by hash: a warm call's lookup stays constant however many shapes ran.
 struct KeyHash {
   size_t operator()(const Key& k) const {
-    uint64_t h = 0xCBF29CE484222325ull;
-    std::apply([&h](const auto&... v) { ((h = (h ^ uint64_t(v)) * 0x9E3779B97F4A7C15ull, h ^= h >> 29), ...); }, k);
+    uint64_t h = detail::kHashSeed;
+    std::apply([&h](const auto&... v) { ((h = detail::hash_mix(h, uint64_t(v))), ...); }, k);
     return size_t(h);
   }
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../backends/cublaslt.hpp"
+#include "../hash.hpp"
 #include "capabilities.hpp"
 #include "kernels.cuh"
 #include "operands.hpp"
@@ -78,12 +79,8 @@ struct ProblemHash {
                           uint64_t(p.b_recipe) << 24 | uint64_t(p.a_format) << 32 | uint64_t(p.b_format) << 40 |
                           uint64_t(p.d_dtype) << 48 | uint64_t(p.has_bias) << 56 | uint64_t(p.has_amax) << 57 |
                           uint64_t(p.space) << 58;
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (uint64_t v : {uint64_t(p.m), uint64_t(p.n), uint64_t(p.k), tags}) {
-      h ^= v;
-      h *= 0x9E3779B97F4A7C15ull;
-      h ^= h >> 29;
-    }
+    uint64_t h = detail::kHashSeed;
+    for (uint64_t v : {uint64_t(p.m), uint64_t(p.n), uint64_t(p.k), tags}) h = detail::hash_mix(h, v);
     return size_t(h);
   }
 };
