@@ -29,6 +29,7 @@ struct DeviceOperand {
       : data(h.data.data(), h.data.size()), scales(h.scales.size() + scale_offset), op(h.view()) {
     CUDA_OK(cudaMemcpy(static_cast<char*>(scales.p) + scale_offset, h.scales.data(), h.scales.size(),
                        cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());  // as Dev's upload: the copy has landed before any stream reads it
     op.data = data.p;
     op.scale = static_cast<char*>(scales.p) + scale_offset;
   }
