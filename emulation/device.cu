@@ -1123,15 +1123,152 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
   });
 }
 
+// NVFP4 row+col of a whole tile from a 16-bit source: one 16-element block per lane and direction.
+// rc1d_tile spreads a block over 4 lanes, so every block costs maxima and multiplier shuffles and a
+// staged scale step, and every lane locates a scale per block. Here a lane holds its whole block:
+//   rows:    lane owns elements 16 (l & 7) .. +15 of tile rows rb + 32 i (rb = 4 warp + (l >> 3),
+//            i < 4): the maximum in registers, one 8-byte store of 16 codes;
+//   columns: lane owns rows 16 g .. 16 g + 15 (g = l & 7) of column pairs p = 4 warp + h + 32 t
+//            (h = l >> 3, t < 2): 16 shared words hold both columns' blocks, and the 8 lanes of a
+//            column pair store 64 contiguous bytes of codes and their scales 4 and 4 adjacent bytes
+//            (a lane per column pair and row group scattered the scale bytes over 32 sectors per
+//            store and made the kernel L2-bound);
+//   shared:  rows of kWn = 68 words (16-byte aligned, so 16-byte chunks move whole), chunk k of row r
+//            at k ^ ((r >> 4) & 7): word (16 g + j, p) then sits in bank (4 j + 4 ((p >> 2) ^ g) + h)
+//            mod 32, 32 distinct banks over the warp;
+//   scales:  the byte from nvfp4_scale_byte, the multiplier from a 128-entry table of
+//            nvfp4_multiplier (a function of the byte alone), the position from one offset() per
+//            lane and column stepped by ScaleLayout::row32_step() (the lane's rows are 32 apart).
+// The arithmetic is compute_scale's and the encoder the element encoder's (all 2^32 patterns tested),
+// so the bytes equal the host's. Needs 16-byte aligned source rows and 8-byte aligned outputs.
+// Staging the whole tile through shared memory first (16 consecutive lanes per row per 16-byte load,
+// rows encoded from there) measured 9% slower than each lane loading its own rows (run BP).
+constexpr int kWn = 68;  // words per shared tile row of rc_nvfp4_tile
+/// Word index of 16-byte chunk k (< 16) of tile row r in rc_nvfp4_tile's shared tile.
+__device__ __forceinline__ int nv_chunk(int r, int k) { return r * kWn + 4 * (k ^ ((r >> 4) & 7)); }
+template <int S>
+__device__ __forceinline__ float half_value(uint32_t w, int hi) {
+  return decode16<S>(hi ? w >> 16 : w & 0xFFFFu);
+}
+/// 4 codes of the elements held in halves `hi` of w[0..3] (column phase) or in w[0], w[1] (row phase).
+template <int S>
+__device__ __forceinline__ uint32_t e2m1_col4(const uint32_t* w, int hi, float m) {
+  return detail::encode_e2m1x4_not_nan(half_value<S>(w[0], hi) * m, half_value<S>(w[1], hi) * m,
+                                       half_value<S>(w[2], hi) * m, half_value<S>(w[3], hi) * m);
+}
+template <int S>
+__device__ __forceinline__ uint32_t e2m1_row4(uint32_t w0, uint32_t w1, float m) {
+  return detail::encode_e2m1x4_not_nan(half_value<S>(w0, 0) * m, half_value<S>(w0, 1) * m,
+                                       half_value<S>(w1, 0) * m, half_value<S>(w1, 1) * m);
+}
+/// Magnitude-code maximum of 16-bit pairs: w[0..n) folded by pairs (__vmaxu2 of three is one VIMNMX3).
+template <int N>
+__device__ __forceinline__ uint32_t pair_max(const uint32_t* w) {
+  uint32_t m = mag2(w[0]);
+#pragma unroll
+  for (int j = 1; j + 1 < N; j += 2) m = __vmaxu2(m, __vmaxu2(mag2(w[j]), mag2(w[j + 1])));
+  if constexpr (N % 2 == 0) m = __vmaxu2(m, mag2(w[N - 1]));
+  return m;
+}
+/// 16 codes of one block (8 words) with multiplier m; a NaN block (scale byte 0x7F) gives code 0x7
+/// everywhere, as encode_e2m1_satfinite does for each NaN product.
+template <int S>
+__device__ __forceinline__ uint2 e2m1_row16(const uint32_t (&w)[8], float m, uint8_t byte) {
+  uint2 out;
+  out.x = e2m1_row4<S>(w[0], w[1], m) | (e2m1_row4<S>(w[2], w[3], m) << 16);
+  out.y = e2m1_row4<S>(w[4], w[5], m) | (e2m1_row4<S>(w[6], w[7], m) << 16);
+  return byte == 0x7F ? make_uint2(0x77777777u, 0x77777777u) : out;
+}
+
+template <int S>
+__device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile, float* mtab, int64_t r0, int64_t c0) {
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const float senc = a.globals().x;
+  uint8_t* const scales_r = static_cast<uint8_t*>(a.scales_r);
+  uint8_t* const scales_c = static_cast<uint8_t*>(a.scales_c);
+  if (threadIdx.x < 128) mtab[threadIdx.x] = detail::nvfp4_multiplier(uint8_t(threadIdx.x), a.globals().y);
+  __syncthreads();  // mtab
+
+  // 1. Rows rb + 32 i.
+  {
+    const ScaleLayout lr = a.template layout_as<2, 16>(a.lr);
+    const int rb = 4 * warp + (lane >> 3), ch = lane & 7;
+    const int64_t e0 = (r0 + rb) * a.cols + c0 + 16 * ch;  // the lane's first element
+    uint8_t* const orow = a.rowwise ? out_at(a.out_r, e0, true) : nullptr;
+    const int64_t so = a.rowwise ? lr.offset(r0 + rb, (c0 >> 4) + ch) : 0;
+    const int64_t sstep = lr.row32_step(), out_step = 16 * a.cols;
+    const uint16_t* const src = static_cast<const uint16_t*>(a.src) + e0;
+#pragma unroll 1
+    for (int i = 0; i < 4; ++i) {
+      const int r = rb + 32 * i;
+      uint4* const t0 = reinterpret_cast<uint4*>(tile + nv_chunk(r, 2 * ch));
+      uint4* const t1 = reinterpret_cast<uint4*>(tile + nv_chunk(r, 2 * ch + 1));
+      const uint4 x0 = *reinterpret_cast<const uint4*>(src + i * 32 * a.cols);
+      const uint4 x1 = *reinterpret_cast<const uint4*>(src + i * 32 * a.cols + 8);
+      *t0 = x0;
+      *t1 = x1;
+      if (!a.rowwise) continue;  // block-uniform
+      const uint32_t w[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      const uint32_t m2 = pair_max<8>(w);
+      const uint8_t byte = detail::nvfp4_scale_byte(decode16<S>(max(m2 & 0xFFFFu, m2 >> 16)), senc);
+      scales_r[so + i * sstep] = byte;
+      *reinterpret_cast<uint2*>(orow + i * out_step) = e2m1_row16<S>(w, mtab[byte], byte);
+    }
+  }
+  __syncthreads();
+
+  // 2. Column pairs 4 warp + h + 32 t: both columns' 16-row blocks from 16 shared words.
+  const ScaleLayout lc = a.template layout_as<2, 16>(a.lc);
+  const int g = lane & 7, h = lane >> 3;
+  const int64_t kb = (r0 >> 4) + g, rr = r0 + 16 * g;
+  const int64_t cstep = 2 * lc.row32_step();  // t = 1: columns 64 further
+  const int pc = 4 * warp + h;
+  const int64_t so[2] = {lc.offset(c0 + 2 * pc, kb), lc.offset(c0 + 2 * pc + 1, kb)};
+#pragma unroll 1
+  for (int t = 0; t < 2; ++t) {
+    const uint32_t* const tcol = tile + nv_chunk(16 * g, warp + 8 * t) + h;  // pair pc + 32 t of row 16 g
+    uint32_t w[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) w[j] = tcol[j * kWn];  // rows 16 g + j share the chunk swizzle
+    const uint32_t m2 = pair_max<16>(w);
+    uint8_t* const oc = out_at(a.out_c, (c0 + 2 * (pc + 32 * t)) * a.rows + rr, true);
+#pragma unroll
+    for (int col = 0; col < 2; ++col) {
+      const uint8_t byte = detail::nvfp4_scale_byte(decode16<S>(col ? m2 >> 16 : m2 & 0xFFFFu), senc);
+      const float m = mtab[byte];
+      scales_c[so[col] + t * cstep] = byte;
+      uint2 out;
+      out.x = e2m1_col4<S>(w, col, m) | (e2m1_col4<S>(w + 4, col, m) << 16);
+      out.y = e2m1_col4<S>(w + 8, col, m) | (e2m1_col4<S>(w + 12, col, m) << 16);
+      if (byte == 0x7F) out = make_uint2(0x77777777u, 0x77777777u);
+      *reinterpret_cast<uint2*>(oc + col * (a.rows >> 1)) = out;
+    }
+  }
+}
+
 template <int S, int E, int BK>
 __global__ void __launch_bounds__(kQThreads, E == 2 ? 5 : 4) rc1d_kernel(TileArgs a) {
-  __shared__ uint32_t tile[kTile * kW];
+  __shared__ __align__(16) uint32_t tile[kTile * (E == 2 ? kWn : kW)];
   __shared__ uint32_t cmax[8][kPairs * 8];      // per warp: (pair, block) packed column-pair maxima
   __shared__ float cmult[8][kPairs * 2 * 8];    // per warp: (pair, column, block) multipliers
   int64_t r0, c0;
   a.tile_origin(r0, c0);
-  if (a.whole_tile(r0, c0)) rc1d_tile<S, E, BK, true>(a, tile, cmax, cmult, r0, c0);  // block-uniform
-  else rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0);
+  const bool whole = a.whole_tile(r0, c0);
+  if constexpr (E == 2) {
+    // NVFP4: whole tiles with 16-element aligned rows and columns take rc_nvfp4_tile, whose
+    // multiplier table lives in cmult (128 floats; the edge path does not share the block with it).
+    const uintptr_t out_bits = reinterpret_cast<uintptr_t>(a.rowwise ? a.out_r : nullptr) |
+                               reinterpret_cast<uintptr_t>(a.out_c);
+    if (whole && (a.rows & 15) == 0 && (a.cols & 15) == 0 &&
+        (reinterpret_cast<uintptr_t>(a.src) & 15) == 0 && (out_bits & 7) == 0) {  // block-uniform
+      rc_nvfp4_tile<S>(a, tile, &cmult[0][0], r0, c0);
+      return;
+    }
+    rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0);
+  } else {
+    if (whole) rc1d_tile<S, E, BK, true>(a, tile, cmax, cmult, r0, c0);  // block-uniform
+    else rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0);
+  }
 }
 
 // ---- 2D blocks in both directions through a 16-bit tile (bf16 / f16 sources, FP8) -----------------
@@ -1539,10 +1676,11 @@ void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const Q
   Workspace ws(workspace, workspace_bytes, quantize_device_workspace_bytes(src, cfg), stream);
   DeviceExec ex{stream};
   if (src.rows > 0 && src.cols > 0) {
-    // Scale buffers: padding must read as zero, so the whole cublaslt buffer is cleared first.
+    // Scale buffers: padding must read as zero, so a cublaslt buffer with padding is cleared first
+    // (the kernels write every real scale; without padding the clear would be a wasted pass and launch).
     const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, src.rows, src.cols);
-    if (cfg.rowwise && lr.format == ScaleFormat::kCublasLt) ex.zero(out.scales, size_t(lr.bytes()));
-    if (cfg.columnwise && lc.format == ScaleFormat::kCublasLt) ex.zero(out.scales_t, size_t(lc.bytes()));
+    if (cfg.rowwise && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
+    if (cfg.columnwise && lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
     if (fastq::quantize(src, cfg, out, static_cast<float*>(ws.get()), stream)) return;
   }
   detail::run_quantize(ex, src, cfg, out, static_cast<float*>(ws.get()));

@@ -229,6 +229,23 @@ struct BlockScale {
   float multiplier = 0.0f;  ///< what data elements are multiplied by before the element cast
 };
 
+/// NVFP4 block scale byte: UE4M3 of (amax / 6) * S_enc, clamped to 448. A NaN amax gives 0x7F (NaN: the
+/// whole block dequantizes to NaN); no other amax reaches it (amax >= 0 and S_enc > 0, so the ratio is
+/// in [0, 448] after the clamp, Inf included), so the byte alone decides the multiplier.
+SCALEMM_HD inline uint8_t nvfp4_scale_byte(float amax, float senc) {
+  if (is_nan_f(amax)) return 0x7F;
+  const float sb = (amax / 6.0f) * senc;
+  return ue4m3_encode_nonneg(sb < 448.0f ? sb : 448.0f);
+}
+/// The data multiplier of an NVFP4 block with scale byte b: 1 / (decode(b) * S_dec), FLT_MAX where
+/// that is not finite (b = 0), NaN for the NaN byte. A function of b alone for a given S_dec, so a
+/// kernel may tabulate it over the 128 bytes.
+SCALEMM_HD inline float nvfp4_multiplier(uint8_t b, float sdec) {
+  if (b == 0x7F) return fmt::bits_float(0x7FC00000u);
+  const float m = 1.0f / (ue4m3_decode(b) * sdec);
+  return is_finite_f(m) ? m : kFltMax;
+}
+
 /// amax -> scale, for every mode (docs/emulation.md spells out each rule).
 ///   nvfp4_senc: the global encode scale S_enc; nvfp4_sdec = 1/S_enc (fp32 division).
 SCALEMM_HD inline BlockScale compute_scale(float amax, int mode, DType elem, float eps, float nvfp4_senc,
@@ -266,17 +283,8 @@ SCALEMM_HD inline BlockScale compute_scale(float amax, int mode, DType elem, flo
       break;
     }
     case kModeNvfp4: {
-      if (is_nan_f(amax)) {
-        s.stored_u8 = 0x7F;  // NaN scale: the whole block dequantizes to NaN
-        s.multiplier = fmt::bits_float(0x7FC00000u);
-        break;
-      }
-      // amax >= 0 and S_enc > 0, so sb is in [0, 448] after the clamp (Inf clamps to 448).
-      const float sb = (amax / 6.0f) * nvfp4_senc;
-      const uint8_t byte = ue4m3_encode_nonneg(sb < 448.0f ? sb : 448.0f);
-      s.stored_u8 = byte;
-      const float m = 1.0f / (ue4m3_decode(byte) * nvfp4_sdec);
-      s.multiplier = is_finite_f(m) ? m : kFltMax;
+      s.stored_u8 = nvfp4_scale_byte(amax, nvfp4_senc);
+      s.multiplier = nvfp4_multiplier(s.stored_u8, nvfp4_sdec);
       break;
     }
     default: break;

@@ -185,8 +185,9 @@ TEST_CASE("Host and GPU quantizers are byte-identical for every recipe, mode, fo
   // Shapes: partial 128x128 tiles with R % 4 = 2 (scalar transposed stores), odd R and C % 4 = 2
   // (scalar loads and stores everywhere), whole tiles (vector paths only), a single row, a tiny
   // matrix, and rows that do not fill a 32-row MX block. NVFP4 needs even C (rowwise) / even R
-  // (columnwise): odd shapes skip those directions.
-  const Shape shapes[] = {{258, 392}, {131, 202}, {256, 256}, {1, 6}, {5, 3}, {40, 136}};
+  // (columnwise): odd shapes skip those directions. 384x272: whole tiles with R and C multiples of 16
+  // (the NVFP4 row+col tile path of one block per lane) beside partial ones.
+  const Shape shapes[] = {{258, 392}, {131, 202}, {256, 256}, {1, 6}, {5, 3}, {40, 136}, {384, 272}};
   check_quantizers_identical(shapes, std::size(shapes), false, {1, 2, 3});
 }
 
@@ -205,7 +206,7 @@ TEST_CASE("A given tensor amax (one read of the source) gives the host's bytes o
   // Tensorwise and NVFP4 with the amax supplied in device memory: the true amax, a quarter of it
   // (saturation) and its negative; bf16 and f32 sources; both directions and each alone.
   auto g = scalemm::testing::rng(907);
-  for (const Shape sh : {Shape{258, 392}, Shape{130, 8200}, Shape{2, 6}}) {
+  for (const Shape sh : {Shape{258, 392}, Shape{130, 8200}, Shape{2, 6}, Shape{256, 400}}) {
     const int64_t R = sh.r, C = sh.c;
     std::vector<float> x = wide(g, R * C);
     for (auto& v : x)

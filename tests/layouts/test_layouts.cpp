@@ -122,6 +122,39 @@ TEST_CASE("offset is a row term plus a K-block term in every layout", "[layouts]
         }
 }
 
+TEST_CASE("has_padding is true exactly when some buffer position is not a real scale", "[layouts][property]") {
+  // quantize_device clears a scale buffer before the kernels write it only when has_padding().
+  for (Recipe rc : kAllRecipes)
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+      for (int64_t R : kRows)
+        for (int64_t K : kKs) {
+          const ScaleLayout l(rc, R, K, f);
+          CAPTURE(l.to_string());
+          bool any_pad = false;
+          for (int64_t p = 0; p < l.padded_rows(); ++p)
+            for (int64_t kb = 0; kb < l.padded_kblocks(); ++kb) any_pad = any_pad || !l.is_real(p, kb);
+          REQUIRE(l.has_padding() == any_pad);
+        }
+}
+
+TEST_CASE("rows 32 apart in one 128-row group are one row32_step apart in every layout", "[layouts][property]") {
+  // offset(r + 32 i, kb) == offset(r, kb) + i * row32_step() within an aligned 128-row group: the NVFP4
+  // row+col tile kernel locates one scale per lane and steps to the lane's other rows.
+  for (Recipe rc : kAllRecipes)
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+      for (int64_t R : kRows)
+        for (int64_t K : kKs) {
+          const ScaleLayout l(rc, R, K, f);
+          CAPTURE(l.to_string());
+          const int64_t step = l.row32_step();
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t i = -(r % 128) / 32; r % 128 + 32 * i < 128; ++i) {
+              if (r + 32 * i >= R) break;
+              for (int64_t kb = 0; kb < l.kblocks(); kb += 3) REQUIRE(l.offset(r + 32 * i, kb) == l.offset(r, kb) + i * step);
+            }
+        }
+}
+
 TEST_CASE("the rows of a 32x32 or 128x128 block read one scale", "[layouts][property]") {
   // The tiled fills compute one word per aligned 32-row group: offset(r, kb) == offset(r - r % 32, kb).
   for (Recipe rc : {Recipe::kMxfp8_32x32, Recipe::kBlock128x128})

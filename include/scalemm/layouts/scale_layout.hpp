@@ -134,6 +134,11 @@ struct ScaleLayout {
   SCALEMM_HD constexpr bool is_real(int64_t p, int64_t kb) const {
     return p * row_step() < rows && kb < kblocks();
   }
+  /// True when some buffer position is padding (is_real false); false when every position holds a
+  /// real scale, so a writer of all real scales leaves nothing to clear.
+  SCALEMM_HD constexpr bool has_padding() const {
+    return padded_rows() != real_rows() || padded_kblocks() != kblocks();
+  }
   /// The padded grid: stored rows p < padded_rows() and K-blocks kb < padded_kblocks().
   /// offset(p * row_step(), kb) maps the padded grid one-to-one onto [0, size()) (tests check it);
   /// conversions and content checks walk this grid so that every buffer element is visited once.
@@ -162,6 +167,10 @@ struct ScaleLayout {
     }
     return 0;
   }
+  /// Step of the row term between rows 32 apart in one aligned 128-row group: in every layout
+  /// offset(r + 32 * i, kb) == offset(r, kb) + i * row32_step() when r % 128 + 32 * i < 128 (i may be
+  /// negative; tested), so a kernel writing the scales of rows r, r + 32, r + 64, r + 96 locates one.
+  SCALEMM_HD constexpr int64_t row32_step() const { return offset(32, 0) - offset(0, 0); }
   /// Buffer index of the scale for data element (r, kk), 0 <= kk < k.
   SCALEMM_HD constexpr int64_t offset_of_element(int64_t r, int64_t kk) const {
     switch (recipe) {
