@@ -137,6 +137,11 @@ struct TileArgs {
   DType elem;
   float eps;
   const float* g;     ///< global scalars (tensorwise, NVFP4) or nullptr
+  /// NVFP4 with a given tensor amax: the kernels derive the global scalars from it (globals()) and
+  /// block 0 writes the output's global scale (publish_global), instead of a finish_global_kernel
+  /// launch before them. Otherwise nullptr.
+  const float* amax_in = nullptr;
+  float* global_out = nullptr;
   const float* pm_r;  ///< kPrecomputed: multiplier of rowwise data row r at pm_r[r * pm_step] (kblocks = 1)
   const float* pm_c;  ///< kPrecomputed: multiplier of columnwise data row c at pm_c[c * pm_step]
   int64_t pm_step;    ///< 1: one multiplier per row (rowwise recipe); 0: one for all (tensorwise)
@@ -145,14 +150,26 @@ struct TileArgs {
   bool vec_in, vec_out_r, vec_out_c;
 
   __device__ BlockScale scale_of(float amax) const {
-    return detail::compute_scale(amax, mode, elem, eps, g ? g[1] : 1.0f, g ? g[2] : 1.0f);
+    const float2 gs = globals();
+    return detail::compute_scale(amax, mode, elem, eps, gs.x, gs.y);
   }
   // Kernels templated on the element type E (0 e4m3, 1 e5m2, 2 e2m1) use these: E2M1 data is only
   // ever the NVFP4 recipe with its one scale mode (QuantizeConfig validation), so for E = 2 the
   // recipe and mode become constants and compute_scale's and offset()'s switches fold away.
   // gs = globals(): loops read g[1], g[2] once, ahead of the loop, instead of once per block (the
   // compiler cannot hoist them past the loop's stores).
-  __device__ float2 globals() const { return g ? make_float2(g[1], g[2]) : make_float2(1.0f, 1.0f); }
+  __device__ float2 globals() const {
+    if (amax_in) {  // finish_global_kernel's arithmetic on the one given value
+      float gg[3];
+      detail::finish_global(detail::amax_update(0.0f, *amax_in), gg, nullptr);
+      return make_float2(gg[1], gg[2]);
+    }
+    return g ? make_float2(g[1], g[2]) : make_float2(1.0f, 1.0f);
+  }
+  /// Every kernel that may run with amax_in calls this: block 0 writes S_dec to the global output.
+  __device__ void publish_global() const {
+    if (global_out && blockIdx.x == 0 && threadIdx.x == 0) *global_out = globals().y;
+  }
   template <int E>
   __device__ BlockScale scale_as(float amax, float2 gs) const {
     return detail::compute_scale(amax, E == 2 ? int(detail::kModeNvfp4) : mode, kElem<E>, eps, gs.x, gs.y);
@@ -421,6 +438,7 @@ __device__ __forceinline__ void lines_1d(const TileArgs& a, const float* tile, f
 // ((4l + jj) * 129 + c).
 template <int S, int E>
 __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
+  a.publish_global();
   extern __shared__ float smem[];
   float* tile = smem;
   float* rowpart = tile + kTile * kStride;  // 2D: [128][4]
@@ -563,6 +581,7 @@ constexpr int kRowRounds = E == 2 ? 2 : 1;  // scale-step rounds of 32 blocks (o
 
 template <int S, int E>
 __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t groups) {
+  a.publish_global();
   constexpr int kUnits = kRowUnits<E>;
   constexpr bool fp4 = E == 2;
   const int lane = int(threadIdx.x) & 31;
@@ -667,6 +686,7 @@ constexpr int kNvUnits = 4;   // units per item (kRowUnits<2> * kTile elements)
 static_assert(kNvUnit * kNvUnits == 8 * kTile, "row_nvfp4_kernel items are row_direct_kernel's");
 template <int S>
 __global__ void __launch_bounds__(256) row_nvfp4_kernel(TileArgs a, int64_t groups) {
+  a.publish_global();
   const int lane = int(threadIdx.x) & 31;
   const ScaleLayout lr = a.template layout_as<2>(a.lr);
   const float2 gs = a.globals();
@@ -1183,10 +1203,11 @@ __device__ __forceinline__ uint2 e2m1_row16(const uint32_t (&w)[8], float m, uin
 template <int S>
 __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile, float* mtab, int64_t r0, int64_t c0) {
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  const float senc = a.globals().x;
+  const float2 gs = a.globals();
+  const float senc = gs.x;
   uint8_t* const scales_r = static_cast<uint8_t*>(a.scales_r);
   uint8_t* const scales_c = static_cast<uint8_t*>(a.scales_c);
-  if (threadIdx.x < 128) mtab[threadIdx.x] = detail::nvfp4_multiplier(uint8_t(threadIdx.x), a.globals().y);
+  if (threadIdx.x < 128) mtab[threadIdx.x] = detail::nvfp4_multiplier(uint8_t(threadIdx.x), gs.y);
   __syncthreads();  // mtab
 
   // 1. Rows rb + 32 i.
@@ -1248,6 +1269,7 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
 
 template <int S, int E, int BK>
 __global__ void __launch_bounds__(kQThreads, E == 2 ? 5 : 4) rc1d_kernel(TileArgs a) {
+  a.publish_global();
   __shared__ __align__(16) uint32_t tile[kTile * (E == 2 ? kWn : kW)];
   __shared__ uint32_t cmax[8][kPairs * 8];      // per warp: (pair, block) packed column-pair maxima
   __shared__ float cmult[8][kPairs * 2 * 8];    // per warp: (pair, column, block) multipliers
@@ -1441,7 +1463,10 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
   if (recipe == Recipe::kTensorwise || recipe == Recipe::kNvfp4) {
     float* gout = recipe == Recipe::kNvfp4 ? global_out : nullptr;
     float* pm = recipe == Recipe::kTensorwise ? pm_r : nullptr;  // tensorwise: the scale too
-    if (src_amax) {  // given: no amax pass, the source is read once
+    if (src_amax && recipe == Recipe::kNvfp4) {  // given: no amax pass, the source is read once, and
+      a.amax_in = src_amax;                         // no launch: the kernels derive the global scalars
+      a.global_out = gout;
+    } else if (src_amax) {
       finish_global_kernel<<<1, 32, 0, st>>>(src_amax, 1, g, gout, a, pm);
     } else {
       const int blocks = int(std::min<int64_t>(kAmaxBlocks, std::max<int64_t>(1, layouts::ceil_div(n, 256 * 16))));
