@@ -56,31 +56,39 @@ void set_f32(void* p, int64_t i, float v) { std::memcpy(static_cast<uint8_t*>(p)
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------------
-TEST_CASE("the padded grid maps one-to-one onto every buffer, and offset is increasing along K", "[layouts]") {
+/// Calls fn(layout) for every recipe, both formats, every row count of kRows and every K of kKs.
+template <class F>
+void for_each_layout(F&& fn) {
   for (Recipe rc : kAllRecipes)
     for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
       for (int64_t R : kRows)
         for (int64_t K : kKs) {
           const ScaleLayout l(rc, R, K, f);
           CAPTURE(l.to_string());
-          std::vector<uint8_t> hit(size_t(l.size()), 0);
-          int64_t visited = 0;
-          for (int64_t p = 0; p < l.padded_rows(); ++p)
-            for (int64_t kb = 0; kb < l.padded_kblocks(); ++kb) {
-              const int64_t o = l.padded_offset(p, kb);
-              REQUIRE(o >= 0);
-              REQUIRE(o < l.size());
-              REQUIRE(hit[size_t(o)] == 0);
-              hit[size_t(o)] = 1;
-              ++visited;
-              if (kb > 0) REQUIRE(o > l.padded_offset(p, kb - 1));
-            }
-          REQUIRE(visited == l.size());
-          // Every data row reaches the stored row that holds its scale.
-          for (int64_t r = 0; r < R; ++r)
-            REQUIRE(l.offset(r, 0) == l.padded_offset(r / l.row_step(), 0));
+          fn(l);
         }
+}
+
+// ---------------------------------------------------------------------------------------------------
+TEST_CASE("the padded grid maps one-to-one onto every buffer, and offset is increasing along K", "[layouts]") {
+  for_each_layout([&](const ScaleLayout& l) {
+    std::vector<uint8_t> hit(size_t(l.size()), 0);
+    int64_t visited = 0;
+    for (int64_t p = 0; p < l.padded_rows(); ++p)
+      for (int64_t kb = 0; kb < l.padded_kblocks(); ++kb) {
+        const int64_t o = l.padded_offset(p, kb);
+        REQUIRE(o >= 0);
+        REQUIRE(o < l.size());
+        REQUIRE(hit[size_t(o)] == 0);
+        hit[size_t(o)] = 1;
+        ++visited;
+        if (kb > 0) REQUIRE(o > l.padded_offset(p, kb - 1));
+      }
+    REQUIRE(visited == l.size());
+    // Every data row reaches the stored row that holds its scale.
+    for (int64_t r = 0; r < l.rows; ++r)
+      REQUIRE(l.offset(r, 0) == l.padded_offset(r / l.row_step(), 0));
+  });
 }
 
 // Properties of offset() that the specialised GPU kernels (layouts/cuda/convert.cu) rely on; they take
@@ -124,35 +132,25 @@ TEST_CASE("offset is a row term plus a K-block term in every layout", "[layouts]
 
 TEST_CASE("has_padding is true exactly when some buffer position is not a real scale", "[layouts][property]") {
   // quantize_device clears a scale buffer before the kernels write it only when has_padding().
-  for (Recipe rc : kAllRecipes)
-    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
-      for (int64_t R : kRows)
-        for (int64_t K : kKs) {
-          const ScaleLayout l(rc, R, K, f);
-          CAPTURE(l.to_string());
-          bool any_pad = false;
-          for (int64_t p = 0; p < l.padded_rows(); ++p)
-            for (int64_t kb = 0; kb < l.padded_kblocks(); ++kb) any_pad = any_pad || !l.is_real(p, kb);
-          REQUIRE(l.has_padding() == any_pad);
-        }
+  for_each_layout([&](const ScaleLayout& l) {
+    bool any_pad = false;
+    for (int64_t p = 0; p < l.padded_rows(); ++p)
+      for (int64_t kb = 0; kb < l.padded_kblocks(); ++kb) any_pad = any_pad || !l.is_real(p, kb);
+    REQUIRE(l.has_padding() == any_pad);
+  });
 }
 
 TEST_CASE("rows 32 apart in one 128-row group are one row32_step apart in every layout", "[layouts][property]") {
   // offset(r + 32 i, kb) == offset(r, kb) + i * row32_step() within an aligned 128-row group: the NVFP4
   // row+col tile kernel locates one scale per lane and steps to the lane's other rows.
-  for (Recipe rc : kAllRecipes)
-    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
-      for (int64_t R : kRows)
-        for (int64_t K : kKs) {
-          const ScaleLayout l(rc, R, K, f);
-          CAPTURE(l.to_string());
-          const int64_t step = l.row32_step();
-          for (int64_t r = 0; r < R; ++r)
-            for (int64_t i = -(r % 128) / 32; r % 128 + 32 * i < 128; ++i) {
-              if (r + 32 * i >= R) break;
-              for (int64_t kb = 0; kb < l.kblocks(); kb += 3) REQUIRE(l.offset(r + 32 * i, kb) == l.offset(r, kb) + i * step);
-            }
-        }
+  for_each_layout([&](const ScaleLayout& l) {
+    const int64_t step = l.row32_step();
+    for (int64_t r = 0; r < l.rows; ++r)
+      for (int64_t i = -(r % 128) / 32; r % 128 + 32 * i < 128; ++i) {
+        if (r + 32 * i >= l.rows) break;
+        for (int64_t kb = 0; kb < l.kblocks(); kb += 3) REQUIRE(l.offset(r + 32 * i, kb) == l.offset(r, kb) + i * step);
+      }
+  });
 }
 
 TEST_CASE("the rows of a 32x32 or 128x128 block read one scale", "[layouts][property]") {
