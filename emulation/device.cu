@@ -220,15 +220,23 @@ struct Raw4<0> {
   using T = uint4;  // four f32
 };
 
+/// A 16-bit (bf16 / f16) code as fp32; half_value: the low (hi = 0) or high half of a 32-bit word.
+template <int S>
+__device__ __forceinline__ float decode16(uint32_t code16) {
+  return S == 1 ? fmt::decode_bf16(uint16_t(code16)) : fmt::decode_f16(uint16_t(code16));
+}
+template <int S>
+__device__ __forceinline__ float half_value(uint32_t w, int hi) {
+  return decode16<S>(hi ? w >> 16 : w & 0xFFFFu);
+}
+
 template <int S>
 __device__ __forceinline__ float raw_elem(const typename Raw4<S>::T& x, int j) {
   if constexpr (S == 0) {
     const uint32_t b = j == 0 ? x.x : j == 1 ? x.y : j == 2 ? x.z : x.w;
     return fmt::bits_float(b);
   } else {
-    const uint32_t w = j < 2 ? x.x : x.y;
-    const uint16_t h = uint16_t((j & 1) ? (w >> 16) : (w & 0xFFFFu));
-    return S == 1 ? fmt::decode_bf16(h) : fmt::decode_f16(h);
+    return half_value<S>(j < 2 ? x.x : x.y, j & 1);
   }
 }
 
@@ -271,10 +279,6 @@ __device__ __forceinline__ float group_amax(float m, int n) {
 // 32-bit word; decoding is monotone non-decreasing in |code| with NaN codes above Inf, so the largest
 // code decodes to exactly the amax that detail::amax_update folds over the decoded values.
 __device__ __forceinline__ uint32_t mag2(uint32_t w) { return w & 0x7FFF7FFFu; }
-template <int S>
-__device__ __forceinline__ float decode16(uint32_t code16) {
-  return S == 1 ? fmt::decode_bf16(uint16_t(code16)) : fmt::decode_f16(uint16_t(code16));
-}
 __device__ __forceinline__ uint32_t umax_group(uint32_t m, int n) {
   for (int off = 1; off < n; off <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
   return m;
@@ -407,11 +411,12 @@ __device__ __forceinline__ void lines_1d(const TileArgs& a, const float* tile, f
     if (lane % lpb == 0) stage[line * 8 + lane / lpb] = m;
   }
   __syncwarp();
+  const float2 gs = a.globals();
   for (int e = lane; e < (kTile / 8) * nbk; e += 32) {
     const int line = warp + 8 * (e / nbk), b = e % nbk;
     const int64_t gl = line0 + line, kb = k0 / bk + b;
     if (gl >= nlines || kb * bk >= K) continue;
-    const BlockScale s = a.template scale_as<E>(stage[line * 8 + b]);
+    const BlockScale s = a.template scale_as<E>(stage[line * 8 + b], gs);
     detail::store_scale(a.template layout_as<E>(COL ? a.lc : a.lr), COL ? a.scales_c : a.scales_r, gl, kb, s);
     stage[line * 8 + b] = s.multiplier;
   }
@@ -1166,10 +1171,6 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
 constexpr int kWn = 68;  // words per shared tile row of rc_nvfp4_tile
 /// Word index of 16-byte chunk k (< 16) of tile row r in rc_nvfp4_tile's shared tile.
 __device__ __forceinline__ int nv_chunk(int r, int k) { return r * kWn + 4 * (k ^ ((r >> 4) & 7)); }
-template <int S>
-__device__ __forceinline__ float half_value(uint32_t w, int hi) {
-  return decode16<S>(hi ? w >> 16 : w & 0xFFFFu);
-}
 /// 4 codes of the elements held in halves `hi` of w[0..3] (column phase) or in w[0], w[1] (row phase).
 template <int S>
 __device__ __forceinline__ uint32_t e2m1_col4(const uint32_t* w, int hi, float m) {
@@ -1190,14 +1191,10 @@ __device__ __forceinline__ uint32_t pair_max(const uint32_t* w) {
   if constexpr (N % 2 == 0) m = __vmaxu2(m, mag2(w[N - 1]));
   return m;
 }
-/// 16 codes of one block (8 words) with multiplier m; a NaN block (scale byte 0x7F) gives code 0x7
-/// everywhere, as encode_e2m1_satfinite does for each NaN product.
-template <int S>
-__device__ __forceinline__ uint2 e2m1_row16(const uint32_t (&w)[8], float m, uint8_t byte) {
-  uint2 out;
-  out.x = e2m1_row4<S>(w[0], w[1], m) | (e2m1_row4<S>(w[2], w[3], m) << 16);
-  out.y = e2m1_row4<S>(w[4], w[5], m) | (e2m1_row4<S>(w[6], w[7], m) << 16);
-  return byte == 0x7F ? make_uint2(0x77777777u, 0x77777777u) : out;
+/// One 16-element block's codes from its four 4-code groups, in order; a NaN block (scale byte
+/// 0x7F, multiplier NaN) gives code 0x7 everywhere, as encode_e2m1_satfinite does for each NaN product.
+__device__ __forceinline__ uint2 e2m1_block16(uint32_t q0, uint32_t q1, uint32_t q2, uint32_t q3, uint8_t byte) {
+  return byte == 0x7F ? make_uint2(0x77777777u, 0x77777777u) : make_uint2(q0 | (q1 << 16), q2 | (q3 << 16));
 }
 
 template <int S>
@@ -1233,7 +1230,10 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
       const uint32_t m2 = pair_max<8>(w);
       const uint8_t byte = detail::nvfp4_scale_byte(decode16<S>(max(m2 & 0xFFFFu, m2 >> 16)), senc);
       scales_r[so + i * sstep] = byte;
-      *reinterpret_cast<uint2*>(orow + i * out_step) = e2m1_row16<S>(w, mtab[byte], byte);
+      const float m = mtab[byte];
+      *reinterpret_cast<uint2*>(orow + i * out_step) =
+          e2m1_block16(e2m1_row4<S>(w[0], w[1], m), e2m1_row4<S>(w[2], w[3], m), e2m1_row4<S>(w[4], w[5], m),
+                       e2m1_row4<S>(w[6], w[7], m), byte);
     }
   }
   __syncthreads();
@@ -1258,11 +1258,9 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
       const uint8_t byte = detail::nvfp4_scale_byte(decode16<S>(col ? m2 >> 16 : m2 & 0xFFFFu), senc);
       const float m = mtab[byte];
       scales_c[so[col] + t * cstep] = byte;
-      uint2 out;
-      out.x = e2m1_col4<S>(w, col, m) | (e2m1_col4<S>(w + 4, col, m) << 16);
-      out.y = e2m1_col4<S>(w + 8, col, m) | (e2m1_col4<S>(w + 12, col, m) << 16);
-      if (byte == 0x7F) out = make_uint2(0x77777777u, 0x77777777u);
-      *reinterpret_cast<uint2*>(oc + col * (a.rows >> 1)) = out;
+      *reinterpret_cast<uint2*>(oc + col * (a.rows >> 1)) =
+          e2m1_block16(e2m1_col4<S>(w, col, m), e2m1_col4<S>(w + 4, col, m), e2m1_col4<S>(w + 8, col, m),
+                       e2m1_col4<S>(w + 12, col, m), byte);
     }
   }
 }
