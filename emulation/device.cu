@@ -1152,115 +1152,187 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
 // rc1d_tile spreads a block over 4 lanes, so every block costs maxima and multiplier shuffles and a
 // staged scale step, and every lane locates a scale per block. Here a lane holds its whole block:
 //   rows:    lane owns elements 16 (l & 7) .. +15 of tile rows rb + 32 i (rb = 4 warp + (l >> 3),
-//            i < 4): the maximum in registers, one 8-byte store of 16 codes;
+//            i < 4): the maximum in registers, one 8-byte store of 16 codes; the next row's two
+//            16-byte loads are issued before this row is encoded;
 //   columns: lane owns rows 16 g .. 16 g + 15 (g = l & 7) of column pairs p = 4 warp + h + 32 t
 //            (h = l >> 3, t < 2): 16 shared words hold both columns' blocks, and the 8 lanes of a
 //            column pair store 64 contiguous bytes of codes and their scales 4 and 4 adjacent bytes
 //            (a lane per column pair and row group scattered the scale bytes over 32 sectors per
 //            store and made the kernel L2-bound);
 //   shared:  rows of kWn = 68 words (16-byte aligned, so 16-byte chunks move whole), chunk k of row r
-//            at k ^ ((r >> 4) & 7): word (16 g + j, p) then sits in bank (4 j + 4 ((p >> 2) ^ g) + h)
-//            mod 32, 32 distinct banks over the warp;
+//            at k ^ (k >> 3) ^ ((r >> 4) & 7): the 8 lanes of a row store chunks 2 ch (+ 1) into 8
+//            distinct 4-bank groups, and word (16 g + j, p) of the column phase sits in bank
+//            (4 j + 4 ((p >> 2) ^ t ^ g) + h) mod 32, 32 distinct banks over the warp;
 //   scales:  the byte from nvfp4_scale_byte, the multiplier from a 128-entry table of
 //            nvfp4_multiplier (a function of the byte alone), the position from one offset() per
-//            lane and column stepped by ScaleLayout::row32_step() (the lane's rows are 32 apart).
-// The arithmetic is compute_scale's and the encoder the element encoder's (all 2^32 patterns tested),
+//            lane stepped by ScaleLayout::row32_step() and row1_step();
+//   codes:   from the magnitudes (source codes with the sign bits cleared, which the maximum needs
+//            anyway) times the multiplier; the signs come from the source codes (the multiplier is
+//            positive, so the product has the element's sign, -0 included). A block whose amax times
+//            multiplier is below 7 needs no saturation (e2m1x4_small); others (tiny or zero-scale
+//            blocks with the FLT_MAX multiplier, Inf, NaN) clamp at 6 and a NaN block's codes are 0x7.
+// The arithmetic is compute_scale's and the encoder the element encoder's (tested over all inputs),
 // so the bytes equal the host's. Needs 16-byte aligned source rows and 8-byte aligned outputs.
 // Staging the whole tile through shared memory first (16 consecutive lanes per row per 16-byte load,
 // rows encoded from there) measured 9% slower than each lane loading its own rows (run BP).
 constexpr int kWn = 68;  // words per shared tile row of rc_nvfp4_tile
-/// Word index of 16-byte chunk k (< 16) of tile row r in rc_nvfp4_tile's shared tile.
-__device__ __forceinline__ int nv_chunk(int r, int k) { return r * kWn + 4 * (k ^ ((r >> 4) & 7)); }
-/// 4 codes of the elements held in halves `hi` of w[0..3] (column phase) or in w[0], w[1] (row phase).
-template <int S>
-__device__ __forceinline__ uint32_t e2m1_col4(const uint32_t* w, int hi, float m) {
-  return detail::encode_e2m1x4_not_nan(half_value<S>(w[0], hi) * m, half_value<S>(w[1], hi) * m,
-                                       half_value<S>(w[2], hi) * m, half_value<S>(w[3], hi) * m);
+/// Byte offset in rc_nvfp4_tile's shared tile of 16-byte chunk k (< 16) of tile row r.
+__device__ __forceinline__ uint32_t nv_chunk_bytes(int r, int k) {
+  return uint32_t(4 * (r * kWn) + 16 * (k ^ (k >> 3) ^ ((r >> 4) & 7)));
 }
-template <int S>
-__device__ __forceinline__ uint32_t e2m1_row4(uint32_t w0, uint32_t w1, float m) {
-  return detail::encode_e2m1x4_not_nan(half_value<S>(w0, 0) * m, half_value<S>(w0, 1) * m,
-                                       half_value<S>(w1, 0) * m, half_value<S>(w1, 1) * m);
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void sts128(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
 }
-/// Magnitude-code maximum of 16-bit pairs: w[0..n) folded by pairs (__vmaxu2 of three is one VIMNMX3).
+/// prmt with a selector whose nibbles 8 | b replicate byte b's top bit (the sign of a 16-bit code).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+/// E2M1 sign bits (bit 3 of each code) of a row block's 16 elements, element e = half e & 1 of w[e >> 1].
+__device__ __forceinline__ uint2 nv_signs_row(const uint32_t* w) {
+  uint32_t r[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t* v = w + 4 * h;
+    const uint32_t lo = prmt(prmt(v[0], v[1], 0xD9), prmt(v[2], v[3], 0xD9), 0x5410);  // elements 0, 2, 4, 6
+    const uint32_t hi = prmt(prmt(v[0], v[1], 0xFB), prmt(v[2], v[3], 0xFB), 0x5410);  // elements 1, 3, 5, 7
+    r[h] = (lo & 0x08080808u) | (hi & 0x80808080u);
+  }
+  return make_uint2(r[0], r[1]);
+}
+/// The same for both columns of a column pair, element e of column c = half c of w[e] (w[0..16)).
+__device__ __forceinline__ void nv_signs_cols(const uint32_t* w, uint2 (&sg)[2]) {
+  uint32_t s[4];  // elements 4q .. 4q + 3: column 0 in bits 0..15, column 1 in bits 16..31
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    s[q] = (prmt(w[4 * q], w[4 * q + 2], 0xFBD9) & 0x08080808u) | (prmt(w[4 * q + 1], w[4 * q + 3], 0xFBD9) & 0x80808080u);
+  sg[0] = make_uint2(prmt(s[0], s[1], 0x5410), prmt(s[2], s[3], 0x5410));
+  sg[1] = make_uint2(prmt(s[0], s[1], 0x7632), prmt(s[2], s[3], 0x7632));
+}
+/// Magnitude codes of a block (ROW: element e = half e & 1 of mw[e >> 1]; else half `hi` of mw[e]),
+/// times m, saturated at 6 when SAT.
+template <int S, bool ROW, bool SAT>
+__device__ __forceinline__ uint2 nv_mag16(const uint32_t* mw, int hi, float m) {
+  const auto y = [&](int e) {
+    const float v = (ROW ? half_value<S>(mw[e >> 1], e & 1) : half_value<S>(mw[e], hi)) * m;
+    return SAT ? fminf(v, 6.0f) : v;
+  };
+  uint32_t c[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) c[q] = detail::e2m1x4_small(y(4 * q), y(4 * q + 1), y(4 * q + 2), y(4 * q + 3));
+  return make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
+}
+/// One block's 16 codes: magnitudes, signs sg, scale byte and multiplier m, block amax.
+template <int S, bool ROW>
+__device__ __forceinline__ uint2 nv_block16(const uint32_t* mw, int hi, uint2 sg, float amax, uint32_t byte, float m) {
+  uint2 q;
+  if (amax * m < 7.0f) {  // false for NaN
+    q = nv_mag16<S, ROW, false>(mw, hi, m);
+  } else {
+    q = nv_mag16<S, ROW, true>(mw, hi, m);
+    if (byte == 0x7F) return make_uint2(0x77777777u, 0x77777777u);  // encode_e2m1_satfinite of NaN
+  }
+  return make_uint2(q.x | sg.x, q.y | sg.y);
+}
+/// Magnitude-code maximum of 16-bit pairs w[0..n) (sign bits already cleared; __vmaxu2 of three is one VIMNMX3).
 template <int N>
 __device__ __forceinline__ uint32_t pair_max(const uint32_t* w) {
-  uint32_t m = mag2(w[0]);
+  uint32_t m = w[0];
 #pragma unroll
-  for (int j = 1; j + 1 < N; j += 2) m = __vmaxu2(m, __vmaxu2(mag2(w[j]), mag2(w[j + 1])));
-  if constexpr (N % 2 == 0) m = __vmaxu2(m, mag2(w[N - 1]));
+  for (int j = 1; j + 1 < N; j += 2) m = __vmaxu2(m, __vmaxu2(w[j], w[j + 1]));
+  if constexpr (N % 2 == 0) m = __vmaxu2(m, w[N - 1]);
   return m;
-}
-/// One 16-element block's codes from its four 4-code groups, in order; a NaN block (scale byte
-/// 0x7F, multiplier NaN) gives code 0x7 everywhere, as encode_e2m1_satfinite does for each NaN product.
-__device__ __forceinline__ uint2 e2m1_block16(uint32_t q0, uint32_t q1, uint32_t q2, uint32_t q3, uint8_t byte) {
-  return byte == 0x7F ? make_uint2(0x77777777u, 0x77777777u) : make_uint2(q0 | (q1 << 16), q2 | (q3 << 16));
 }
 
 template <int S>
-__device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile, float* mtab, int64_t r0, int64_t c0) {
+__device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile, int64_t r0, int64_t c0) {
+  __shared__ float mtab[128];  // nvfp4_multiplier of every byte
+  __shared__ float senc_s;
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  const float2 gs = a.globals();
-  const float senc = gs.x;
-  uint8_t* const scales_r = static_cast<uint8_t*>(a.scales_r);
-  uint8_t* const scales_c = static_cast<uint8_t*>(a.scales_c);
-  if (threadIdx.x < 128) mtab[threadIdx.x] = detail::nvfp4_multiplier(uint8_t(threadIdx.x), gs.y);
-  __syncthreads();  // mtab
+  if (threadIdx.x < 128) {
+    const float2 gs = a.globals();
+    mtab[threadIdx.x] = detail::nvfp4_multiplier(uint8_t(threadIdx.x), gs.y);
+    if (threadIdx.x == 0) senc_s = gs.x;
+  }
+  __syncthreads();  // mtab, senc_s
+  const float senc = senc_s;
+  const uint32_t tile_s = smem_u32(tile);
 
   // 1. Rows rb + 32 i.
   {
-    const ScaleLayout lr = a.template layout_as<2, 16>(a.lr);
     const int rb = 4 * warp + (lane >> 3), ch = lane & 7;
     const int64_t e0 = (r0 + rb) * a.cols + c0 + 16 * ch;  // the lane's first element
-    uint8_t* const orow = a.rowwise ? out_at(a.out_r, e0, true) : nullptr;
-    const int64_t so = a.rowwise ? lr.offset(r0 + rb, (c0 >> 4) + ch) : 0;
-    const int64_t sstep = lr.row32_step(), out_step = 16 * a.cols;
-    const uint16_t* const src = static_cast<const uint16_t*>(a.src) + e0;
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(a.src) + e0);
+    const int64_t lstep = 4 * a.cols;  // 32 rows, in 16-byte units
+    const bool rw = a.rowwise;
+    uint8_t* orow = rw ? out_at(a.out_r, e0, true) : nullptr;
+    uint8_t* srow = static_cast<uint8_t*>(a.scales_r);
+    int64_t sstep = 0;
+    if (rw) {
+      const ScaleLayout lr = a.template layout_as<2, 16>(a.lr);
+      srow += lr.offset(r0 + rb, (c0 >> 4) + ch);
+      sstep = lr.row32_step();
+    }
+    const int64_t ostep = 16 * a.cols;  // 32 rows of codes
+    uint4 x0 = src[0], x1 = src[1];
 #pragma unroll 1
     for (int i = 0; i < 4; ++i) {
+      uint4 n0 = x0, n1 = x1;
+      if (i < 3) {  // the next row's loads in flight while this one is encoded
+        src += lstep;
+        n0 = src[0];
+        n1 = src[1];
+      }
       const int r = rb + 32 * i;
-      uint4* const t0 = reinterpret_cast<uint4*>(tile + nv_chunk(r, 2 * ch));
-      uint4* const t1 = reinterpret_cast<uint4*>(tile + nv_chunk(r, 2 * ch + 1));
-      const uint4 x0 = *reinterpret_cast<const uint4*>(src + i * 32 * a.cols);
-      const uint4 x1 = *reinterpret_cast<const uint4*>(src + i * 32 * a.cols + 8);
-      *t0 = x0;
-      *t1 = x1;
-      if (!a.rowwise) continue;  // block-uniform
-      const uint32_t w[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-      const uint32_t m2 = pair_max<8>(w);
-      const uint8_t byte = detail::nvfp4_scale_byte(decode16<S>(max(m2 & 0xFFFFu, m2 >> 16)), senc);
-      scales_r[so + i * sstep] = byte;
-      const float m = mtab[byte];
-      *reinterpret_cast<uint2*>(orow + i * out_step) =
-          e2m1_block16(e2m1_row4<S>(w[0], w[1], m), e2m1_row4<S>(w[2], w[3], m), e2m1_row4<S>(w[4], w[5], m),
-                       e2m1_row4<S>(w[6], w[7], m), byte);
+      sts128(tile_s + nv_chunk_bytes(r, 2 * ch), x0);
+      sts128(tile_s + nv_chunk_bytes(r, 2 * ch + 1), x1);
+      if (rw) {  // block-uniform
+        const uint32_t w[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        uint32_t mw[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mw[j] = mag2(w[j]);
+        const uint32_t m2 = pair_max<8>(mw);
+        const float amax = decode16<S>(max(m2 & 0xFFFFu, m2 >> 16));
+        const uint32_t byte = detail::nvfp4_scale_byte(amax, senc);
+        *srow = uint8_t(byte);
+        *reinterpret_cast<uint2*>(orow) = nv_block16<S, true>(mw, 0, nv_signs_row(w), amax, byte, mtab[byte]);
+        srow += sstep;
+        orow += ostep;
+      }
+      x0 = n0;
+      x1 = n1;
     }
   }
   __syncthreads();
 
   // 2. Column pairs 4 warp + h + 32 t: both columns' 16-row blocks from 16 shared words.
   const ScaleLayout lc = a.template layout_as<2, 16>(a.lc);
-  const int g = lane & 7, h = lane >> 3;
-  const int64_t kb = (r0 >> 4) + g, rr = r0 + 16 * g;
-  const int64_t cstep = 2 * lc.row32_step();  // t = 1: columns 64 further
-  const int pc = 4 * warp + h;
-  const int64_t so[2] = {lc.offset(c0 + 2 * pc, kb), lc.offset(c0 + 2 * pc + 1, kb)};
+  const int g = lane & 7, h = lane >> 3, pc = 4 * warp + h;
+  uint8_t* const scol = static_cast<uint8_t*>(a.scales_c) + lc.offset(c0 + 2 * pc, (r0 >> 4) + g);
+  const int64_t s1 = lc.row1_step(), st = 2 * lc.row32_step();  // next column; columns 64 further
+  uint8_t* const ocol = out_at(a.out_c, (c0 + 2 * pc) * a.rows + r0 + 16 * g, true);
+  const int64_t o1 = a.rows >> 1, ot = 32 * a.rows;
 #pragma unroll 1
   for (int t = 0; t < 2; ++t) {
-    const uint32_t* const tcol = tile + nv_chunk(16 * g, warp + 8 * t) + h;  // pair pc + 32 t of row 16 g
-    uint32_t w[16];
+    // Pair pc + 32 t lies in chunk warp + 8 t; rows 16 g + j share the chunk swizzle.
+    const uint32_t* const tcol = tile + (nv_chunk_bytes(16 * g, warp + 8 * t) >> 2) + h;
+    uint32_t mw[16];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) w[j] = tcol[j * kWn];  // rows 16 g + j share the chunk swizzle
-    const uint32_t m2 = pair_max<16>(w);
-    uint8_t* const oc = out_at(a.out_c, (c0 + 2 * (pc + 32 * t)) * a.rows + rr, true);
+    for (int j = 0; j < 16; ++j) mw[j] = tcol[j * kWn];
+    uint2 sg[2];
+    nv_signs_cols(mw, sg);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) mw[j] = mag2(mw[j]);
+    const uint32_t m2 = pair_max<16>(mw);
 #pragma unroll
     for (int col = 0; col < 2; ++col) {
-      const uint8_t byte = detail::nvfp4_scale_byte(decode16<S>(col ? m2 >> 16 : m2 & 0xFFFFu), senc);
-      const float m = mtab[byte];
-      scales_c[so[col] + t * cstep] = byte;
-      *reinterpret_cast<uint2*>(oc + col * (a.rows >> 1)) =
-          e2m1_block16(e2m1_col4<S>(w, col, m), e2m1_col4<S>(w + 4, col, m), e2m1_col4<S>(w + 8, col, m),
-                       e2m1_col4<S>(w + 12, col, m), byte);
+      const float amax = decode16<S>(col ? m2 >> 16 : m2 & 0xFFFFu);
+      const uint32_t byte = detail::nvfp4_scale_byte(amax, senc);
+      scol[t * st + col * s1] = uint8_t(byte);
+      *reinterpret_cast<uint2*>(ocol + t * ot + col * o1) = nv_block16<S, false>(mw, col, sg[col], amax, byte, mtab[byte]);
     }
   }
 }
@@ -1275,13 +1347,12 @@ __global__ void __launch_bounds__(kQThreads, E == 2 ? 5 : 4) rc1d_kernel(TileArg
   a.tile_origin(r0, c0);
   const bool whole = a.whole_tile(r0, c0);
   if constexpr (E == 2) {
-    // NVFP4: whole tiles with 16-element aligned rows and columns take rc_nvfp4_tile, whose
-    // multiplier table lives in cmult (128 floats; the edge path does not share the block with it).
+    // NVFP4: whole tiles with 16-element aligned rows and columns take rc_nvfp4_tile.
     const uintptr_t out_bits = reinterpret_cast<uintptr_t>(a.rowwise ? a.out_r : nullptr) |
                                reinterpret_cast<uintptr_t>(a.out_c);
     if (whole && (a.rows & 15) == 0 && (a.cols & 15) == 0 &&
         (reinterpret_cast<uintptr_t>(a.src) & 15) == 0 && (out_bits & 7) == 0) {  // block-uniform
-      rc_nvfp4_tile<S>(a, tile, &cmult[0][0], r0, c0);
+      rc_nvfp4_tile<S>(a, tile, r0, c0);
       return;
     }
     rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0);

@@ -122,9 +122,10 @@ SCALEMM_HD inline uint32_t encode_satfinite(uint32_t bits, fmt::detail::MiniFloa
 /// e2m1_rounded_sum is the rounding step this encoder shares with encode_e2m1x4_not_nan: the bits of
 /// y + 2^(e+22), which are
 /// (e + 149) << 23 | k with k < 8 and bits 3..22 zero. On the GPU it is one fma of the exact power of
-/// two 2^e * 2^22 and y: the same single rounding, one instruction less.
-SCALEMM_HD inline uint32_t e2m1_rounded_sum(float x) {
-  const float y = fminf(fabsf(x), 6.0f);
+/// two 2^e * 2^22 and y: the same single rounding, one instruction less. e2m1_sum_small is that step
+/// without the saturation, for 0 <= y < 7: there e <= 2 and 6 <= y < 7 rounds to 6, so the sum is
+/// the same as for min(y, 6).
+SCALEMM_HD inline uint32_t e2m1_sum_small(float y) {
   const uint32_t yb = fmt::float_bits(y);
   const uint32_t eb = (yb > 0x3F800000u ? yb : 0x3F800000u) & 0x7F800000u;  // 2^e
 #if defined(__CUDA_ARCH__)
@@ -133,6 +134,7 @@ SCALEMM_HD inline uint32_t e2m1_rounded_sum(float x) {
   return fmt::float_bits(y + fmt::bits_float(eb + (22u << 23)));
 #endif
 }
+SCALEMM_HD inline uint32_t e2m1_rounded_sum(float x) { return e2m1_sum_small(fminf(fabsf(x), 6.0f)); }
 SCALEMM_HD inline uint32_t encode_e2m1_not_nan(float x) {
   const uint32_t sb = e2m1_rounded_sum(x);
   const uint32_t code = (sb & 7u) + (sb >> 22) - 298u;  // k + 2e: (sb >> 22) = 2e + 298
@@ -152,16 +154,19 @@ SCALEMM_HD inline uint32_t encode_e2m1_satfinite(uint32_t bits) {
 ///     acc += s >> (22 - 4j) adds (2e + 298) << 4j (k's bits shift out); the 298s are taken off once,
 ///     so the low 16 bits of acc are sum of (k + 2e) << 4j, codes <= 7 that never carry;
 ///   * the signs go to bits 3, 7, 11, 15 (GPU: two byte permutes replicating the sign bytes).
-SCALEMM_HD inline uint32_t encode_e2m1x4_not_nan(float x0, float x1, float x2, float x3) {
-  const float x[4] = {x0, x1, x2, x3};
+/// e2m1_pack4 is the packing step (bits 16 and up of its result are junk), shared with e2m1x4_small.
+SCALEMM_HD inline uint32_t e2m1_pack4(uint32_t s0, uint32_t s1, uint32_t s2, uint32_t s3) {
+  const uint32_t sb[4] = {s0, s1, s2, s3};
   uint32_t acc = 0u - 298u * 0x1111u;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t sb = e2m1_rounded_sum(x[j]);
-    acc += (sb << (4 * j)) + (sb >> (22 - 4 * j));
-  }
+  for (int j = 0; j < 4; ++j) acc += (sb[j] << (4 * j)) + (sb[j] >> (22 - 4 * j));
+  return acc;
+}
+SCALEMM_HD inline uint32_t encode_e2m1x4_not_nan(float x0, float x1, float x2, float x3) {
+  const uint32_t acc = e2m1_pack4(e2m1_rounded_sum(x0), e2m1_rounded_sum(x1), e2m1_rounded_sum(x2),
+                                  e2m1_rounded_sum(x3));
   uint32_t sign;
 #if defined(__CUDA_ARCH__)
   // prmt selector nibble 8 | byte: the byte's sign bit replicated over 8 bits. Bytes 0, 1 of a are
@@ -175,6 +180,13 @@ SCALEMM_HD inline uint32_t encode_e2m1x4_not_nan(float x0, float x1, float x2, f
          ((fmt::float_bits(x2) >> 20) & 0x800u) | ((fmt::float_bits(x3) >> 16) & 0x8000u);
 #endif
   return (acc & 0xFFFFu) | sign;
+}
+/// Four E2M1 magnitude codes (sign bits clear) of y_j with 0 <= y_j < 7, element j in bits 4j..4j+2:
+/// encode_e2m1_not_nan(y_j) without its saturation and sign steps, which such y do not need. The
+/// NVFP4 tile kernel takes it for blocks whose amax times multiplier is below 7 (every product then
+/// is, rounding being monotone) and sets the signs from the source codes.
+SCALEMM_HD inline uint32_t e2m1x4_small(float y0, float y1, float y2, float y3) {
+  return e2m1_pack4(e2m1_sum_small(y0), e2m1_sum_small(y1), e2m1_sum_small(y2), e2m1_sum_small(y3)) & 0xFFFFu;
 }
 
 /// Element encode with saturation (satfinite: overflow and +-Inf -> +-max, NaN -> NaN code; E2M1 NaN -> 0x7).
@@ -229,13 +241,35 @@ struct BlockScale {
   float multiplier = 0.0f;  ///< what data elements are multiplied by before the element cast
 };
 
+/// a / 6 in fp32, correctly rounded (the division of nvfp4_scale_byte). div6_fma is the GPU's form
+/// for a in [2^-125, FLT_MAX]: the product with RN(1/6) and one FMA correction from its exact
+/// residual, equal to a / 6.0f on every fp32 in that range (tested); below it the quotient is
+/// subnormal and the correction can miss by one ulp, and Inf / NaN give NaN, so those take the
+/// division. Three FMA-pipe instructions instead of the division's range check, six FMAs and branch.
+SCALEMM_HD inline float div6_fma(float a) {
+  const float r = 0x1.555556p-3f;  // RN(1/6)
+  const float q = a * r;
+  return fmaf(fmaf(-q, 6.0f, a), r, q);
+}
+SCALEMM_HD inline float div6(float a) {
+#if defined(__CUDA_ARCH__)
+  if (a >= 0x1p-125f && a <= kFltMax) return div6_fma(a);
+#endif
+  return a / 6.0f;
+}
+
 /// NVFP4 block scale byte: UE4M3 of (amax / 6) * S_enc, clamped to 448. A NaN amax gives 0x7F (NaN: the
 /// whole block dequantizes to NaN); no other amax reaches it (amax >= 0 and S_enc > 0, so the ratio is
 /// in [0, 448] after the clamp, Inf included), so the byte alone decides the multiplier.
 SCALEMM_HD inline uint8_t nvfp4_scale_byte(float amax, float senc) {
+#if SCALEMM_EMU_HW_FP8
+  // cvt.rn.satfinite does both tests: a NaN gives 0x7F, anything above 448 (Inf too) 448.
+  return ue4m3_encode_nonneg(div6(amax) * senc);
+#else
   if (is_nan_f(amax)) return 0x7F;
-  const float sb = (amax / 6.0f) * senc;
+  const float sb = div6(amax) * senc;
   return ue4m3_encode_nonneg(sb < 448.0f ? sb : 448.0f);
+#endif
 }
 /// The data multiplier of an NVFP4 block with scale byte b: 1 / (decode(b) * S_dec), FLT_MAX where
 /// that is not finite (b = 0), NaN for the NaN byte. A function of b alone for a given S_dec, so a

@@ -50,6 +50,10 @@ std::vector<float> wide(std::mt19937_64& g, int64_t n) {
   std::uniform_int_distribution<int> e(-20, 20), z(0, 15);
   std::vector<float> v(static_cast<size_t>(n));
   for (auto& x : v) x = z(g) == 0 ? 0.0f : std::ldexp(d(g), e(g));
+  // Every 7th run of 16 elements 2^-40 smaller: NVFP4 blocks with subnormal or zero scales (the
+  // saturating path of the tile kernel) beside normal ones, in rows and, for most widths, columns.
+  for (int64_t i = 0; i < n; ++i)
+    if ((i / 16) % 7 == 3) v[size_t(i)] = std::ldexp(v[size_t(i)], -40);
   if (n > 7) v[7] = std::numeric_limits<float>::quiet_NaN();  // one NaN block, one Inf block
   if (n > 0) v[size_t(n / 2)] = std::numeric_limits<float>::infinity();
   return v;
@@ -450,6 +454,52 @@ __global__ void sweep_e2m1x4_kernel(unsigned long long* bad, unsigned long long*
   }
 }
 
+/// Grid-stride over all 2^32 patterns b, for the NVFP4 tile kernel's two shortcuts (counters [0] and
+/// [2], first offenders [1] and [3]):
+///   * the scale byte: nvfp4_scale_byte (GPU: div6_fma in its range, no NaN or clamp test) against the
+///     division, NaN test, clamp and software UE4M3 encoder, for every non-negative amax (NaN and Inf
+///     included) and three global scales;
+///   * e2m1x4_small (no saturation) against encode_e2m1_not_nan, for inputs in [0, 7) in each of the
+///     four positions (b, partner(b), ...; others become 0).
+__global__ void sweep_nvfp4_steps_kernel(unsigned long long* c) {
+  const uint64_t n = uint64_t(1) << 32;
+  const uint64_t step = uint64_t(gridDim.x) * blockDim.x;
+  const float sencs[3] = {1.0f, 0.0123f, 3.5e20f};
+  unsigned long long bad[2] = {0, 0}, first[2] = {~0ull, ~0ull};
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const uint32_t b = uint32_t(i);
+    if (b <= 0x7FFFFFFFu) {
+      const float amax = fmt::bits_float(b);
+      for (float senc : sencs) {
+        float sb = (amax / 6.0f) * senc;
+        sb = sb < 448.0f ? sb : 448.0f;
+        const uint8_t want = ed::is_nan_f(amax) ? 0x7F : fmt::encode_ue4m3(sb, fmt::Saturation::kSatFinite);
+        if (ed::nvfp4_scale_byte(amax, senc) != want) {
+          ++bad[0];
+          if (first[0] == ~0ull) first[0] = b;
+        }
+      }
+    }
+    uint32_t v[4] = {b, 0, 0, 0};
+    for (int j = 1; j < 4; ++j) v[j] = partner(v[j - 1]);
+    for (int j = 0; j < 4; ++j)
+      if (v[j] >= 0x40E00000u) v[j] = 0;  // [0, 7) only: non-negative patterns below 7.0
+    const uint32_t got = ed::e2m1x4_small(fmt::bits_float(v[0]), fmt::bits_float(v[1]), fmt::bits_float(v[2]),
+                                          fmt::bits_float(v[3]));
+    uint32_t want = 0;
+    for (int j = 0; j < 4; ++j) want |= ed::encode_e2m1_not_nan(fmt::bits_float(v[j])) << (4 * j);
+    if (got != want) {
+      ++bad[1];
+      if (first[1] == ~0ull) first[1] = b;
+    }
+  }
+  for (int k = 0; k < 2; ++k)
+    if (bad[k]) {
+      atomicAdd(&c[2 * k], bad[k]);
+      atomicMin(&c[2 * k + 1], first[k]);
+    }
+}
+
 /// Every pair of FP8 codes: decode_fp8_pair<E> (the dequantization kernel's decoder) against the
 /// formats decoder; NaN codes only need to give a NaN (outputs store NaN canonically).
 template <int E>
@@ -518,6 +568,27 @@ TEST_CASE("The packed E2M1 encoder of the NVFP4 kernels equals the element encod
   if (bad) std::snprintf(first, sizeof first, "0x%08llx", h[1]);
   CAPTURE(bad, first);
   CHECK(bad == 0);
+}
+
+TEST_CASE("The NVFP4 tile kernel's scale byte and unsaturated encoder equal the reference steps on all 2^32 "
+          "patterns",
+          "[emulation][gpu]") {
+  DevBuf counters(4 * sizeof(unsigned long long));
+  auto* c = counters.as<unsigned long long>();
+  for (int k = 0; k < 2; ++k) {
+    CUDA_OK(cudaMemset(c + 2 * k, 0, sizeof(unsigned long long)));
+    CUDA_OK(cudaMemset(c + 2 * k + 1, 0xFF, sizeof(unsigned long long)));
+  }
+  sweep_nvfp4_steps_kernel<<<4096, 256>>>(c);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto h = counters.get<unsigned long long>();
+  char first_byte[32] = "none", first_small[32] = "none";
+  if (h[0]) std::snprintf(first_byte, sizeof first_byte, "0x%08llx", h[1]);
+  if (h[2]) std::snprintf(first_small, sizeof first_small, "0x%08llx", h[3]);
+  CAPTURE(h[0], first_byte, h[2], first_small);
+  CHECK(h[0] == 0);
+  CHECK(h[2] == 0);
 }
 
 TEST_CASE("The dequantization kernel's FP8 pair decoder equals the formats decoder on every code pair",

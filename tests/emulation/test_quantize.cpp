@@ -613,3 +613,54 @@ TEST_CASE("The packed E2M1 encoder equals the element encoder in each of its fou
   CHECK(n > 100000000);
   CHECK(bad == 0);
 }
+
+TEST_CASE("The unsaturated packed E2M1 encoder equals the element encoder below 7", "[emulation][quantize]") {
+  // e2m1x4_small (the NVFP4 tile kernel's encoder for blocks whose products stay below 7) against
+  // encode_e2m1_not_nan: every pattern of [2^-3, 7), where the rounding decisions lie, in position
+  // x % 4 beside three hashed patterns (those outside [0, 7) become 0), then every 101st pattern below.
+  namespace d = scalemm::emulation::detail;
+  int64_t bad = 0, n = 0;
+  uint32_t first_bad = 0;
+  const auto check = [&](uint32_t x) {
+    uint32_t b[4];
+    for (int j = 0; j < 4; ++j) {
+      b[j] = x * 2654435761u + 0x9E3779B9u * uint32_t(j + 1);
+      if (b[j] >= 0x40E00000u) b[j] = 0;
+    }
+    b[x % 4] = x;
+    ++n;
+    const uint32_t got =
+        d::e2m1x4_small(fmt::bits_float(b[0]), fmt::bits_float(b[1]), fmt::bits_float(b[2]), fmt::bits_float(b[3]));
+    uint32_t want = 0;
+    for (int j = 0; j < 4; ++j) want |= d::encode_e2m1_not_nan(fmt::bits_float(b[j])) << (4 * j);
+    if (got != want && bad++ == 0) first_bad = x;
+  };
+  for (uint32_t x = 0x3E000000u; x < 0x40E00000u; ++x) check(x);
+  for (uint32_t x = 0; x < 0x3E000000u; x += 101) check(x);
+  CAPTURE(n, bad, first_bad);
+  CHECK(n > 40000000);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("div6_fma is the correctly rounded quotient a / 6 from 2^-125 to FLT_MAX", "[emulation][quantize]") {
+  // The GPU's division in nvfp4_scale_byte (the [gpu] sweep checks the byte on all 2^32 patterns).
+  // Here: every bf16 and f16 value in the range (the tile kernel's amaxes), the first 2^20 patterns
+  // from 2^-125 up, and every 97th pattern of the whole range.
+  namespace d = scalemm::emulation::detail;
+  int64_t bad = 0, n = 0;
+  uint32_t first_bad = 0;
+  const auto check = [&](float a) {
+    if (!(a >= 0x1p-125f && a <= d::kFltMax)) return;
+    ++n;
+    if (fmt::float_bits(d::div6_fma(a)) != fmt::float_bits(a / 6.0f) && bad++ == 0) first_bad = fmt::float_bits(a);
+  };
+  for (uint32_t c = 0; c < 0x8000u; ++c) {
+    check(fmt::decode_bf16(uint16_t(c)));
+    check(fmt::decode_f16(uint16_t(c)));
+  }
+  for (uint32_t b = 0x01000000u; b < 0x01100000u; ++b) check(fmt::bits_float(b));
+  for (uint32_t b = 0x01000000u; b <= 0x7F7FFFFFu; b += 97) check(fmt::bits_float(b));
+  CAPTURE(n, bad, first_bad);
+  CHECK(n > 20000000);
+  CHECK(bad == 0);
+}

@@ -153,6 +153,18 @@ TEST_CASE("rows 32 apart in one 128-row group are one row32_step apart in every 
   });
 }
 
+TEST_CASE("adjacent rows of one 32-row group are one row1_step apart in every layout", "[layouts][property]") {
+  // offset(r + 1, kb) == offset(r, kb) + row1_step() when r % 32 < 31: the NVFP4 row+col tile kernel
+  // locates the scales of a column pair's first column and steps to the second.
+  for_each_layout([&](const ScaleLayout& l) {
+    const int64_t step = l.row1_step();
+    for (int64_t r = 0; r + 1 < l.rows; ++r) {
+      if (r % 32 == 31) continue;
+      for (int64_t kb = 0; kb < l.kblocks(); kb += 3) REQUIRE(l.offset(r + 1, kb) == l.offset(r, kb) + step);
+    }
+  });
+}
+
 TEST_CASE("the rows of a 32x32 or 128x128 block read one scale", "[layouts][property]") {
   // The tiled fills compute one word per aligned 32-row group: offset(r, kb) == offset(r - r % 32, kb).
   for (Recipe rc : {Recipe::kMxfp8_32x32, Recipe::kBlock128x128})

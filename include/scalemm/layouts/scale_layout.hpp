@@ -171,6 +171,10 @@ struct ScaleLayout {
   /// offset(r + 32 * i, kb) == offset(r, kb) + i * row32_step() when r % 128 + 32 * i < 128 (i may be
   /// negative; tested), so a kernel writing the scales of rows r, r + 32, r + 64, r + 96 locates one.
   SCALEMM_HD constexpr int64_t row32_step() const { return offset(32, 0) - offset(0, 0); }
+  /// Step of the row term between adjacent rows of one aligned 32-row group: in every layout
+  /// offset(r + 1, kb) == offset(r, kb) + row1_step() when r % 32 < 31 (tested), so a kernel writing
+  /// the scales of rows r and r + 1 (r even) locates one.
+  SCALEMM_HD constexpr int64_t row1_step() const { return offset(1, 0) - offset(0, 0); }
   /// Buffer index of the scale for data element (r, kk), 0 <= kk < k.
   SCALEMM_HD constexpr int64_t offset_of_element(int64_t r, int64_t kk) const {
     switch (recipe) {
