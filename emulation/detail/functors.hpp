@@ -154,23 +154,15 @@ SCALEMM_HD inline uint32_t encode_e2m1_satfinite(uint32_t bits) {
 ///     acc += s >> (22 - 4j) adds (2e + 298) << 4j (k's bits shift out); the 298s are taken off once,
 ///     so the low 16 bits of acc are sum of (k + 2e) << 4j, codes <= 7 that never carry;
 ///   * the signs go to bits 3, 7, 11, 15 (GPU: two byte permutes replicating the sign bytes).
-/// e2m1_pack4 is the packing step (the 16 code bits alone), shared with e2m1x4_small.
+/// e2m1_pack4 is the packing step (bits 16 and up of its result are junk), shared with e2m1x4_small.
 SCALEMM_HD inline uint32_t e2m1_pack4(uint32_t s0, uint32_t s1, uint32_t s2, uint32_t s3) {
   const uint32_t sb[4] = {s0, s1, s2, s3};
-#if defined(__CUDA_ARCH__)
-  // One 64-bit multiply-add per element, on the FMA pipe instead of a shift-add pair on the ALU:
-  // s << (4j + 10) leaves (2e + 298) << 4j in the high word and k << (4j + 10) in the low one (bits
-  // 3..22 of s are zero, and the low words' sum stays below 2^25, so nothing carries).
-  uint64_t acc = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(acc) : "r"(sb[j]), "r"(1u << (4 * j + 10)), "l"(acc));
-  return uint32_t(acc >> 32) - 298u * 0x1111u + (uint32_t(acc) >> 10);
-#else
   uint32_t acc = 0u - 298u * 0x1111u;
-  for (int j = 0; j < 4; ++j) acc += (sb[j] << (4 * j)) + (sb[j] >> (22 - 4 * j));
-  return acc & 0xFFFFu;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
 #endif
+  for (int j = 0; j < 4; ++j) acc += (sb[j] << (4 * j)) + (sb[j] >> (22 - 4 * j));
+  return acc;
 }
 SCALEMM_HD inline uint32_t encode_e2m1x4_not_nan(float x0, float x1, float x2, float x3) {
   const uint32_t acc = e2m1_pack4(e2m1_rounded_sum(x0), e2m1_rounded_sum(x1), e2m1_rounded_sum(x2),
@@ -187,14 +179,14 @@ SCALEMM_HD inline uint32_t encode_e2m1x4_not_nan(float x0, float x1, float x2, f
   sign = ((fmt::float_bits(x0) >> 28) & 0x8u) | ((fmt::float_bits(x1) >> 24) & 0x80u) |
          ((fmt::float_bits(x2) >> 20) & 0x800u) | ((fmt::float_bits(x3) >> 16) & 0x8000u);
 #endif
-  return acc | sign;
+  return (acc & 0xFFFFu) | sign;
 }
 /// Four E2M1 magnitude codes (sign bits clear) of y_j with 0 <= y_j < 7, element j in bits 4j..4j+2:
 /// encode_e2m1_not_nan(y_j) without its saturation and sign steps, which such y do not need. The
 /// NVFP4 tile kernel takes it for blocks whose amax times multiplier is below 7 (every product then
 /// is, rounding being monotone) and sets the signs from the source codes.
 SCALEMM_HD inline uint32_t e2m1x4_small(float y0, float y1, float y2, float y3) {
-  return e2m1_pack4(e2m1_sum_small(y0), e2m1_sum_small(y1), e2m1_sum_small(y2), e2m1_sum_small(y3));
+  return e2m1_pack4(e2m1_sum_small(y0), e2m1_sum_small(y1), e2m1_sum_small(y2), e2m1_sum_small(y3)) & 0xFFFFu;
 }
 
 /// Element encode with saturation (satfinite: overflow and +-Inf -> +-max, NaN -> NaN code; E2M1 NaN -> 0x7).
