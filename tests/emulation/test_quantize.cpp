@@ -574,24 +574,35 @@ TEST_CASE("The branch-free E2M1 encoder equals the software encoder on every inp
   CHECK(bad == 0);
 }
 
+namespace {
+/// A packed 4-code E2M1 encoder's result on the patterns b against encode_e2m1_not_nan of each, element
+/// j in bits 4j..4j+3; counts the checks and keeps the first failing pattern.
+struct PackedE2m1Sweep {
+  int64_t n = 0, bad = 0;
+  uint32_t first_bad = 0;
+  template <class Enc>
+  void check(Enc enc, const uint32_t (&b)[4], uint32_t name) {
+    namespace d = scalemm::emulation::detail;
+    const uint32_t got = enc(fmt::bits_float(b[0]), fmt::bits_float(b[1]), fmt::bits_float(b[2]), fmt::bits_float(b[3]));
+    uint32_t want = 0;
+    for (int j = 0; j < 4; ++j) want |= d::encode_e2m1_not_nan(fmt::bits_float(b[j])) << (4 * j);
+    ++n;
+    if (got != want && bad++ == 0) first_bad = name;
+  }
+};
+}  // namespace
+
 TEST_CASE("The packed E2M1 encoder equals the element encoder in each of its four positions",
           "[emulation][quantize]") {
   // Host build of encode_e2m1x4_not_nan (shifts for the signs and an add for the rounding sum; the
   // GPU build, prmt and fma, is swept over all 2^32 patterns by the [gpu] test). Every pattern of
   // the rounding range [2^-3, 2^3), both signs, is element j = b % 4 once, beside three patterns of
   // other exponents (hashed; NaNs among those become 0), plus the specials in every position.
-  namespace d = scalemm::emulation::detail;
-  int64_t bad = 0, n = 0;
-  uint32_t first_bad = 0;
-  const auto check = [&](uint32_t b[4]) {
+  PackedE2m1Sweep sw;
+  const auto check = [&](uint32_t (&b)[4]) {
     for (int j = 0; j < 4; ++j)  // the encoder is for non-NaN inputs (kernels test the block's NaN once)
       if ((b[j] & 0x7FFFFFFFu) > 0x7F800000u) b[j] = 0;
-    ++n;
-    const uint32_t got = d::encode_e2m1x4_not_nan(fmt::bits_float(b[0]), fmt::bits_float(b[1]), fmt::bits_float(b[2]),
-                                                  fmt::bits_float(b[3]));
-    uint32_t want = 0;
-    for (int j = 0; j < 4; ++j) want |= d::encode_e2m1_not_nan(fmt::bits_float(b[j])) << (4 * j);
-    if (got != want && bad++ == 0) first_bad = b[0];
+    sw.check(scalemm::emulation::detail::encode_e2m1x4_not_nan, b, b[0]);
   };
   for (uint32_t s = 0; s < 2; ++s)
     for (uint32_t e = 124; e <= 129; ++e)
@@ -609,18 +620,16 @@ TEST_CASE("The packed E2M1 encoder equals the element encoder in each of its fou
       uint32_t b[4] = {a, c, a ^ 0x80000000u, c ^ 0x80000000u};
       check(b);
     }
-  CAPTURE(n, bad, first_bad);
-  CHECK(n > 100000000);
-  CHECK(bad == 0);
+  CAPTURE(sw.n, sw.bad, sw.first_bad);
+  CHECK(sw.n > 100000000);
+  CHECK(sw.bad == 0);
 }
 
 TEST_CASE("The unsaturated packed E2M1 encoder equals the element encoder below 7", "[emulation][quantize]") {
   // e2m1x4_small (the NVFP4 tile kernel's encoder for blocks whose products stay below 7) against
   // encode_e2m1_not_nan: every pattern of [2^-3, 7), where the rounding decisions lie, in position
   // x % 4 beside three hashed patterns (those outside [0, 7) become 0), then every 101st pattern below.
-  namespace d = scalemm::emulation::detail;
-  int64_t bad = 0, n = 0;
-  uint32_t first_bad = 0;
+  PackedE2m1Sweep sw;
   const auto check = [&](uint32_t x) {
     uint32_t b[4];
     for (int j = 0; j < 4; ++j) {
@@ -628,18 +637,13 @@ TEST_CASE("The unsaturated packed E2M1 encoder equals the element encoder below 
       if (b[j] >= 0x40E00000u) b[j] = 0;
     }
     b[x % 4] = x;
-    ++n;
-    const uint32_t got =
-        d::e2m1x4_small(fmt::bits_float(b[0]), fmt::bits_float(b[1]), fmt::bits_float(b[2]), fmt::bits_float(b[3]));
-    uint32_t want = 0;
-    for (int j = 0; j < 4; ++j) want |= d::encode_e2m1_not_nan(fmt::bits_float(b[j])) << (4 * j);
-    if (got != want && bad++ == 0) first_bad = x;
+    sw.check(scalemm::emulation::detail::e2m1x4_small, b, x);
   };
   for (uint32_t x = 0x3E000000u; x < 0x40E00000u; ++x) check(x);
   for (uint32_t x = 0; x < 0x3E000000u; x += 101) check(x);
-  CAPTURE(n, bad, first_bad);
-  CHECK(n > 40000000);
-  CHECK(bad == 0);
+  CAPTURE(sw.n, sw.bad, sw.first_bad);
+  CHECK(sw.n > 40000000);
+  CHECK(sw.bad == 0);
 }
 
 TEST_CASE("div6_fma is the correctly rounded quotient a / 6 from 2^-125 to FLT_MAX", "[emulation][quantize]") {
