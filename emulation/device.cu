@@ -1212,13 +1212,6 @@ __device__ __forceinline__ void nv_signs_cols(const uint32_t* w, uint2 (&sg)[2])
   sg[0] = make_uint2(prmt(s[0], s[1], 0x5410), prmt(s[2], s[3], 0x5410));
   sg[1] = make_uint2(prmt(s[0], s[1], 0x7632), prmt(s[2], s[3], 0x7632));
 }
-/// mag2 the compiler cannot look through: it folds a visible mask into each half's decode, and a low
-/// half then costs a shift and a mask (two ALU-pipe steps) instead of one shift (IMAD).
-__device__ __forceinline__ uint32_t mag2_opaque(uint32_t w) {
-  uint32_t r;
-  asm("and.b32 %0, %1, 0x7FFF7FFF;" : "=r"(r) : "r"(w));
-  return r;
-}
 /// Magnitude codes of a block (ROW: element e = half e & 1 of mw[e >> 1]; else half `hi` of mw[e]),
 /// times m, saturated at 6 when SAT.
 template <int S, bool ROW, bool SAT>
@@ -1300,7 +1293,7 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
         const uint32_t w[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         uint32_t mw[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) mw[j] = mag2_opaque(w[j]);
+        for (int j = 0; j < 8; ++j) mw[j] = mag2(w[j]);
         const uint32_t m2 = pair_max<8>(mw);
         const float amax = decode16<S>(max(m2 & 0xFFFFu, m2 >> 16));
         const uint32_t byte = detail::nvfp4_scale_byte(amax, senc);
@@ -1332,7 +1325,7 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
     uint2 sg[2];
     nv_signs_cols(mw, sg);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) mw[j] = mag2_opaque(mw[j]);
+    for (int j = 0; j < 16; ++j) mw[j] = mag2(mw[j]);
     const uint32_t m2 = pair_max<16>(mw);
 #pragma unroll
     for (int col = 0; col < 2; ++col) {
