@@ -207,7 +207,8 @@ SCALEMM_HD inline uint8_t encode_elem(float x, DType t) {
 #define SCALEMM_EMU_HW_FP8 0
 #endif
 
-/// UE4M3 code of x in [0, 448] (satfinite, RNE) and its value: fmt::encode_ue4m3 / decode_ue4m3,
+/// UE4M3 code of x >= 0 (RNE, satfinite: above 448 and +Inf give 448 = 0x7E; NaN gives 0x7F) and its
+/// value: fmt::encode_ue4m3 / decode_ue4m3,
 /// by cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.f16x2.e4m3x2 on the GPU (for a non-negative x the E4M3
 /// code is the UE4M3 code; every E4M3 value is an f16 value, so the decode is exact).
 SCALEMM_HD inline uint8_t ue4m3_encode_nonneg(float x) {
@@ -258,19 +259,12 @@ SCALEMM_HD inline float div6(float a) {
   return a / 6.0f;
 }
 
-/// NVFP4 block scale byte: UE4M3 of (amax / 6) * S_enc, clamped to 448. A NaN amax gives 0x7F (NaN: the
-/// whole block dequantizes to NaN); no other amax reaches it (amax >= 0 and S_enc > 0, so the ratio is
-/// in [0, 448] after the clamp, Inf included), so the byte alone decides the multiplier.
-SCALEMM_HD inline uint8_t nvfp4_scale_byte(float amax, float senc) {
-#if SCALEMM_EMU_HW_FP8
-  // cvt.rn.satfinite does both tests: a NaN gives 0x7F, anything above 448 (Inf too) 448.
-  return ue4m3_encode_nonneg(div6(amax) * senc);
-#else
-  if (is_nan_f(amax)) return 0x7F;
-  const float sb = div6(amax) * senc;
-  return ue4m3_encode_nonneg(sb < 448.0f ? sb : 448.0f);
-#endif
-}
+/// NVFP4 block scale byte: UE4M3 of (amax / 6) * S_enc, saturated at 448. A NaN amax gives 0x7F (NaN:
+/// the whole block dequantizes to NaN); no other amax reaches it (amax >= 0 and S_enc > 0, so the ratio
+/// is a non-negative number or +Inf, which saturates), so the byte alone decides the multiplier. The
+/// encoder's satfinite rounding is the clamp and its NaN rule the NaN test (the [gpu] sweep checks this
+/// against the explicit division, NaN test and clamp on every fp32 amax).
+SCALEMM_HD inline uint8_t nvfp4_scale_byte(float amax, float senc) { return ue4m3_encode_nonneg(div6(amax) * senc); }
 /// The data multiplier of an NVFP4 block with scale byte b: 1 / (decode(b) * S_dec), FLT_MAX where
 /// that is not finite (b = 0), NaN for the NaN byte. A function of b alone for a given S_dec, so a
 /// kernel may tabulate it over the 128 bytes.
