@@ -16,15 +16,14 @@
 #include "detail/fast_codecs.cuh"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/status.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+
+using scalemm::detail::cuda_check;
 
 namespace scalemm::emulation {
 
 namespace {
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw Error(StatusCode::kCudaError, std::string("emulation: ") + what + ": " + cudaGetErrorString(e));
-}
 
 struct DeviceExec {
   cudaStream_t stream;
@@ -32,10 +31,10 @@ struct DeviceExec {
   void for_each(int64_t n, F f) {
     thrust::for_each(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int64_t>(0),
                      thrust::counting_iterator<int64_t>(n), f);
-    check_cuda(cudaGetLastError(), "thrust::for_each launch");
+    cuda_check(cudaGetLastError(), "thrust::for_each launch");
   }
   void zero(void* p, size_t bytes) {
-    if (bytes) check_cuda(cudaMemsetAsync(p, 0, bytes, stream), "cudaMemsetAsync");
+    if (bytes) cuda_check(cudaMemsetAsync(p, 0, bytes, stream), "cudaMemsetAsync");
   }
 };
 
@@ -44,12 +43,12 @@ size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 /// SM count of the current device, cached per device (launches size one-wave grids by it).
 int sm_count() {
   int dev = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
   static std::atomic<int> cache[64];
   if (dev < 0 || dev >= 64) dev = 0;
   int n = cache[dev].load(std::memory_order_relaxed);
   if (n == 0) {
-    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
     cache[dev].store(n, std::memory_order_relaxed);
   }
   return n;
@@ -67,7 +66,7 @@ class Workspace {
                                                       " bytes needed");
       ptr_ = given;
     } else {
-      check_cuda(cudaMallocAsync(&ptr_, need, s), "cudaMallocAsync(workspace)");
+      cuda_check(cudaMallocAsync(&ptr_, need, s), "cudaMallocAsync(workspace)");
       owned_ = true;
     }
   }
@@ -836,7 +835,7 @@ void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, cudaStream
   if (q.dtype == DType::kE4M3) dequant_kernel<0><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
   else if (q.dtype == DType::kE5M2) dequant_kernel<1><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
   else dequant_kernel<2><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
-  check_cuda(cudaGetLastError(), "dequant_kernel launch");
+  cuda_check(cudaGetLastError(), "dequant_kernel launch");
 }
 
 /// Block-wide NaN-propagating amax; the result is valid in thread 0.
@@ -1552,7 +1551,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
   if (recipe == Recipe::kRowwise && !a.columnwise && a.cols <= kFusedCols) {
     SCALEMM_EXPECTS(a.rows <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize_device: matrix too large");
     row_fused_kernel<S, E><<<unsigned(a.rows), 256, 0, st>>>(a);
-    check_cuda(cudaGetLastError(), "quantizer kernel launch");
+    cuda_check(cudaGetLastError(), "quantizer kernel launch");
     return;
   }
   if (recipe == Recipe::kRowwise) {
@@ -1576,7 +1575,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     if constexpr (E == 2 && S != 0) {  // NVFP4 from 16-bit sources: 8 elements per lane
       static const int nv_per_sm = [] {
         int n = 0;
-        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_nvfp4_kernel<S>, 256, 0), "occupancy");
+        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_nvfp4_kernel<S>, 256, 0), "occupancy");
         return std::max(n, 1);
       }();
       const int64_t blocks = std::min<int64_t>(items_blocks, int64_t(nv_per_sm) * sm_count());
@@ -1584,7 +1583,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     } else {
       static const int per_sm = [] {
         int n = 0;
-        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_direct_kernel<S, E>, 256, 0), "occupancy");
+        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_direct_kernel<S, E>, 256, 0), "occupancy");
         return std::max(n, 1);
       }();
       // The precomputed kind (tensorwise, long rowwise rows) has no per-item scale step to amortise
@@ -1594,7 +1593,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
           a.kind == kPrecomputed ? items_blocks : std::min<int64_t>(items_blocks, int64_t(per_sm) * sm_count());
       row_direct_kernel<S, E><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, st>>>(a, groups);
     }
-    check_cuda(cudaGetLastError(), "quantizer kernel launch");
+    cuda_check(cudaGetLastError(), "quantizer kernel launch");
     return;
   }
   if constexpr (S != 0) {  // bf16 / f16: 2D blocks from registers, 1D blocks with a 16-bit tile
@@ -1605,7 +1604,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
         if (a.bk == 32) rc2d_kernel<S, E, 32><<<unsigned(tiles), kQThreads, 0, st>>>(a);
         else rc2d_kernel<S, E, 128><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       }
-      check_cuda(cudaGetLastError(), "quantizer kernel launch");
+      cuda_check(cudaGetLastError(), "quantizer kernel launch");
       return;
     }
     if (a.kind == kBlocks1D) {
@@ -1614,19 +1613,19 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
       if constexpr (E == 2) rc1d_kernel<S, E, 16><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       else if (a.bk == 32) rc1d_kernel<S, E, 32><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       else rc1d_kernel<S, E, 128><<<unsigned(tiles), kQThreads, 0, st>>>(a);
-      check_cuda(cudaGetLastError(), "quantizer kernel launch");
+      cuda_check(cudaGetLastError(), "quantizer kernel launch");
       return;
     }
   }
   static bool attr_set = false;  // per instantiation
   if (!attr_set) {
-    check_cuda(cudaFuncSetAttribute(quant_tile_kernel<S, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cuda_check(cudaFuncSetAttribute(quant_tile_kernel<S, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kTileSmem)),
                "cudaFuncSetAttribute(quant_tile_kernel)");
     attr_set = true;
   }
   quant_tile_kernel<S, E><<<unsigned(tiles), kQThreads, kTileSmem, st>>>(a);
-  check_cuda(cudaGetLastError(), "quantizer kernel launch");
+  cuda_check(cudaGetLastError(), "quantizer kernel launch");
 }
 
 template <int S>
@@ -1755,7 +1754,7 @@ void sgemm_nt_device(const float* a, const float* b, void* d, int64_t m, int64_t
   const dim3 grid(unsigned((n + kBN - 1) / kBN), unsigned((m + kBM - 1) / kBM));
   SCALEMM_EXPECTS(grid.y <= 65535u, StatusCode::kUnsupported, "sgemm_nt_device: M too large for one launch");
   sgemm_nt_kernel<<<grid, kThreads, 0, stream>>>(a, b, d, m, n, k, opt.alpha, opt.bias, opt.out_dtype, ldd);
-  check_cuda(cudaGetLastError(), "sgemm_nt_kernel launch");
+  cuda_check(cudaGetLastError(), "sgemm_nt_kernel launch");
 }
 
 size_t quantize_device_workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg) {

@@ -10,14 +10,74 @@
 #include "scalemm/types.hpp"
 #include "scalemm/version.hpp"
 
+// Every C enum value equals its C++ counterpart, and the ranges the C ABI checks come from the C++
+// enums: adding a value to one side without the other fails to compile here.
+#define SCALEMM_SAME(c, cpp) static_assert(int(c) == int(cpp), #c " differs from " #cpp)
+SCALEMM_SAME(SCALEMM_STATUS_OK, scalemm::StatusCode::kOk);
+SCALEMM_SAME(SCALEMM_STATUS_INVALID_ARGUMENT, scalemm::StatusCode::kInvalidArgument);
+SCALEMM_SAME(SCALEMM_STATUS_INVALID_LAYOUT, scalemm::StatusCode::kInvalidLayout);
+SCALEMM_SAME(SCALEMM_STATUS_UNSUPPORTED, scalemm::StatusCode::kUnsupported);
+SCALEMM_SAME(SCALEMM_STATUS_CUDA_ERROR, scalemm::StatusCode::kCudaError);
+SCALEMM_SAME(SCALEMM_STATUS_CUBLAS_ERROR, scalemm::StatusCode::kCublasError);
+SCALEMM_SAME(SCALEMM_STATUS_OUT_OF_MEMORY, scalemm::StatusCode::kOutOfMemory);
+SCALEMM_SAME(SCALEMM_STATUS_VERIFICATION_FAILED, scalemm::StatusCode::kVerificationFailed);
+SCALEMM_SAME(SCALEMM_STATUS_IO_ERROR, scalemm::StatusCode::kIoError);
+SCALEMM_SAME(SCALEMM_STATUS_INTERNAL, scalemm::StatusCode::kInternal);
+static_assert(scalemm::kStatusCodeCount == SCALEMM_STATUS_INTERNAL + 1, "a status code without a C value");
+SCALEMM_SAME(SCALEMM_DTYPE_F32, scalemm::DType::kF32);
+SCALEMM_SAME(SCALEMM_DTYPE_F16, scalemm::DType::kF16);
+SCALEMM_SAME(SCALEMM_DTYPE_BF16, scalemm::DType::kBF16);
+SCALEMM_SAME(SCALEMM_DTYPE_E4M3, scalemm::DType::kE4M3);
+SCALEMM_SAME(SCALEMM_DTYPE_E5M2, scalemm::DType::kE5M2);
+SCALEMM_SAME(SCALEMM_DTYPE_E2M1, scalemm::DType::kE2M1);
+SCALEMM_SAME(SCALEMM_DTYPE_E8M0, scalemm::DType::kE8M0);
+SCALEMM_SAME(SCALEMM_DTYPE_UE4M3, scalemm::DType::kUE4M3);
+SCALEMM_SAME(SCALEMM_DTYPE_U8, scalemm::DType::kU8);
+static_assert(scalemm::kDTypeCount == SCALEMM_DTYPE_U8 + 1, "a dtype without a C value");
+SCALEMM_SAME(SCALEMM_RECIPE_TENSORWISE, scalemm::Recipe::kTensorwise);
+SCALEMM_SAME(SCALEMM_RECIPE_ROWWISE, scalemm::Recipe::kRowwise);
+SCALEMM_SAME(SCALEMM_RECIPE_BLOCK1X128, scalemm::Recipe::kBlock1x128);
+SCALEMM_SAME(SCALEMM_RECIPE_BLOCK128X128, scalemm::Recipe::kBlock128x128);
+SCALEMM_SAME(SCALEMM_RECIPE_MXFP8, scalemm::Recipe::kMxfp8);
+SCALEMM_SAME(SCALEMM_RECIPE_MXFP8_32X32, scalemm::Recipe::kMxfp8_32x32);
+SCALEMM_SAME(SCALEMM_RECIPE_NVFP4, scalemm::Recipe::kNvfp4);
+static_assert(scalemm::kAllRecipes.size() == SCALEMM_RECIPE_NVFP4, "a recipe without a C value");
+SCALEMM_SAME(SCALEMM_SCALE_FORMAT_COMPACT, scalemm::ScaleFormat::kCompact);
+SCALEMM_SAME(SCALEMM_SCALE_FORMAT_CUBLASLT, scalemm::ScaleFormat::kCublasLt);
+SCALEMM_SAME(SCALEMM_BACKEND_NATIVE, scalemm::Backend::kNative);
+SCALEMM_SAME(SCALEMM_BACKEND_CONVERT_NATIVE, scalemm::Backend::kConvertNative);
+SCALEMM_SAME(SCALEMM_BACKEND_EMULATED, scalemm::Backend::kEmulated);
+SCALEMM_SAME(SCALEMM_BACKEND_REFERENCE, scalemm::Backend::kReference);
+static_assert(scalemm::kBackendCount == SCALEMM_BACKEND_REFERENCE + 1, "a backend without a C value");
+SCALEMM_SAME(SCALEMM_MEMORY_HOST, scalemm::MemorySpace::kHost);
+SCALEMM_SAME(SCALEMM_MEMORY_DEVICE, scalemm::MemorySpace::kDevice);
+#undef SCALEMM_SAME
+
 namespace {
 
 thread_local std::string g_last_error;
 
+// The valid range of each enum, from the enums themselves.
+template <typename Enum> struct Range;
+template <> struct Range<scalemm::DType> { static constexpr int lo = 0, hi = scalemm::kDTypeCount - 1; };
+template <> struct Range<scalemm::Recipe> {
+  static constexpr int lo = int(scalemm::kAllRecipes.front()), hi = int(scalemm::kAllRecipes.back());
+};
+template <> struct Range<scalemm::ScaleFormat> {
+  static constexpr int lo = int(scalemm::ScaleFormat::kCompact), hi = int(scalemm::ScaleFormat::kCublasLt);
+};
+template <> struct Range<scalemm::Backend> { static constexpr int lo = 0, hi = scalemm::kBackendCount - 1; };
+template <> struct Range<scalemm::MemorySpace> {
+  static constexpr int lo = int(scalemm::MemorySpace::kHost), hi = int(scalemm::MemorySpace::kDevice);
+};
+template <> struct Range<scalemm::Autotune> {
+  static constexpr int lo = int(scalemm::Autotune::kFromEnvironment), hi = int(scalemm::Autotune::kOn);
+};
+
 // to_string() views point into string literals, so .data() is a NUL-terminated static string.
 template <typename Enum>
-const char* enum_name(int value, int lo, int hi) {
-  if (value < lo || value > hi) return "unknown";
+const char* enum_name(int value) {
+  if (value < Range<Enum>::lo || value > Range<Enum>::hi) return "unknown";
   return scalemm::to_string(static_cast<Enum>(value)).data();
 }
 
@@ -45,7 +105,8 @@ void require(bool cond, const std::string& what) {
 }
 
 template <typename Enum>
-Enum checked_enum(int32_t v, int lo, int hi, const char* field) {
+Enum checked_enum(int32_t v, const std::string& field) {
+  constexpr int lo = Range<Enum>::lo, hi = Range<Enum>::hi;
   require(v >= lo && v <= hi, std::string(field) + ": value " + std::to_string(v) + " is outside the enum [" +
                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return static_cast<Enum>(v);
@@ -54,11 +115,11 @@ Enum checked_enum(int32_t v, int lo, int hi, const char* field) {
 scalemm::GemmOperand operand_from(const scalemm_operand_t& o, const char* name) {
   scalemm::GemmOperand op;
   op.data = o.data;
-  op.dtype = checked_enum<scalemm::DType>(o.dtype, 0, scalemm::kDTypeCount - 1, (std::string(name) + ".dtype").c_str());
-  op.recipe = checked_enum<scalemm::Recipe>(o.recipe, 1, 7, (std::string(name) + ".recipe").c_str());
+  op.dtype = checked_enum<scalemm::DType>(o.dtype, std::string(name) + ".dtype");
+  op.recipe = checked_enum<scalemm::Recipe>(o.recipe, std::string(name) + ".recipe");
   op.scale = o.scale;
   op.scale_format =
-      checked_enum<scalemm::ScaleFormat>(o.scale_format, 0, 1, (std::string(name) + ".scale_format").c_str());
+      checked_enum<scalemm::ScaleFormat>(o.scale_format, std::string(name) + ".scale_format");
   op.global_scale = o.global_scale;
   return op;
 }
@@ -75,10 +136,10 @@ scalemm::GemmArgs args_from(const scalemm_gemm_t* g) {
   a.a = operand_from(g->a, "gemm.a");
   a.b = operand_from(g->b, "gemm.b");
   a.d = g->d;
-  a.d_dtype = checked_enum<scalemm::DType>(g->d_dtype, 0, scalemm::kDTypeCount - 1, "gemm.d_dtype");
+  a.d_dtype = checked_enum<scalemm::DType>(g->d_dtype, "gemm.d_dtype");
   a.bias = g->bias;
   a.alpha = g->alpha;
-  a.space = checked_enum<scalemm::MemorySpace>(g->memory_space, 0, 1, "gemm.memory_space");
+  a.space = checked_enum<scalemm::MemorySpace>(g->memory_space, "gemm.memory_space");
   if (g->struct_size >= offsetof(scalemm_gemm_t, d_amax) + sizeof(float*)) {
     a.d_scale = g->d_scale;
     a.d_amax = g->d_amax;
@@ -109,11 +170,11 @@ const char* scalemm_status_string(int status) {
 }
 
 const char* scalemm_dtype_name(int dtype) {
-  return enum_name<scalemm::DType>(dtype, 0, scalemm::kDTypeCount - 1);
+  return enum_name<scalemm::DType>(dtype);
 }
-const char* scalemm_recipe_name(int recipe) { return enum_name<scalemm::Recipe>(recipe, 1, 7); }
+const char* scalemm_recipe_name(int recipe) { return enum_name<scalemm::Recipe>(recipe); }
 const char* scalemm_scale_format_name(int format) {
-  return enum_name<scalemm::ScaleFormat>(format, 0, 1);
+  return enum_name<scalemm::ScaleFormat>(format);
 }
 
 const char* scalemm_last_error_message(void) { return g_last_error.c_str(); }
@@ -128,9 +189,9 @@ scalemm_status_t scalemm_handle_create(scalemm_handle_t* handle, const scalemm_h
               "options.struct_size: set it to sizeof(scalemm_handle_options_t)");
       o.plan.strict = options->strict != 0;
       if (options->force_backend >= 0)
-        o.plan.force = checked_enum<scalemm::Backend>(options->force_backend, 0, 3, "options.force_backend");
+        o.plan.force = checked_enum<scalemm::Backend>(options->force_backend, "options.force_backend");
       if (options->struct_size >= offsetof(scalemm_handle_options_t, autotune) + sizeof(int32_t))
-        o.autotune = checked_enum<scalemm::Autotune>(options->autotune, 0, 2, "options.autotune");
+        o.autotune = checked_enum<scalemm::Autotune>(options->autotune, "options.autotune");
     }
     *handle = new scalemm_handle(o);
   });
@@ -166,8 +227,7 @@ scalemm_status_t scalemm_plan_explain(scalemm_handle_t handle, const scalemm_gem
 }
 
 const char* scalemm_backend_name(int backend) {
-  if (backend < 0 || backend > 3) return "unknown";
-  return scalemm::to_string(static_cast<scalemm::Backend>(backend)).data();
+  return enum_name<scalemm::Backend>(backend);
 }
 
 }  // extern "C"

@@ -9,6 +9,9 @@
 
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+
+using scalemm::detail::cuda_check;
 
 namespace scalemm {
 
@@ -35,12 +38,6 @@ namespace {
   throw Error(StatusCode::kInvalidArgument, "ScaledLinear: " + what);
 }
 
-void cuda_check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();  // clear a sticky-free error so later calls are not blamed
-  throw Error(e == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kCudaError,
-              std::string("ScaledLinear: ") + what + ": " + cudaGetErrorString(e));
-}
 
 constexpr size_t kAlign = 256;
 size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }

@@ -20,11 +20,7 @@
 #include "scalemm/status.hpp"
 #include "scalemm/types.hpp"
 
-struct CUstream_st;
-
 namespace scalemm {
-
-using Stream = CUstream_st*;  ///< a cudaStream_t (nullptr = the legacy default stream)
 
 /// One input operand: data (rows, K) row-major with K contiguous, and its scales.
 struct GemmOperand {
@@ -70,6 +66,7 @@ enum class Backend : uint8_t {
   kEmulated = 2,        ///< exact dequantization to BF16, then a cuBLASLt BF16 GEMM (fp32 accumulate)
   kReference = 3,       ///< the reference emulator (GPU when there is one, else the host)
 };
+inline constexpr int kBackendCount = 4;
 std::string_view to_string(Backend b);
 std::optional<Backend> parse_backend(std::string_view s);
 
@@ -119,7 +116,21 @@ struct Plan {
   Backend backend = Backend::kReference;
   std::vector<std::string> reasons;  ///< why each earlier backend was passed over, then why this one
   std::vector<PlannedConversion> conversions;
-  size_t workspace_bytes = 0;        ///< scratch the execution needs (besides the cuBLASLt workspace)
+  /// Scratch the execution needs (besides the cuBLASLt workspace): the end of the last slice below.
+  /// The single total: the Handle allocates exactly this and the backend's run() takes its slices.
+  size_t workspace_bytes = 0;
+  /// One piece of the workspace, reserved by the backend's plan(): `tag` is the backend's own slot
+  /// number, `offset` is 256-byte aligned.
+  struct WorkspaceSlice {
+    int tag = 0;
+    size_t offset = 0;
+    size_t bytes = 0;
+  };
+  std::vector<WorkspaceSlice> workspace;
+  /// Appends a slice of `bytes` (rounded up to 256) and returns its offset.
+  size_t reserve(int tag, size_t bytes);
+  /// The slice reserved under `tag`; throws Error(kInternal) when there is none.
+  const WorkspaceSlice& workspace_slice(int tag) const;
   // cuBLASLt scale modes (cublasLtMatmulMatrixScale_t values) of the library's A and B, i.e. of the
   // user's B and A after the row-major swap; -1 when cuBLASLt is not used.
   int cublas_scale_mode_a = -1;

@@ -74,6 +74,12 @@ void throw_if_any(const Diagnostics& diags, StatusCode code = StatusCode::kInval
 
 namespace detail {
 [[noreturn]] void throw_error(StatusCode code, const std::string& message, const char* file, int line);
+
+/// The library's one form for a failed CUDA or cuBLASLt call: throws Error(code, "<what>: <api_name>
+/// (<description>)"). Callers pass kOutOfMemory for allocation failures, so that out-of-memory is
+/// reported as such whichever call ran out (see detail/cuda_check.hpp).
+[[noreturn]] void throw_api_error(StatusCode code, const std::string& what, const char* api_name,
+                                  const char* description);
 }  // namespace detail
 
 }  // namespace scalemm

@@ -13,7 +13,13 @@
 
 #include "scalemm/config.hpp"
 
+struct CUstream_st;
+
 namespace scalemm {
+
+/// A CUDA stream (a cudaStream_t; nullptr = the legacy default stream): the one spelling every
+/// scalemm header uses, so that none of them needs the CUDA headers.
+using Stream = CUstream_st*;
 
 /// Element types. Values are part of the C ABI (SCALEMM_DTYPE_*): never renumber.
 enum class DType : uint8_t {

@@ -29,6 +29,9 @@
 
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/detail/convert_ops.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+
+using scalemm::detail::cuda_check;
 
 // Kernel launches go through one macro so that tests/layouts/emu can compile this file as plain C++
 // against a cooperative-thread CPU emulation of the CUDA subset used here.
@@ -52,11 +55,6 @@ constexpr int kTile = 4096;              // elements per tile
 constexpr int kItems = kTile / kThreads;  // elements per thread
 constexpr int kTransposePad = 128;
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                                            cudaGetErrorString(e) + ")");
-}
 void require(bool cond, const std::string& msg) {
   if (!cond) throw Error(StatusCode::kInvalidArgument, msg);
 }
@@ -1104,7 +1102,7 @@ void launch_view(const Op& op, const void* src, void* dst, const int64_t* row_of
   auto* kernel = &convert_kernel<K, RF, RT, kQuad, Ts, Td>;
   SCALEMM_LAUNCH(kernel, dim3(grid_x(tiles * sizing_count(row_offsets, groups), kGenericPerSm)), dim3(kThreads), stream)(
       op.from, static_cast<const Ts*>(src), op.to, static_cast<Td*>(dst), pl, row_offsets, groups, inexact_count);
-  check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
+  cuda_check(cudaGetLastError(), "scalemm layouts conversion kernel launch");
 }
 
 /// Launches the specialised kernel for this conversion if there is one; false: use the tile kernel.
@@ -1159,7 +1157,7 @@ void launch(const Op& op, const void* src, void* dst, const int64_t* row_offsets
             unsigned long long* inexact_count, cudaStream_t stream) {
   if (row_offsets ? groups <= 0 : op.to.size() == 0) return;
   if (launch_special<K, RF, RT, Ts, Td>(op, src, dst, row_offsets, groups, rows_hint, inexact_count, stream)) {
-    check_cuda(cudaGetLastError(), "scalemm layouts conversion kernel launch");
+    cuda_check(cudaGetLastError(), "scalemm layouts conversion kernel launch");
     return;
   }
   if constexpr (K == Kind::kBroadcast) {
@@ -1242,8 +1240,8 @@ __global__ void __launch_bounds__(kThreads) content_kernel(ScaleLayout l, const 
 
 void launch_content(const ScaleLayout& l, const void* scales, int64_t limit, ContentReport* rep, cudaStream_t stream) {
   require(rep != nullptr, "layouts::gpu::check_content_async: report is null");
-  check_cuda(cudaMemsetAsync(rep, 0, sizeof(ContentReport), stream), "cudaMemsetAsync(report)");
-  check_cuda(cudaMemsetAsync(rep->first_offset, 0xFF, sizeof(rep->first_offset), stream), "cudaMemsetAsync(report)");
+  cuda_check(cudaMemsetAsync(rep, 0, sizeof(ContentReport), stream), "cudaMemsetAsync(report)");
+  cuda_check(cudaMemsetAsync(rep->first_offset, 0xFF, sizeof(rep->first_offset), stream), "cudaMemsetAsync(report)");
   if (l.size() == 0) return;
   require(scales != nullptr, "layouts::gpu::check_content_async: scales is null");
   const int64_t gx = std::min<int64_t>(ceil_div(l.padded_kblocks(), 32), 64);
@@ -1251,7 +1249,7 @@ void launch_content(const ScaleLayout& l, const void* scales, int64_t limit, Con
   auto* kernel = &content_kernel;
   SCALEMM_LAUNCH(kernel, dim3(unsigned(gx), unsigned(std::min<int64_t>(gy, 65535))), dim3(32, 8), stream)(
       l, static_cast<const unsigned char*>(scales), limit, rep);
-  check_cuda(cudaGetLastError(), "scalemm layouts content-check kernel launch");
+  cuda_check(cudaGetLastError(), "scalemm layouts content-check kernel launch");
 }
 
 }  // namespace
@@ -1331,8 +1329,8 @@ Diagnostics validate_device(const TensorRef& t, const ScaleLayout& l, std::strin
   }
   launch_content(l, t.data, limit, workspace, stream);
   ContentReport rep = ContentReport::empty();
-  check_cuda(cudaMemcpyAsync(&rep, workspace, sizeof(rep), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync(report)");
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cuda_check(cudaMemcpyAsync(&rep, workspace, sizeof(rep), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync(report)");
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return content_diagnostics(l, rep, argument);
 }
 

@@ -1,4 +1,4 @@
-#include "cublaslt.hpp"
+#include "backends/cublaslt.hpp"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../hash.hpp"
+#include "hash.hpp"
 #include "scalemm/status.hpp"
 
 namespace scalemm::backends {
@@ -118,11 +118,12 @@ int current_device() {
 }
 }  // namespace
 
-#define SCALEMM_LT(call, what)                                                                      \
-  do {                                                                                              \
-    cublasStatus_t s_ = (call);                                                                     \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                \
-      throw Error(StatusCode::kCublasError, std::string(what) + ": " + #call + " returned " + lt_status_text(s_)); \
+// Every cuBLASLt status goes through cublas_check: one message form with the CUDA checks.
+// (The message is built only on failure: these calls sit on the per-call path.)
+#define SCALEMM_LT(call, what)                                                         \
+  do {                                                                                 \
+    const cublasStatus_t s_ = (call);                                                  \
+    if (s_ != CUBLAS_STATUS_SUCCESS) cublas_check(int(s_), std::string(what) + ": " #call); \
   } while (0)
 
 namespace {
@@ -281,8 +282,8 @@ void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes,
                                                              wanted, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
-      throw Error(StatusCode::kCublasError, ctx + ": cublasLtMatmulAlgoGetHeuristic found no algorithm (" +
-                                                lt_status_text(hs) + ")");
+      detail::throw_api_error(StatusCode::kCublasError, ctx + ": cublasLtMatmulAlgoGetHeuristic found no algorithm",
+                              lt_status_text(hs).c_str(), "");
     int pick = 0;
     if (found > 1) pick = tuned_choice(impl_->handle, key, *p, c, results, found, workspace, workspace_bytes, stream);
     p->algo = results[pick].algo;
@@ -301,6 +302,13 @@ std::pair<int, int> LtContext::algorithm_choice(const LtCall& c) const {
   auto it = impl_->cache.find(key_of(c));
   if (it == impl_->cache.end()) return {-1, 0};
   return {it->second->chosen, it->second->candidates};
+}
+
+void cublas_check(int status, const std::string& what) {
+  const auto s = static_cast<cublasStatus_t>(status);
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  detail::throw_api_error(s == CUBLAS_STATUS_ALLOC_FAILED ? StatusCode::kOutOfMemory : StatusCode::kCublasError, what,
+                          lt_status_text(s).c_str(), "");
 }
 
 }  // namespace scalemm::backends

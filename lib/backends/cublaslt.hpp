@@ -17,6 +17,10 @@
 
 namespace scalemm::backends {
 
+/// The cuBLASLt half of the library's error check (a cublasStatus_t as int, so that callers need no
+/// cublasLt.h): throws Error(kCublasError, "<what>: CUBLAS_STATUS_X"), kOutOfMemory for ALLOC_FAILED.
+void cublas_check(int status, const std::string& what);
+
 /// One GEMM as cuBLASLt sees it, in the user's row-major terms (the swap happens inside).
 struct LtCall {
   int64_t m = 0, n = 0, k = 0;

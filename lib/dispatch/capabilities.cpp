@@ -1,4 +1,4 @@
-#include "capabilities.hpp"
+#include "dispatch/capabilities.hpp"
 
 #include <sstream>
 

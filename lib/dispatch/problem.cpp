@@ -1,7 +1,7 @@
 // GemmProblem, DeviceTarget and argument validation.
 #include <sstream>
 
-#include "capabilities.hpp"
+#include "dispatch/capabilities.hpp"
 #include "scalemm/device.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/scale_layout.hpp"

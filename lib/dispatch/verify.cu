@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -15,18 +14,18 @@
 #include "scalemm/emulation/compare.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/formats.hpp"
+#include "scalemm/io/call_record.hpp"
 #include "scalemm/io/npy.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
-#include "operands.hpp"
-#include "verify.hpp"
+#include "dispatch/operands.hpp"
+#include "dispatch/verify.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+
+using scalemm::detail::cuda_check;
 
 namespace scalemm::verify {
 namespace {
 
-void cuda_check(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess)
-    throw Error(StatusCode::kCudaError, "verify: " + what + ": " + cudaGetErrorName(e));
-}
 
 template <typename T>
 struct DeviceBuffer {
@@ -439,30 +438,23 @@ std::string dump_call(const GemmArgs& args, const Plan& plan, const std::string&
   d.data = fetch(args.d, size_t(args.m * args.n) * (args.d_dtype == DType::kF32 ? 4 : fp8_out ? 1 : 2));
   io::write_npy(dir + "/d.npy", d);
 
-  nlohmann::json j;
-  j["m"] = args.m;
-  j["n"] = args.n;
-  j["k"] = args.k;
-  j["alpha"] = args.alpha;
-  for (auto [name, op] : {std::pair<const char*, const GemmOperand*>{"a", &args.a}, {"b", &args.b}}) {
-    j[name] = {{"recipe", std::string(to_string(op->recipe))},
-               {"dtype", std::string(to_string(op->dtype))},
-               {"scale_format", std::string(to_string(op->scale_format))},
-               {"global_scale", op->global_scale}};
-  }
-  j["d_dtype"] = std::string(to_string(args.d_dtype));
+  io::CallRecord r;
+  r.m = args.m, r.n = args.n, r.k = args.k;
+  r.alpha = args.alpha;
+  for (auto [rec, op] : {std::pair<io::CallRecord::Operand*, const GemmOperand*>{&r.a, &args.a}, {&r.b, &args.b}})
+    *rec = {op->recipe, op->dtype, op->scale_format, op->global_scale};
+  r.d_dtype = args.d_dtype;
   if (args.d_scale) {  // FP8 output: the D scale's value (the amax pointer is an output, not recorded)
     float ds = 0.0f;
     const auto got = fetch(args.d_scale, sizeof(float));
     std::memcpy(&ds, got.data(), sizeof(float));
-    j["d_scale"] = ds;
+    r.d_scale = ds;
   }
-  j["bias"] = args.bias != nullptr;
-  j["backend"] = std::string(to_string(plan.backend));
-  j["plan"] = plan.explain();
-  j["note"] = note;
-  std::ofstream f(dir + "/call.json");
-  f << j.dump(2) << '\n';
+  r.bias = args.bias != nullptr;
+  r.backend = std::string(to_string(plan.backend));
+  r.plan = plan.explain();
+  r.note = note;
+  io::write_call_record(dir, r);
   return dir;
 }
 

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "../../lib/dispatch/kernels.cuh"
-#include "../../lib/dispatch/verify.hpp"
+#include "backends/emulated.hpp"
+#include "dispatch/verify.hpp"
 #include "device_buffer.hpp"
 #include "operands.hpp"
 #include "scalemm/emulation/compare.hpp"
@@ -334,13 +334,13 @@ TEST_CASE("the emulated dequantization to bf16 equals formats.hpp for every data
               scales[size_t(l.offset(r, kb))] = uint8_t(fp4 ? c % 128 : c);
             }
           scales[size_t(l.offset(0, 1))] = fp4 ? 0x7F : 0xFF;  // a NaN scale code in every case
-          Dev d_data(data), d_scales(scales), d_out(size_t(rows * k) * 2), d_shifts(sizeof(dispatch::EmulatedShifts));
-          dispatch::EmulatedShifts sh{};
+          Dev d_data(data), d_scales(scales), d_out(size_t(rows * k) * 2), d_shifts(sizeof(backends::EmulatedShifts));
+          backends::EmulatedShifts sh{};
           sh.shift[0] = shift;
           CUDA_OK(cudaMemcpy(d_shifts.p, &sh, sizeof sh, cudaMemcpyHostToDevice));
           CUDA_OK(cudaMemset(d_out.p, 0xFF, d_out.bytes));
-          const dispatch::EmulatedOperand op{d_data.p, dtype, d_scales.p, l};
-          dispatch::emulated_dequantize_bf16(op, d_shifts.as<dispatch::EmulatedShifts>(), 0, d_out.as<uint16_t>(),
+          const backends::EmulatedOperand op{d_data.p, dtype, d_scales.p, l};
+          backends::emulated_dequantize_bf16(op, d_shifts.as<backends::EmulatedShifts>(), 0, d_out.as<uint16_t>(),
                                              nullptr);
           CUDA_OK(cudaDeviceSynchronize());
           std::vector<uint16_t> got(size_t(rows * k));

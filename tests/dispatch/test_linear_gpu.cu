@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../../lib/dispatch/verify.hpp"
+#include "dispatch/verify.hpp"
 #include "scalemm/emulation/compare.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/formats.hpp"

@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../../lib/dispatch/capabilities.hpp"
+#include "dispatch/capabilities.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
 

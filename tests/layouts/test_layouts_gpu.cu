@@ -67,10 +67,10 @@ struct DevBuf {
   }
 };
 
-struct Stream {
+struct OwnedStream {
   cudaStream_t s = nullptr;
-  Stream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
-  ~Stream() { cudaStreamDestroy(s); }
+  OwnedStream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
+  ~OwnedStream() { cudaStreamDestroy(s); }
 };
 
 std::vector<uint8_t> gpu_convert(const ScaleLayout& from, const std::vector<uint8_t>& src, const ScaleLayout& to,
@@ -86,7 +86,7 @@ std::vector<uint8_t> gpu_convert(const ScaleLayout& from, const std::vector<uint
 }  // namespace
 
 TEST_CASE("GPU conversions are byte-identical to the host ones for every recipe and shape", "[gpu][layouts]") {
-  Stream st;
+  OwnedStream st;
   auto g = scalemm::testing::rng(0x6b1);
   const ScaleFormat fmts[2] = {ScaleFormat::kCompact, ScaleFormat::kCublasLt};
   for (Recipe rc : kAllRecipes)
@@ -106,7 +106,7 @@ TEST_CASE("GPU conversions are byte-identical to the host ones for every recipe 
 }
 
 TEST_CASE("GPU conversions handle large operands, every tile path and misaligned pointers", "[gpu][layouts]") {
-  Stream st;
+  OwnedStream st;
   auto g = scalemm::testing::rng(0x6b2);
   for (Recipe rc : kAllRecipes)
     for (auto [R, K] : {std::pair<int64_t, int64_t>{4099, 7168}, {1000, 16384 + 16}, {300, 1024}, {8192, 640}}) {
@@ -123,7 +123,7 @@ TEST_CASE("GPU conversions handle large operands, every tile path and misaligned
 }
 
 TEST_CASE("GPU transposes and block128x128 -> mxfp8 broadcasts match the host", "[gpu][layouts]") {
-  Stream st;
+  OwnedStream st;
   auto g = scalemm::testing::rng(0x6b3);
   const ScaleFormat fmts[2] = {ScaleFormat::kCompact, ScaleFormat::kCublasLt};
   for (Recipe rc : {Recipe::kBlock128x128, Recipe::kMxfp8_32x32})
@@ -168,7 +168,7 @@ TEST_CASE("GPU transposes and block128x128 -> mxfp8 broadcasts match the host", 
 }
 
 TEST_CASE("GPU grouped conversion runs in one launch, inside graph capture, and matches the host", "[gpu][layouts]") {
-  Stream st;
+  OwnedStream st;
   const uint32_t seed = scalemm::testing::seed();
   INFO("seed " << seed);
   auto g = scalemm::testing::rng(0x6b4);
@@ -219,7 +219,7 @@ TEST_CASE("GPU grouped conversion runs in one launch, inside graph capture, and 
 }
 
 TEST_CASE("the device content check finds what the host check finds, without a host sync", "[gpu][layouts]") {
-  Stream st;
+  OwnedStream st;
   auto g = scalemm::testing::rng(0x6b5);
   DevBuf rep(sizeof(ContentReport));
   auto* d_rep = reinterpret_cast<ContentReport*>(rep.p());

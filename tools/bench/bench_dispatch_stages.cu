@@ -21,24 +21,18 @@
 #include <thread>
 #include <vector>
 
-#include "../../lib/backends/cublaslt.hpp"
-#include "../../lib/dispatch/kernels.cuh"
-#include "../../lib/dispatch/verify.hpp"
+#include "backends/cublaslt.hpp"
+#include "backends/emulated.hpp"
+#include "dispatch/verify.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 
 namespace {
 
-#define OK(x)                                                                    \
-  do {                                                                           \
-    cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                     \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
+#define OK(x) scalemm::detail::cuda_check((x), #x)
 
 double median_us(const std::function<void()>& fn, int iters = 30) {
   cudaEvent_t a, b;
@@ -152,8 +146,8 @@ __global__ void spin_kernel(long long ns) {
 // The sequence split by events, and the BF16 GEMM in three surroundings, 300 calls each with NVML
 // sampling. Printed after the stage table's row.
 std::vector<std::string> g_split_lines;
-void split_stages(const dispatch::EmulatedOperand& ea, const dispatch::EmulatedOperand& eb,
-                  dispatch::EmulatedShifts* shifts, backends::LtContext& lt, const backends::LtCall& call, void* ws,
+void split_stages(const backends::EmulatedOperand& ea, const backends::EmulatedOperand& eb,
+                  backends::EmulatedShifts* shifts, backends::LtContext& lt, const backends::LtCall& call, void* ws,
                   int64_t m, int64_t n, int64_t k, void* a16, void* b16) {
   const Nvml nv;
   const int iters = 300;
@@ -173,11 +167,11 @@ void split_stages(const dispatch::EmulatedOperand& ea, const dispatch::EmulatedO
   const Sampled seq = sampled_phase(nv, iters, [&] {
     spin_kernel<<<1, 1>>>(200000);
     OK(cudaEventRecord(ev[0]));
-    dispatch::emulated_prepare(ea, eb, shifts, nullptr);
+    backends::emulated_prepare(ea, eb, shifts, nullptr);
     OK(cudaEventRecord(ev[1]));
-    dispatch::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr);
+    backends::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr);
     OK(cudaEventRecord(ev[2]));
-    dispatch::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr);
+    backends::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr);
     OK(cudaEventRecord(ev[3]));
     gemm();
     OK(cudaEventRecord(ev[4]));
@@ -250,9 +244,9 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = fal
   OK(cudaMalloc(&d, size_t(m * n) * 2));
   OK(cudaMalloc(&ws, 32u << 20));
   OK(cudaMalloc(&scratch, 4096));
-  auto* shifts = static_cast<dispatch::EmulatedShifts*>(scratch);
+  auto* shifts = static_cast<backends::EmulatedShifts*>(scratch);
   auto* alpha_beta = reinterpret_cast<float*>(static_cast<char*>(scratch) + 256);
-  const dispatch::EmulatedOperand ea{a.data, a.dtype, a.scales, a.layout}, eb{b.data, b.dtype, b.scales, b.layout};
+  const backends::EmulatedOperand ea{a.data, a.dtype, a.scales, a.layout}, eb{b.data, b.dtype, b.scales, b.layout};
   backends::LtContext lt;
   backends::LtCall host_alpha;
   host_alpha.m = m, host_alpha.n = n, host_alpha.k = k;
@@ -260,7 +254,7 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = fal
   host_alpha.a = a16, host_alpha.b = b16, host_alpha.d = d;
   backends::LtCall dev_alpha = host_alpha;
   dev_alpha.alpha_device = alpha_beta;
-  dispatch::emulated_prepare(ea, eb, shifts, nullptr);
+  backends::emulated_prepare(ea, eb, shifts, nullptr);
   const float ab[2] = {1.0f, 0.0f};
   OK(cudaMemcpy(alpha_beta, ab, sizeof(ab), cudaMemcpyHostToDevice));
 
@@ -271,18 +265,18 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = fal
   g.b = {b.data, b.dtype, r, b.scales, ScaleFormat::kCompact, b.global};
   g.d = d, g.d_dtype = DType::kBF16;
 
-  const double t_prep = median_us([&] { dispatch::emulated_prepare(ea, eb, shifts, nullptr); });
-  const double t_da = median_us([&] { dispatch::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr); });
-  const double t_db = median_us([&] { dispatch::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr); });
+  const double t_prep = median_us([&] { backends::emulated_prepare(ea, eb, shifts, nullptr); });
+  const double t_da = median_us([&] { backends::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr); });
+  const double t_db = median_us([&] { backends::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr); });
   const double t_host = median_us([&] { lt.matmul(host_alpha, ws, 32u << 20, nullptr); });
   const double t_dev = median_us([&] { lt.matmul(dev_alpha, ws, 32u << 20, nullptr); });
   const double t_all = median_us([&] { h.gemm(g, nullptr); });
   // The same four launches back to back, as Handle::gemm issues them: the difference to the sum of the
   // isolated stages is what running them in sequence costs (caches, clocks), not host work.
   const double t_seq = median_us([&] {
-    dispatch::emulated_prepare(ea, eb, shifts, nullptr);
-    dispatch::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr);
-    dispatch::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr);
+    backends::emulated_prepare(ea, eb, shifts, nullptr);
+    backends::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr);
+    backends::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr);
     lt.matmul(host_alpha, ws, 32u << 20, nullptr);
   });
   if (split) split_stages(ea, eb, shifts, lt, host_alpha, ws, m, n, k, a16, b16);

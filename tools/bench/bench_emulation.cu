@@ -22,22 +22,19 @@
 
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/formats.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+
+using scalemm::detail::cuda_check;
 
 using namespace scalemm;
 using namespace scalemm::emulation;
 
 namespace {
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "bench_emulation: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 struct Buf {
   void* p = nullptr;
-  explicit Buf(size_t n) { ck(cudaMalloc(&p, n ? n : 1), "cudaMalloc"); }
+  explicit Buf(size_t n) { cuda_check(cudaMalloc(&p, n ? n : 1), "cudaMalloc"); }
   ~Buf() { cudaFree(p); }
   Buf(const Buf&) = delete;
 };
@@ -45,18 +42,18 @@ struct Buf {
 /// Median milliseconds of fn() over reps, each bracketed by events on `s`, after `warm` warm-ups.
 double median_ms(cudaStream_t s, int warm, int reps, const std::function<void()>& fn) {
   cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
+  cuda_check(cudaEventCreate(&a), "event");
+  cuda_check(cudaEventCreate(&b), "event");
   for (int i = 0; i < warm; ++i) fn();
-  ck(cudaStreamSynchronize(s), "warm-up");
+  cuda_check(cudaStreamSynchronize(s), "warm-up");
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    ck(cudaEventRecord(a, s), "record");
+    cuda_check(cudaEventRecord(a, s), "record");
     fn();
-    ck(cudaEventRecord(b, s), "record");
-    ck(cudaEventSynchronize(b), "sync");
+    cuda_check(cudaEventRecord(b, s), "record");
+    cuda_check(cudaEventSynchronize(b), "sync");
     float ms = 0;
-    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    cuda_check(cudaEventElapsedTime(&ms, a, b), "elapsed");
     t.push_back(ms);
   }
   cudaEventDestroy(a);
@@ -85,11 +82,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
   }
   cudaDeviceProp prop{};
-  ck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("bench_emulation on %s (sm_%d%d, %d SMs); quantizer %lldx%lld bf16 source; median of %d\n", prop.name,
               prop.major, prop.minor, prop.multiProcessorCount, (long long)S, (long long)S, reps);
   cudaStream_t s;
-  ck(cudaStreamCreate(&s), "stream");
+  cuda_check(cudaStreamCreate(&s), "stream");
 
   // Source: bf16 normal data, generated on the host once.
   std::vector<uint16_t> hx(size_t(S * S));
@@ -97,7 +94,7 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : hx) v = formats::encode_bf16(nd(g));
   Buf x(hx.size() * 2);
-  ck(cudaMemcpy(x.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice), "upload");
+  cuda_check(cudaMemcpy(x.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice), "upload");
   const SourceMatrix src{x.p, DType::kBF16, S, S};
 
   std::printf("\n| %-44s | %10s | %9s | %8s | %8s | %7s |\n", "operation", "MB r+w", "ms", "GB/s", "memcpy", "of cpy");
@@ -108,7 +105,7 @@ int main(int argc, char** argv) {
   Buf anchor_src(size_t(S * S) * 4), anchor_dst(size_t(S * S) * 4);
   auto anchor_ms = [&](double bytes) {
     const size_t n = size_t(bytes / 2);
-    return median_ms(s, 3, reps, [&] { ck(cudaMemcpyAsync(anchor_dst.p, anchor_src.p, n, cudaMemcpyDeviceToDevice, s), "memcpy"); });
+    return median_ms(s, 3, reps, [&] { cuda_check(cudaMemcpyAsync(anchor_dst.p, anchor_src.p, n, cudaMemcpyDeviceToDevice, s), "memcpy"); });
   };
 
   struct QCase {
@@ -136,7 +133,7 @@ int main(int argc, char** argv) {
   float amax_h = 0.0f;
   for (uint16_t b : hx) amax_h = std::max(amax_h, std::fabs(formats::decode_bf16(b)));
   Buf amax_d(4);
-  ck(cudaMemcpy(amax_d.p, &amax_h, 4, cudaMemcpyHostToDevice), "upload amax");
+  cuda_check(cudaMemcpy(amax_d.p, &amax_h, 4, cudaMemcpyHostToDevice), "upload amax");
   Buf data(size_t(S * S)), data_t(size_t(S * S)), gscale(4);
   for (const auto& c : qcases) {
     QuantizeConfig cfg;
@@ -187,9 +184,9 @@ int main(int argc, char** argv) {
     std::vector<uint16_t> hb(size_t(G * G));
     for (auto& v : hb) v = formats::encode_bf16(nd(g));
     Buf xa(hb.size() * 2), xb(hb.size() * 2);
-    ck(cudaMemcpy(xa.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice), "upload");
+    cuda_check(cudaMemcpy(xa.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice), "upload");
     for (auto& v : hb) v = formats::encode_bf16(nd(g));
-    ck(cudaMemcpy(xb.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice), "upload");
+    cuda_check(cudaMemcpy(xb.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice), "upload");
     QuantizeConfig cfg;
     cfg.recipe = Recipe::kMxfp8;
     cfg.format = ScaleFormat::kCublasLt;
@@ -217,6 +214,6 @@ int main(int argc, char** argv) {
     std::printf("target: 8192^3 reference GEMM under 1000 ms: %s\n",
                 G == 8192 ? (ms < 1000 ? "met" : "NOT met") : "(not measured at 8192)");
   }
-  ck(cudaStreamDestroy(s), "stream destroy");
+  cuda_check(cudaStreamDestroy(s), "stream destroy");
   return 0;
 }

@@ -48,13 +48,14 @@
 #include <utility>
 #include <vector>
 
-#include "../../lib/backends/cublaslt.hpp"
-#include "../../lib/dispatch/capabilities.hpp"
+#include "backends/cublaslt.hpp"
+#include "dispatch/capabilities.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/version.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 
@@ -64,18 +65,9 @@ namespace {
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
 
-#define CK(x)                                                                                        \
-  do {                                                                                               \
-    cudaError_t e_ = (x);                                                                            \
-    if (e_ != cudaSuccess)                                                                           \
-      fail(std::string(#x) + ": " + cudaGetErrorName(e_) + " (" + cudaGetErrorString(e_) + ")");    \
-  } while (0)
+#define CK(x) scalemm::detail::cuda_check((x), #x)
 
-#define LTCK(x)                                                                                      \
-  do {                                                                                               \
-    cublasStatus_t s_ = (x);                                                                         \
-    if (s_ != CUBLAS_STATUS_SUCCESS) fail(std::string(#x) + ": cublasStatus " + std::to_string(int(s_))); \
-  } while (0)
+#define LTCK(x) scalemm::backends::cublas_check(int(x), #x)
 
 // ---- settings and results ------------------------------------------------------------------------
 

@@ -23,20 +23,14 @@
 
 #include "scalemm/layouts/convert.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using namespace scalemm::layouts;
 
 namespace {
 
-#define CK(x)                                                                                     \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-      std::exit(2);                                                                               \
-    }                                                                                             \
-  } while (0)
+#define CK(x) scalemm::detail::cuda_check((x), #x)
 
 int g_iters = 50;
 bool g_failed = false;

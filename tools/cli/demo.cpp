@@ -24,6 +24,9 @@
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/validate.hpp"
 #include "scalemm/version.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+
+using scalemm::detail::cuda_check;
 
 namespace scalemm::cli {
 namespace {
@@ -47,15 +50,12 @@ void run_info() {
                 d.global_memory_bytes / double(1ull << 30));
 }
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 struct DeviceBytes {
   void* p = nullptr;
   DeviceBytes(const void* src, size_t n) {
-    cuda_ok(cudaMalloc(&p, n ? n : 1), "cudaMalloc");
-    if (src) cuda_ok(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), "upload");
+    cuda_check(cudaMalloc(&p, n ? n : 1), "cudaMalloc");
+    if (src) cuda_check(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), "upload");
   }
   ~DeviceBytes() { cudaFree(p); }
   DeviceBytes(const DeviceBytes&) = delete;
@@ -100,7 +100,7 @@ std::string check_layout(const Quantized& q, const char* name, bool gpu) {
     DeviceBytes src(q.scales.data(), q.scales.size()), mid(nullptr, size_t(lt.bytes())), dst(nullptr, back.size());
     layouts::gpu::to_cublaslt(q.layout, src.p, mid.p, nullptr);
     layouts::gpu::to_compact(lt, mid.p, dst.p, nullptr);
-    cuda_ok(cudaMemcpy(back.data(), dst.p, back.size(), cudaMemcpyDeviceToHost), "download");
+    cuda_check(cudaMemcpy(back.data(), dst.p, back.size(), cudaMemcpyDeviceToHost), "download");
   } else {
     const auto mid = layouts::to_cublaslt(q.layout, q.scales.data());
     back = layouts::to_compact(lt, mid.data());
@@ -173,7 +173,7 @@ int run_demo(int64_t m, int64_t n, int64_t k, uint64_t seed) {
         args.a.data = da.p, args.a.scale = sa.p, args.b.data = db.p, args.b.scale = sb.p, args.d = dd.p;
         plan = handle.plan(args);
         handle.gemm(args, nullptr);  // verified against the reference inside
-        cuda_ok(cudaMemcpy(d.data(), dd.p, d.size() * 2, cudaMemcpyDeviceToHost), "download");
+        cuda_check(cudaMemcpy(d.data(), dd.p, d.size() * 2, cudaMemcpyDeviceToHost), "download");
       } else {
         args.d = d.data();
         args.space = MemorySpace::kHost;

@@ -23,26 +23,25 @@
 #include <string>
 #include <vector>
 
-#include "../../lib/dispatch/verify.hpp"
+#include "dispatch/verify.hpp"
 #include "cli_io.hpp"
 #include "commands.hpp"
 #include "scalemm/emulation/compare.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
+#include "scalemm/io/call_record.hpp"
 #include "scalemm/io/npy.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/layouts/validate.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+
+using scalemm::detail::cuda_check;
 
 namespace scalemm::cli {
 namespace {
 
 // ---- device buffers ---------------------------------------------------------------------------------
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                                            cudaGetErrorString(e) + ")");
-}
 
 struct DeviceBuffer {
   void* p = nullptr;
@@ -53,12 +52,12 @@ struct DeviceBuffer {
     if (p) cudaFree(p);
   }
   void* alloc(size_t bytes) {
-    cuda_ok(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc");
+    cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc");
     return p;
   }
   void* upload(const void* src, size_t bytes) {
     alloc(bytes);
-    if (bytes) cuda_ok(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "copy to device");
+    if (bytes) cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "copy to device");
     return p;
   }
 };
@@ -114,9 +113,9 @@ RunResult run_call(const HostCall& call, DType d_dtype, std::optional<Backend> f
   if (args.d_scale) args.d_scale = static_cast<const float*>(ds.upload(&d_scale, sizeof(float)));
   r.plan = handle.plan(args);
   handle.gemm(args, nullptr);
-  cuda_ok(cudaDeviceSynchronize(), "GEMM");
+  cuda_check(cudaDeviceSynchronize(), "GEMM");
   handle.check_verification();  // SCALEMM_VERIFY=sample judges asynchronously: collect its verdict
-  cuda_ok(cudaMemcpy(r.d.data(), d.p, r.d.size(), cudaMemcpyDeviceToHost), "copy D to the host");
+  cuda_check(cudaMemcpy(r.d.data(), d.p, r.d.size(), cudaMemcpyDeviceToHost), "copy D to the host");
   return r;
 }
 
@@ -323,54 +322,26 @@ Outcome compare_with(const std::string& name, const std::string& note, const Gem
   return o;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(StatusCode::kIoError, path + ": cannot open");
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 void run_replay(const std::string& dir, bool json_out) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text(dir + "/call.json"));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(StatusCode::kIoError, dir + "/call.json: not valid JSON: " + e.what());
-  }
+  const io::CallRecord record = io::read_call_record(dir);
   HostCall call;
   GemmArgs& args = call.args;
-  std::string recorded_backend, recorded_plan;
-  bool has_bias = false;
-  try {
-    args.m = j.at("m").get<int64_t>();
-    args.n = j.at("n").get<int64_t>();
-    args.k = j.at("k").get<int64_t>();
-    args.alpha = j.at("alpha").get<float>();
-    for (auto [name, op] : {std::pair<const char*, GemmOperand*>{"a", &args.a}, {"b", &args.b}}) {
-      const auto& o = j.at(name);
-      op->recipe = parse_recipe_or_throw(o.at("recipe").get<std::string>(), std::string(name) + ".recipe");
-      op->dtype = parse_dtype_or_throw(o.at("dtype").get<std::string>(), std::string(name) + ".dtype");
-      op->scale_format =
-          parse_scale_format_or_throw(o.at("scale_format").get<std::string>(), std::string(name) + ".scale_format");
-      op->global_scale = o.value("global_scale", 1.0f);
-    }
-    args.d_dtype = parse_dtype_or_throw(j.at("d_dtype").get<std::string>(), "d_dtype");
-    if (j.contains("d_scale")) {  // FP8 output: the D scale's value at the time of the dump
-      call.d_scale = j.at("d_scale").get<float>();
-      args.d_scale = &call.d_scale;
-    }
-    has_bias = j.value("bias", false);
-    recorded_backend = j.value("backend", "");
-    recorded_plan = j.value("plan", "");
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(StatusCode::kIoError, dir + "/call.json: " + e.what());
-  } catch (const Error& e) {
-    throw Error(StatusCode::kIoError, dir + "/call.json: " + e.what());
+  args.m = record.m, args.n = record.n, args.k = record.k;
+  args.alpha = record.alpha;
+  for (auto [op, r] : {std::pair<GemmOperand*, const io::CallRecord::Operand*>{&args.a, &record.a}, {&args.b, &record.b}}) {
+    op->recipe = r->recipe;
+    op->dtype = r->dtype;
+    op->scale_format = r->scale_format;
+    op->global_scale = r->global_scale;
   }
-  if (args.m < 1 || args.n < 1 || args.k < 1 || args.m > (int64_t(1) << 31) || args.n > (int64_t(1) << 31) ||
-      args.k > (int64_t(1) << 31))
-    throw Error(StatusCode::kIoError, dir + "/call.json: m, n, k must be in [1, 2^31]");
+  args.d_dtype = record.d_dtype;
+  if (record.d_scale) {  // FP8 output: the D scale's value at the time of the dump
+    call.d_scale = *record.d_scale;
+    args.d_scale = &call.d_scale;
+  }
+  const bool has_bias = record.bias;
+  const std::string& recorded_backend = record.backend;
+  const std::string& recorded_plan = record.plan;
 
   Diagnostics diags;
   const io::NpyArray a = io::read_npy(dir + "/a.npy"), b = io::read_npy(dir + "/b.npy");

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "../../lib/dispatch/capabilities.hpp"
+#include "dispatch/capabilities.hpp"
 #include "commands.hpp"
 #include "scalemm/device.hpp"
 #include "scalemm/gemm.hpp"

@@ -91,7 +91,7 @@ void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
 void quantize_host(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out);
 size_t quantize_device_workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg);
 void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out,
-                     void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                     void* workspace, size_t workspace_bytes, Stream stream);
 
 // ---- quantized operands, dequantization --------------------------------------------------------
 
@@ -117,7 +117,7 @@ QuantizedTensor columnwise_operand(const SourceMatrix& src, const QuantizeConfig
 
 /// Dequantizes to a row-major (rows, k) matrix of out_dtype (kF32, kBF16 or kF16; RNE).
 void dequantize_host(const QuantizedTensor& t, void* out, DType out_dtype = DType::kF32);
-void dequantize_device(const QuantizedTensor& t, void* out, DType out_dtype, cudaStream_t stream);
+void dequantize_device(const QuantizedTensor& t, void* out, DType out_dtype, Stream stream);
 
 // ---- reference GEMM -----------------------------------------------------------------------------
 
@@ -136,12 +136,12 @@ void gemm_host(const QuantizedTensor& a, const QuantizedTensor& b, void* d, cons
 /// Workspace: fp32 dequantized A and B ((M + N) * K * 4 bytes, rounded to 256 B each).
 size_t gemm_device_workspace_bytes(const QuantizedTensor& a, const QuantizedTensor& b);
 void gemm_device(const QuantizedTensor& a, const QuantizedTensor& b, void* d, const GemmOptions& opt,
-                 void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                 void* workspace, size_t workspace_bytes, Stream stream);
 
 /// fp32 tiled SGEMM used by gemm_device (exposed for benchmarks and tests): D = alpha*A*B^T (+bias),
 /// A (M, K), B (N, K) row-major fp32 on the device, same per-output arithmetic as gemm_host.
 void sgemm_nt_device(const float* a, const float* b, void* d, int64_t m, int64_t n, int64_t k,
-                     const GemmOptions& opt, cudaStream_t stream);
+                     const GemmOptions& opt, Stream stream);
 
 // ---- grouped reference GEMMs ----------------------------------------------------------------------
 //
@@ -156,14 +156,14 @@ void grouped_gemm_rows_host(const QuantizedTensor* a, const QuantizedTensor* b, 
                             void* d, const GemmOptions& opt = {});
 void grouped_gemm_rows_device(const QuantizedTensor* a, const QuantizedTensor* b, const int64_t* offs, int groups,
                               void* d, const GemmOptions& opt, void* workspace, size_t workspace_bytes,
-                              cudaStream_t stream);
+                              Stream stream);
 
 /// 2D x 2D ("K groups", MoE weight gradient): group g reduces over K range [koffs[g], koffs[g+1]) and
 /// writes D[g] (M, N) at d + g*M*N elements. a[g] (M, K_g) and b[g] (N, K_g).
 void grouped_gemm_k_host(const QuantizedTensor* a, const QuantizedTensor* b, int groups, void* d,
                          const GemmOptions& opt = {});
 void grouped_gemm_k_device(const QuantizedTensor* a, const QuantizedTensor* b, int groups, void* d,
-                           const GemmOptions& opt, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                           const GemmOptions& opt, void* workspace, size_t workspace_bytes, Stream stream);
 /// Workspace for the grouped device GEMMs: the largest group's gemm_device_workspace_bytes.
 size_t grouped_gemm_device_workspace_bytes(const QuantizedTensor* a, const QuantizedTensor* b, int groups);
 

@@ -1,4 +1,5 @@
-// Small device helpers of the dispatch layer (declared here, defined in kernels.cu).
+// The emulated backend: exact dequantization of MX/NVFP4 operands to BF16, then a cuBLASLt BF16 GEMM
+// with fp32 accumulation. Its device steps are declared here for the tests that check them alone.
 #pragma once
 
 #include <cstdint>
@@ -6,34 +7,7 @@
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 
-namespace scalemm::dispatch {
-
-/// dst[i] = *src for i < n (tensorwise scale broadcast to a rowwise vector).
-void broadcast_scalar(const float* src, float* dst, int64_t n, Stream stream);
-
-/// dst[i] = float(src[i]) for a bf16 vector (bias for the f32 reference path).
-void bf16_to_f32(const uint16_t* src, float* dst, int64_t n, Stream stream);
-
-/// One scale-buffer conversion (same recipe and operand, different format).
-struct ScaleConversion {
-  layouts::ScaleLayout from, to;
-  const void* src;
-  void* dst;
-};
-
-/// Destination elements up to which convert_scales_small is used: below it a GEMM's scale conversions
-/// are launch-bound, and one launch for both operands halves what they cost (layouts::gpu::convert is
-/// the bandwidth path for larger buffers).
-constexpr int64_t kSmallConversionElements = int64_t(1) << 18;
-
-/// Converts one or two scale buffers in one launch (element by element through offset(); padding
-/// written as zero). Byte-identical to layouts::to_cublaslt / layouts::gpu::convert.
-void convert_scales_small(const ScaleConversion* conv, int count, Stream stream);
-
-/// FP8 output of a staged GEMM: d[i] = fp8(*d_scale * src[i]) (round to nearest even, saturating to
-/// the largest finite value, NaN to NaN), and *d_amax = max |src[i]| when d_amax is set.
-void finish_fp8_output(const float* src, void* d, DType d_dtype, int64_t count, const float* d_scale, float* d_amax,
-                       Stream stream);
+namespace scalemm::backends {
 
 /// An operand of the emulated backend: FP8/FP4 data (rows, K) and its E8M0/UE4M3 block scales.
 struct EmulatedOperand {
@@ -66,4 +40,4 @@ void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, Emulat
 void emulated_dequantize_bf16(const EmulatedOperand& op, const EmulatedShifts* shifts, int which, uint16_t* out,
                               Stream stream);
 
-}  // namespace scalemm::dispatch
+}  // namespace scalemm::backends

@@ -1,3 +1,7 @@
+// The emulated backend (emulated.hpp): plan, run, and the two device steps that make the dequantized
+// BF16 operands exact.
+#include "backends/emulated.hpp"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -6,23 +10,15 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels.cuh"
+#include "backends/backend.hpp"
+#include "backends/native.hpp"
+#include "dispatch/capabilities.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/status.hpp"
 
-namespace scalemm::dispatch {
+namespace scalemm::backends {
 namespace {
-
-__global__ void broadcast_scalar_kernel(const float* src, float* dst, int64_t n) {
-  const float v = *src;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = v;
-}
-
-__global__ void bf16_to_f32_kernel(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = formats::decode_bf16(src[i]);
-}
 
 // Exact range of E8M0 codes (see kernels.cuh).
 __host__ __device__ constexpr int low_code_subnormal(DType t) { return t == DType::kE5M2 ? 10 : 3; }
@@ -289,72 +285,10 @@ void launch_dequant(const EmulatedOperand& op, const EmulatedShifts* shifts, int
       uint32_t(per_row), chunks);
 }
 
-// Small scale conversions of one GEMM in one launch: each thread writes one element of a destination's
-// padded grid, the source element found through the source layout's offset() (zero for padding), as
-// the host conversion does. Uncoalesced on one side, which does not matter at these sizes: what a small
-// GEMM pays for is launches (see convert_scales_small).
-struct SmallConversions {
-  ScaleConversion c[2];
-  int count;
-  int64_t split;  // destination elements of c[0]
-};
-__global__ void __launch_bounds__(256) convert_small_kernel(SmallConversions sc) {
-  const int64_t total = sc.split + (sc.count > 1 ? sc.c[1].to.size() : 0);
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
-    const int which = t < sc.split ? 0 : 1;
-    const ScaleConversion& c = sc.c[which];
-    const int64_t e = which == 0 ? t : t - sc.split;
-    const int64_t cols = c.to.padded_kblocks();
-    const int64_t p = e / cols, kb = e - p * cols;
-    const bool real = c.to.is_real(p, kb);
-    const int64_t so = real ? c.from.offset(p * c.to.row_step(), kb) : 0;
-    const int64_t d = c.to.padded_offset(p, kb);
-    if (c.to.scale_bytes() == 4)
-      static_cast<float*>(c.dst)[d] = real ? static_cast<const float*>(c.src)[so] : 0.0f;
-    else
-      static_cast<uint8_t*>(c.dst)[d] = real ? static_cast<const uint8_t*>(c.src)[so] : uint8_t(0);
-  }
-}
-
-// FP8 output of a staged GEMM: D = fp8(d_scale * v), saturating, and amax = max |v| (NaN ignored).
-// Non-negative floats order as their bit patterns, so the amax is an atomicMax on the bits.
-template <DType kOut>
-__global__ void __launch_bounds__(256) finish_fp8_kernel(const float* __restrict__ src, uint8_t* __restrict__ d,
-                                                         int64_t count, const float* d_scale, float* amax) {
-  const float s = *d_scale;
-  float local = 0.0f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = src[i];
-    local = fmaxf(local, fabsf(v));
-    d[i] = kOut == DType::kE4M3 ? formats::encode_e4m3(s * v) : formats::encode_e5m2(s * v);
-  }
-  if (!amax) return;
-  for (int off = 16; off; off /= 2) local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, off));
-  if (threadIdx.x % 32 == 0) atomicMax(reinterpret_cast<unsigned*>(amax), __float_as_uint(local));
-}
-
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw Error(StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-int blocks_for(int64_t n) { return int(n / 256 + 1 < 1024 ? n / 256 + 1 : 1024); }
-
 }  // namespace
 
-void broadcast_scalar(const float* src, float* dst, int64_t n, Stream stream) {
-  broadcast_scalar_kernel<<<blocks_for(n), 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(src, dst, n);
-  check_launch("broadcast_scalar");
-}
-
-void bf16_to_f32(const uint16_t* src, float* dst, int64_t n, Stream stream) {
-  bf16_to_f32_kernel<<<blocks_for(n), 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(src, dst, n);
-  check_launch("bf16_to_f32");
-}
-
 void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, EmulatedShifts* shifts, Stream stream) {
-  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  const cudaStream_t cs = stream;
   init_shifts_kernel<<<1, 1, 0, cs>>>(shifts);
   NeedArgs na{};
   const EmulatedOperand* ops[2] = {&a, &b};
@@ -373,7 +307,7 @@ void emulated_prepare(const EmulatedOperand& a, const EmulatedOperand& b, Emulat
   // per operand.
   const dim3 grid(unsigned(std::min<int64_t>(blocks, 1024)), 2);
   e8m0_need_kernel<<<grid, 256, 0, cs>>>(na, shifts);
-  check_launch("emulated_prepare");
+  detail::launch_check("emulated_prepare");
 }
 
 void emulated_dequantize_bf16(const EmulatedOperand& op, const EmulatedShifts* shifts, int which, uint16_t* out,
@@ -382,41 +316,71 @@ void emulated_dequantize_bf16(const EmulatedOperand& op, const EmulatedShifts* s
   if (k % 8 != 0)
     throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: K=" + std::to_string(k) +
                                            " is not a multiple of 8 (the planner should not have chosen this path)");
-  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+  const cudaStream_t cs = stream;
   switch (op.dtype) {
     case DType::kE4M3: launch_dequant<DType::kE4M3>(op, shifts, which, out, cs); break;
     case DType::kE5M2: launch_dequant<DType::kE5M2>(op, shifts, which, out, cs); break;
     case DType::kE2M1: launch_dequant<DType::kE2M1>(op, shifts, which, out, cs); break;
     default: throw Error(StatusCode::kInternal, "emulated_dequantize_bf16: unsupported data type");
   }
-  check_launch("emulated_dequantize_bf16");
+  detail::launch_check("emulated_dequantize_bf16");
 }
 
-void convert_scales_small(const ScaleConversion* conv, int count, Stream stream) {
-  if (count <= 0) return;
-  SmallConversions sc{};
-  sc.count = std::min(count, 2);
-  int64_t total = 0;
-  for (int i = 0; i < sc.count; ++i) {
-    sc.c[i] = conv[i];
-    total += conv[i].to.size();
+namespace {
+
+enum Slot : int { kShifts = 0, kA16 = 1, kB16 = 2 };
+
+class Emulated final : public BackendImpl {
+ public:
+  Backend id() const override { return Backend::kEmulated; }
+
+  Verdict plan(const GemmProblem& p, const DeviceTarget& t, Plan& plan) const override {
+    if (p.space == MemorySpace::kHost) return {false, "host pointers"};
+    if (!t.has_gpu()) return {false, "no CUDA device"};
+    std::string why;
+    if (!dispatch::exact_in_bf16(p, &why)) return {false, why};
+    if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF16 && p.d_dtype != DType::kF32)
+      return {false, "output " + std::string(to_string(p.d_dtype)) + " is not bf16/f16/f32"};  // FP8: staged
+    if (p.k % 8 != 0)
+      return {false, "the exact BF16 dequantization writes 16-byte rows: K must be a multiple of 8, got K=" +
+                         std::to_string(p.k)};
+    const size_t a_bytes = static_cast<size_t>(p.m * p.k) * 2, b_bytes = static_cast<size_t>(p.n * p.k) * 2;
+    plan.conversions.push_back({"a: " + std::string(to_string(p.a_recipe)) + " -> bf16 (exact)", int64_t(a_bytes)});
+    plan.conversions.push_back({"b: " + std::string(to_string(p.b_recipe)) + " -> bf16 (exact)", int64_t(b_bytes)});
+    plan.reserve(kShifts, sizeof(EmulatedShifts));
+    plan.reserve(kA16, a_bytes);
+    plan.reserve(kB16, b_bytes);
+    return {true, "emulated: exact dequantization to BF16 + cuBLASLt BF16 GEMM with fp32 accumulation"};
   }
-  sc.split = conv[0].to.size();
-  const unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((total + 255) / 256, 1024)));
-  convert_small_kernel<<<blocks, 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(sc);
-  check_launch("convert_scales_small");
+
+  // A power-of-two shift chosen on the device (no host sync, graph-capturable) moves an operand whose
+  // values would fall under BF16's subnormal floor, and the opposite shift on the other operand keeps
+  // the product, so alpha stays a host value.
+  void run(const GemmArgs& args, const Plan& plan, const RunContext& ctx) const override {
+    auto* shifts = ctx.slice<EmulatedShifts>(plan, kShifts);
+    auto* a16 = ctx.slice<uint16_t>(plan, kA16);
+    auto* b16 = ctx.slice<uint16_t>(plan, kB16);
+    const EmulatedOperand ea{args.a.data, args.a.dtype, args.a.scale,
+                             layouts::ScaleLayout(args.a.recipe, args.m, args.k, args.a.scale_format)};
+    const EmulatedOperand eb{args.b.data, args.b.dtype, args.b.scale,
+                             layouts::ScaleLayout(args.b.recipe, args.n, args.k, args.b.scale_format)};
+    emulated_prepare(ea, eb, shifts, ctx.stream);
+    emulated_dequantize_bf16(ea, shifts, 0, a16, ctx.stream);
+    emulated_dequantize_bf16(eb, shifts, 1, b16, ctx.stream);
+    LtCall c;
+    c.m = args.m, c.n = args.n, c.k = args.k;
+    c.a_dtype = c.b_dtype = DType::kBF16, c.d_dtype = args.d_dtype;
+    c.a = a16, c.b = b16, c.d = args.d, c.bias = args.bias;
+    c.alpha = native::folded_alpha(args);
+    ctx.matmul(c);
+  }
+};
+
+}  // namespace
+
+const BackendImpl& emulated_backend() {
+  static const Emulated b;
+  return b;
 }
 
-void finish_fp8_output(const float* src, void* d, DType d_dtype, int64_t count, const float* d_scale, float* d_amax,
-                       Stream stream) {
-  const cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
-  if (d_amax && cudaMemsetAsync(d_amax, 0, sizeof(float), cs) != cudaSuccess) check_launch("finish_fp8_output amax");
-  const unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((count + 255) / 256, 2048)));
-  if (d_dtype == DType::kE4M3)
-    finish_fp8_kernel<DType::kE4M3><<<blocks, 256, 0, cs>>>(src, static_cast<uint8_t*>(d), count, d_scale, d_amax);
-  else
-    finish_fp8_kernel<DType::kE5M2><<<blocks, 256, 0, cs>>>(src, static_cast<uint8_t*>(d), count, d_scale, d_amax);
-  check_launch("finish_fp8_output");
-}
-
-}  // namespace scalemm::dispatch
+}  // namespace scalemm::backends

@@ -57,6 +57,13 @@ void throw_error(StatusCode code, const std::string& message, const char* file, 
   os << message << " (" << file << ':' << line << ')';
   throw Error(code, os.str());
 }
+
+void throw_api_error(StatusCode code, const std::string& what, const char* api_name, const char* description) {
+  std::string msg = what + ": " + api_name;
+  if (description && *description) msg += std::string(" (") + description + ")";
+  if (code == StatusCode::kOutOfMemory) msg += "; out of device memory: free memory or use a smaller problem";
+  throw Error(code, msg);
+}
 }  // namespace detail
 
 }  // namespace scalemm
