@@ -3,7 +3,7 @@
 # every benchmark. Logs go to $OUT (default ./out): ctest.log, bench_<name>.log, summary.txt.
 #   tools/gpu-check.sh [--quick] [--no-bench] [--only REGEX]
 # Environment: BUILD_DIR (default build-gpu), ARCH (default 90), JOBS (default nproc).
-# Header-only dependencies can be staged beside the tree with ../shared/device/stage-deps.sh (.deps/).
+# Header-only dependencies can be staged beside the tree with tools/stage-deps.sh (.deps/).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}

@@ -25,10 +25,10 @@
 //   reference  emulation::gemm_device (and sgemm_nt_device alone) at 8192^3.
 //
 // Timing: CUDA events around each call, the host waiting for the end event before the next call
-// (the method of ../shared/bench/torch_anchor.py, so host time per call shows on short kernels as it
-// does for the PyTorch anchors); 5 warm-up calls, median of --iters (default 30). Operands are
-// random normal data quantized on the GPU (never zeros); when one set of operands and output would
-// fit in twice the L2 cache, several sets are made and rotated call by call.
+// (the PyTorch anchors' method, so host time per call shows on short kernels as it does for them);
+// 5 warm-up calls, median of --iters (default 30). Operands are random normal data quantized on the
+// GPU (never zeros); when one set of operands and output would fit in twice the L2 cache, several
+// sets are made and rotated call by call.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -888,7 +888,7 @@ HostTimes host_us_per_call(cudaStream_t st, const std::vector<std::function<void
   return out;
 }
 
-/// As ../shared/reference/anchors-measured.md: N back-to-back calls, CPU clock, final synchronise included.
+/// The anchors' host-time method: N back-to-back calls, CPU clock, final synchronise included.
 double backtoback_us_per_call(cudaStream_t st, const std::function<void()>& fn, int n) {
   CK(cudaStreamSynchronize(st));
   const auto t0 = std::chrono::steady_clock::now();

@@ -7,10 +7,10 @@
    (OUTDIR/bench_gemm.md). It measures scalemm vs raw cuBLASLt, the emulated recipes vs BF16, the host
    time per call, the verify-mode overhead and the reference emulator, with same-run ceilings.
 2. Then, in this process on the same GPU, the PyTorch anchors on exactly the shapes the C++ run
-   measured, with the same method (CUDA events per call, the host waiting for each call's end event as
-   ../shared/bench/torch_anchor.py does, 5 warm-ups, median of N, operand sets rotated when one set fits
-   in 2x L2, random normal data): torch.matmul bf16, torch._scaled_mm tensorwise, rowwise and blockwise
-   (1x128 x 128x128, the scale layouts torch_anchor.py found to work), host time per call of a tiny
+   measured, with the same method (CUDA events per call, the host waiting for each call's end event,
+   5 warm-ups, median of N, operand sets rotated when one set fits in 2x L2, random normal data):
+   torch.matmul bf16, torch._scaled_mm tensorwise, rowwise and blockwise (1x128 x 128x128, in the
+   scale layouts that give the expected SQNR against an fp32 reference), host time per call of a tiny
    _scaled_mm, and (full run) torch._scaled_grouped_mm / _grouped_mm on the grouped anchor shapes.
 3. Merges everything into OUTDIR/results.json and OUTDIR/results.md (ratios scalemm/torch next to the
    absolute numbers) and, when matplotlib is importable, PNG plots OUTDIR/tflops_<recipe>.png.
