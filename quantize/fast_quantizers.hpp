@@ -1,0 +1,27 @@
+// The library's fast GPU quantizers (fast_quantizers.cu): what emulation::quantize_device and
+// dequantize_device run. The reference emulator (emulation/) is the oracle they are checked against.
+#pragma once
+
+#include <cstdint>
+
+#include "scalemm/emulation/emulation.hpp"
+
+namespace scalemm::emulation::fastq {
+
+/// Scratch floats of the fast path: amax partials, 4 global scalars, per-row and per-column
+/// multipliers (rowwise recipe; 1 each for tensorwise), column chunk partials (rowwise recipe).
+struct FastPlan {
+  int64_t n_part = 0, n_pm_r = 0, n_pm_c = 0, n_colpart = 0, chunks = 0;
+  int64_t floats() const { return n_part + 4 + n_pm_r + n_pm_c + n_colpart; }
+};
+
+FastPlan plan_fast(const SourceMatrix& src, const QuantizeConfig& cfg);
+
+/// The fast path; false when it does not apply (empty shapes), then the generic functors run.
+bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, float* scratch,
+              Stream st);
+
+/// out = dequantize(q) on the GPU, in f32, bf16 or f16.
+void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, Stream st);
+
+}  // namespace scalemm::emulation::fastq
