@@ -33,3 +33,18 @@ function(scalemm_add_test name)
     PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77 TIMEOUT 600 RUN_SERIAL TRUE
     DISCOVERY_TIMEOUT 60)
 endfunction()
+
+# scalemm_add_library(NAME EXPORT SOURCES...): a static component library with the public include
+# directories, installed and exported as scalemm::<EXPORT> (also the in-tree alias).
+function(scalemm_add_library name export)
+  add_library(${name} STATIC ${ARGN})
+  add_library(scalemm::${export} ALIAS ${name})
+  set_target_properties(${name} PROPERTIES EXPORT_NAME ${export} OUTPUT_NAME ${name})
+  scalemm_target_defaults(${name})
+  target_include_directories(${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  install(TARGETS ${name} EXPORT scalemm-targets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endfunction()
