@@ -60,6 +60,25 @@ void convert(const ScaleLayout& from, const void* src, const ScaleLayout& to, vo
   copy_by_size(detail::RelayoutOp{from, to}, src, dst);
 }
 
+namespace {
+// Source element of a K slice: the destination's (p, kb) read at K-block kb0 + kb of the source.
+struct SliceOp {
+  ScaleLayout from, to;
+  int64_t kb0;
+  int64_t src(int64_t p, int64_t kb) const {
+    return to.is_real(p, kb) ? from.offset(p * to.row_step(), kb0 + kb) : -1;
+  }
+};
+}  // namespace
+
+void slice_kblocks(const ScaleLayout& from, const void* src, int64_t kb0, const ScaleLayout& to, void* dst) {
+  require(from.recipe == to.recipe && from.rows == to.rows && kb0 >= 0 && kb0 + to.kblocks() <= from.kblocks(),
+          "layouts::slice_kblocks: K-blocks [" + std::to_string(kb0) + ", " + std::to_string(kb0 + to.kblocks()) +
+              ") of " + from.to_string() + " cannot form " + to.to_string());
+  require_buffers(from, src, to, dst, "layouts::slice_kblocks");
+  copy_by_size(SliceOp{from, to, kb0}, src, dst);
+}
+
 void to_cublaslt(const ScaleLayout& compact, const void* src, void* dst) {
   require(compact.format == ScaleFormat::kCompact, "layouts::to_cublaslt: source must be compact: " + compact.to_string());
   convert(compact, src, compact.with_format(ScaleFormat::kCublasLt), dst);

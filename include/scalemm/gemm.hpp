@@ -22,6 +22,8 @@
 
 namespace scalemm {
 
+struct GroupedGemmArgs;  // grouped.hpp
+
 /// One input operand: data (rows, K) row-major with K contiguous, and its scales.
 struct GemmOperand {
   const void* data = nullptr;  ///< E4M3/E5M2 bytes, or E2M1 packed two per byte (element 2i low nibble)
@@ -203,6 +205,13 @@ class Handle {
   /// Validates, plans (cached), runs. Device pointers run on `stream`; host pointers run the host
   /// reference synchronously. Throws scalemm::Error; outputs are untouched when validation fails.
   void gemm(const GemmArgs& args, Stream stream = nullptr);
+
+  /// Grouped GEMM (scalemm/grouped.hpp): validates the whole call first (nothing runs when any group
+  /// is invalid), then runs every non-empty group through the dense path on `stream`, one cached
+  /// plan per distinct group shape, so each group is bit-identical to the same dense call.
+  void grouped_gemm(const GroupedGemmArgs& args, Stream stream = nullptr);
+  /// The plan of each distinct group shape of `args`, one block per shape.
+  std::string explain(const GroupedGemmArgs& args);
 
   /// SCALEMM_VERIFY=sample checks run asynchronously and are reported at the next call on the same
   /// stream; this waits for every check in flight and throws Error(kVerificationFailed) for the first

@@ -7,6 +7,7 @@
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
 #include "scalemm/io/call_record.hpp"
 #include "scalemm/io/npy.hpp"
 #include "scalemm/layouts/convert.hpp"

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(256) convert_small_kernel(SmallConversions sc)
     const int64_t cols = c.to.padded_kblocks();
     const int64_t p = e / cols, kb = e - p * cols;
     const bool real = c.to.is_real(p, kb);
-    const int64_t so = real ? c.from.offset(p * c.to.row_step(), kb) : 0;
+    const int64_t so = real ? c.from.offset(p * c.to.row_step(), c.kb0 + kb) : 0;
     const int64_t d = c.to.padded_offset(p, kb);
     if (c.to.scale_bytes() == 4)
       static_cast<float*>(c.dst)[d] = real ? static_cast<const float*>(c.src)[so] : 0.0f;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "dispatch/handle_scratch.hpp"
 #include "dispatch/verify.hpp"
 #include "hash.hpp"
 #include "scalemm/detail/cuda_check.hpp"
@@ -38,27 +39,32 @@ struct StreamArena {
   size_t lt_bytes = 0;
   char* scratch = nullptr;
   size_t scratch_bytes = 0;
+  std::mutex staging_mu;  // held by one grouped call while it stages operands (dispatch::staging_scratch)
+  char* staging = nullptr;
+  size_t staging_bytes = 0;
   std::unique_ptr<verify::AsyncSampler> sampler;  // SCALEMM_VERIFY=sample only
 
   ~StreamArena() {
     sampler.reset();  // reports an unreported failure before the buffers go
     if (lt_workspace) cudaFree(lt_workspace);
     if (scratch) cudaFree(scratch);
+    if (staging) cudaFree(staging);
   }
 
-  void reserve(size_t bytes, Stream stream) {
-    if (bytes <= scratch_bytes) return;
-    // Growing happens when a new, larger problem is first planned on this stream: wait for the work
-    // that may still read the old buffer, then replace it.
-    cuda_check(cudaStreamSynchronize(stream), "scratch growth");
-    if (scratch) cudaFree(scratch);
-    scratch = nullptr;
-    scratch_bytes = 0;
+  // Growing happens when a new, larger problem first runs on this stream: wait for the work that may
+  // still read the old buffer, then replace it.
+  static void grow(char*& buf, size_t& have, size_t bytes, Stream stream, const char* what) {
+    if (bytes <= have) return;
+    cuda_check(cudaStreamSynchronize(stream), std::string(what) + " growth");
+    if (buf) cudaFree(buf);
+    buf = nullptr;
+    have = 0;
     void* p = nullptr;
-    cuda_check(cudaMalloc(&p, bytes), "scalemm scratch (" + std::to_string(bytes) + " B)");
-    scratch = static_cast<char*>(p);
-    scratch_bytes = bytes;
+    cuda_check(cudaMalloc(&p, bytes), std::string(what) + " (" + std::to_string(bytes) + " B)");
+    buf = static_cast<char*>(p);
+    have = bytes;
   }
+  void reserve(size_t bytes, Stream stream) { grow(scratch, scratch_bytes, bytes, stream, "scalemm scratch"); }
 };
 
 // The plan cache's hash: a warm call looks its problem up once, in constant time whatever the number
@@ -131,6 +137,14 @@ Handle::Handle(HandleOptions options) : impl_(new Impl) {
 Handle::~Handle() = default;
 
 const DeviceTarget& Handle::target() const { return impl_->target; }
+
+dispatch::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes) {
+  StreamArena& arena = impl.arena(stream);
+  StagingScratch s{std::unique_lock<std::mutex>(arena.staging_mu), nullptr};
+  StreamArena::grow(arena.staging, arena.staging_bytes, bytes, stream, "scalemm staging");
+  s.ptr = arena.staging;
+  return s;
+}
 
 Plan Handle::plan(const GemmArgs& args) { return impl_->cached_plan(GemmProblem::from(args)); }
 

@@ -112,4 +112,28 @@ inline HostOperand exact_operand(Recipe r, int64_t rows, int64_t k, ScaleFormat 
   return op;
 }
 
+/// The exact value of element (r, kk) of an operand: decoded data times its scale and global scale.
+inline double dequant(const HostOperand& op, int64_t r, int64_t kk) {
+  double v;
+  const int64_t i = r * op.k + kk;
+  switch (op.dtype) {
+    case DType::kE4M3: v = formats::decode_e4m3(op.data[size_t(i)]); break;
+    case DType::kE5M2: v = formats::decode_e5m2(op.data[size_t(i)]); break;
+    default: v = formats::decode_e2m1(formats::get_e2m1(op.data.data(), i)); break;
+  }
+  const auto l = op.layout();
+  const int64_t o = l.offset_of_element(r, kk);
+  double s;
+  switch (l.scale_dtype()) {
+    case DType::kE8M0: s = formats::decode_e8m0(op.scales[size_t(o)]); break;
+    case DType::kUE4M3: s = formats::decode_ue4m3(op.scales[size_t(o)]); break;
+    default: {
+      float f;
+      std::memcpy(&f, op.scales.data() + o * 4, 4);
+      s = f;
+    }
+  }
+  return v * s * op.global_scale;
+}
+
 }  // namespace scalemm::testing

@@ -69,4 +69,9 @@ std::vector<int64_t> grouped_offsets(Recipe recipe, int64_t k, ScaleFormat forma
 void convert_grouped(Recipe recipe, int64_t k, const int64_t* row_offsets, int groups, ScaleFormat from,
                      const void* src, ScaleFormat to, void* dst);
 
+/// K-blocks [kb0, kb0 + to.kblocks()) of `from` written as the buffer `to` (same recipe and rows,
+/// to.k <= from.k, either format; padding written as zero): one group of a k-grouped operand whose
+/// K range starts at K-block kb0. Throws Error(kInvalidArgument) when the range does not fit.
+void slice_kblocks(const ScaleLayout& from, const void* src, int64_t kb0, const ScaleLayout& to, void* dst);
+
 }  // namespace scalemm::layouts

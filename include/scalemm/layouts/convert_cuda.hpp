@@ -53,6 +53,7 @@ struct ScaleConversion {
   ScaleLayout from, to;
   const void* src;
   void* dst;
+  int64_t kb0 = 0;  ///< first K-block of `from` (a K slice, as layouts::slice_kblocks; 0 otherwise)
 };
 
 /// Destination elements up to which convert_small is the faster path: below it a GEMM's scale
@@ -60,7 +61,7 @@ struct ScaleConversion {
 constexpr int64_t kSmallConversionElements = int64_t(1) << 18;
 
 /// One or two conversions in one launch (element by element through offset(); padding written as
-/// zero). Byte-identical to convert().
+/// zero). Byte-identical to convert(), or to slice_kblocks() for a conversion with kb0 > 0.
 void convert_small(const ScaleConversion* conv, int count, Stream stream);
 
 /// tensorwise -> rowwise: dst[i] = *src for i < rows (the single fp32 scale broadcast to a vector).

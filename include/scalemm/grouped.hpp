@@ -1,0 +1,61 @@
+// Grouped (MoE) scaled GEMMs: many GEMMs of one recipe pair that share an operand's layout.
+//
+//  m-grouped (2D x 3D; forward and dgrad): A (sum M_g, K) with the rows of group g consecutive,
+//    B (G, N, K), D (sum M_g, N): the D rows of group g = A rows of g * B[g]^T.
+//  k-grouped (2D x 2D; weight gradient): A (M, sum K_g), B (N, sum K_g), D (G, M, N):
+//    D[g] = A[:, K_g columns of g] * B[:, K_g columns of g]^T.
+//
+// Scales, in either format:
+//  * m-grouped A: each group's own scale buffer for its (M_g, K) rows, concatenated in group order
+//    (layouts::grouped_offsets). For per-row recipes in compact format (rowwise, block1x128, mxfp8,
+//    nvfp4) that is exactly the whole tensor's compact scales; block128x128 and mxfp8-32x32 start a
+//    new block grid at each group; tensorwise has one scale per group, (G,).
+//  * m-grouped B: stacked per expert, (G, *one (N, K) operand's buffer); tensorwise (G,).
+//  * k-grouped A and B: the whole tensor's scales, (M, sum K_g) and (N, sum K_g): every K_g falls on
+//    the K-block boundaries of both recipes, so each group's blocks are a column range of them.
+//  * In cublaslt format every group's buffer starts on a 16-byte boundary, as cuBLASLt reads scales
+//    (zero bytes pad a buffer whose size is not a multiple of 16: rowwise, tensorwise); compact
+//    buffers follow each other directly. grouped_scale_offsets gives the byte offsets.
+//  * NVFP4's global scale is one per operand (GemmOperand::global_scale), shared by the groups.
+// Empty groups are legal: an m-grouped one has no D rows; a k-grouped one writes D[g] = 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scalemm/gemm.hpp"
+
+namespace scalemm {
+
+enum class GroupDim : uint8_t {
+  kM = 0,  ///< m-grouped: A rows grouped, B (G, N, K)
+  kK = 1,  ///< k-grouped: the reduction dimension grouped, D (G, M, N)
+};
+std::string_view to_string(GroupDim g);
+
+struct GroupedGemmArgs {
+  GroupDim group_dim = GroupDim::kM;
+  int64_t groups = 0;                 ///< G >= 1
+  const int64_t* group_sizes = nullptr;  ///< G sizes in host memory: M_g (m-grouped) or K_g (k-grouped)
+  int64_t m = 0, n = 0, k = 0;        ///< m-grouped: m = sum M_g, k = K; k-grouped: k = sum K_g
+  GemmOperand a, b;                   ///< as for a dense call; B of an m-grouped call holds G experts
+  void* d = nullptr;
+  DType d_dtype = DType::kBF16;       ///< bf16, f16 or f32
+  float alpha = 1.0f;
+  MemorySpace space = MemorySpace::kDevice;
+};
+
+/// Checks everything that does not need a backend: G, the sizes (non-negative, summing to m or k),
+/// K-block boundaries of k-grouped sizes (naming the group and what to pad to), dtypes, null
+/// pointers. Each group's operands are then checked by the dense validate() when they run.
+Diagnostics validate(const GroupedGemmArgs& args);
+
+/// Byte offsets of each group's A scale buffer in an m-grouped call (G + 1 entries; the last is the
+/// size of the whole buffer).
+std::vector<int64_t> grouped_scale_offsets(const GroupedGemmArgs& args);
+
+/// Bytes between two experts' scale buffers in B of an m-grouped call.
+int64_t grouped_b_scale_stride(const GroupedGemmArgs& args);
+
+}  // namespace scalemm

@@ -1,0 +1,158 @@
+// Grouped GEMMs with host pointers (the host reference, group by group): every recipe pair, m- and
+// k-grouped, empty and tiny groups, against the exact fp64 product of each group; bad group sizes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "grouped_inputs.hpp"
+#include "support/test_support.hpp"
+
+using namespace scalemm;
+using scalemm::testing::GroupedInputs;
+
+namespace {
+
+int64_t mismatches(const GroupedInputs& in, const std::vector<float>& d) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < in.expected.size(); ++i) bad += d[i] != float(in.expected[i]);
+  return bad;
+}
+
+bool pair_allowed(Recipe ra, Recipe rb) { return (ra == Recipe::kNvfp4) == (rb == Recipe::kNvfp4); }
+
+}  // namespace
+
+TEST_CASE("m-grouped host GEMMs equal each group's exact product for every recipe pair", "[dispatch][grouped][host]") {
+  auto rng = scalemm::testing::rng(0x6A0);
+  Handle h;
+  int runs = 0;
+  for (Recipe ra : kAllRecipes)
+    for (Recipe rb : kAllRecipes) {
+      if (!pair_allowed(ra, rb)) continue;
+      const ScaleFormat fa = runs % 2 ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
+      const ScaleFormat fb = runs % 3 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+      CAPTURE(to_string(ra), to_string(rb), to_string(fa), to_string(fb));
+      const auto in = scalemm::testing::make_grouped(GroupDim::kM, ra, rb, fa, fb, {7, 0, 1, 129}, 160, 33, rng);
+      std::vector<float> d(in.expected.size(), std::nanf(""));
+      h.grouped_gemm(in.args(d.data()));
+      CHECK(mismatches(in, d) == 0);
+      ++runs;
+    }
+  CHECK(runs == 37);
+}
+
+TEST_CASE("k-grouped host GEMMs equal each group's exact product and zero the empty groups", "[dispatch][grouped][host]") {
+  auto rng = scalemm::testing::rng(0x6A1);
+  Handle h;
+  int runs = 0;
+  for (Recipe ra : kAllRecipes)
+    for (Recipe rb : kAllRecipes) {
+      if (!pair_allowed(ra, rb)) continue;
+      const ScaleFormat fa = runs % 2 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+      const ScaleFormat fb = runs % 3 ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
+      CAPTURE(to_string(ra), to_string(rb), to_string(fa), to_string(fb));
+      const int64_t s = scalemm::testing::k_split(ra, rb);
+      const auto in = scalemm::testing::make_grouped(GroupDim::kK, ra, rb, fa, fb, {s, 0, 2 * s, s}, 9, 20, rng);
+      std::vector<float> d(in.expected.size(), std::nanf(""));
+      h.grouped_gemm(in.args(d.data()));
+      CHECK(mismatches(in, d) == 0);
+      ++runs;
+    }
+  CHECK(runs == 37);
+}
+
+TEST_CASE("grouped GEMMs with G = 1 and G = 16 equal the same dense calls bit for bit", "[dispatch][grouped][host]") {
+  auto rng = scalemm::testing::rng(0x6A2);
+  Handle h;
+  for (const std::vector<int64_t>& sizes :
+       {std::vector<int64_t>{40}, std::vector<int64_t>{3, 0, 5, 1, 0, 0, 8, 2, 1, 1, 9, 0, 4, 4, 7, 1}}) {
+    const auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                   ScaleFormat::kCompact, ScaleFormat::kCompact, sizes, 256, 16, rng);
+    std::vector<float> grouped(in.expected.size(), std::nanf(""));
+    h.grouped_gemm(in.args(grouped.data()));
+    // The same groups as dense calls over the same buffers.
+    std::vector<float> dense(in.expected.size(), std::nanf(""));
+    const GroupedGemmArgs ga = in.args(dense.data());
+    const std::vector<int64_t> offs = grouped_scale_offsets(ga);
+    int64_t r0 = 0;
+    for (size_t g = 0; g < sizes.size(); ++g) {
+      if (sizes[g] == 0) continue;
+      GemmArgs c;
+      c.m = sizes[g], c.n = in.n, c.k = in.k;
+      c.a = ga.a, c.b = ga.b;
+      c.a.data = in.a_data.data() + r0 * in.k;
+      c.a.scale = in.a_scale.data() + offs[g];
+      c.b.data = in.b_data.data() + int64_t(g) * in.n * in.k;
+      c.b.scale = in.b_scale.data() + int64_t(g) * grouped_b_scale_stride(ga);
+      c.d = dense.data() + r0 * in.n;
+      c.d_dtype = DType::kF32;
+      c.space = MemorySpace::kHost;
+      h.gemm(c);
+      r0 += sizes[g];
+    }
+    CHECK(std::memcmp(grouped.data(), dense.data(), grouped.size() * 4) == 0);
+    CHECK(mismatches(in, grouped) == 0);
+  }
+}
+
+TEST_CASE("bad group sizes are named errors and leave the output untouched", "[dispatch][grouped][host]") {
+  auto rng = scalemm::testing::rng(0x6A3);
+  Handle h;
+  const auto mg = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kMxfp8, Recipe::kMxfp8, ScaleFormat::kCompact,
+                                                 ScaleFormat::kCompact, {4, 0, 5}, 64, 8, rng);
+  const auto kg = scalemm::testing::make_grouped(GroupDim::kK, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                 ScaleFormat::kCompact, ScaleFormat::kCompact, {128, 256}, 4, 8, rng);
+  struct Row {
+    const char* name;
+    const GroupedInputs* in;
+    std::function<void(GroupedGemmArgs&, std::vector<int64_t>&)> breaks;
+    const char* argument;
+    const char* rule;
+  };
+  const std::vector<Row> rows = {
+      {"negative size", &mg, [](GroupedGemmArgs&, std::vector<int64_t>& s) { s = {4, -1, 6}; }, "group_sizes[1]", "group-size-negative"},
+      {"sizes do not add up to M", &mg, [](GroupedGemmArgs&, std::vector<int64_t>& s) { s = {4, 0, 4}; }, "group_sizes", "group-size-sum"},
+      {"no groups", &mg, [](GroupedGemmArgs& a, std::vector<int64_t>&) { a.groups = 0; }, "groups", "group-count"},
+      {"null sizes", &mg, [](GroupedGemmArgs& a, std::vector<int64_t>&) { a.group_sizes = nullptr; }, "group_sizes", "null-pointer"},
+      {"K split off a 128 block", &kg, [](GroupedGemmArgs&, std::vector<int64_t>& s) { s = {100, 284}; }, "group_sizes[0]", "group-k-block"},
+      {"FP8 output", &mg, [](GroupedGemmArgs& a, std::vector<int64_t>&) { a.d_dtype = DType::kE4M3; }, "d_dtype", "grouped-out-dtype"},
+      {"null B scales", &mg, [](GroupedGemmArgs& a, std::vector<int64_t>&) { a.b.scale = nullptr; }, "scale_b", ""},
+  };
+  for (const Row& r : rows) {
+    CAPTURE(r.name);
+    std::vector<float> d(r.in->expected.size(), 1234.5f);
+    std::vector<int64_t> sizes = r.in->sizes;
+    GroupedGemmArgs a = r.in->args(d.data());
+    r.breaks(a, sizes);
+    if (a.group_sizes) a.group_sizes = sizes.data();
+    try {
+      h.grouped_gemm(a);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.code() == StatusCode::kInvalidArgument);
+      CHECK_THAT(e.what(), Catch::Contains(r.argument));
+      CHECK_THAT(e.what(), Catch::Contains(r.rule));
+    }
+    for (float v : d) REQUIRE(v == 1234.5f);
+  }
+  // The K-block error says what to pad to.
+  std::vector<float> d(kg.expected.size());
+  std::vector<int64_t> sizes = {100, 284};
+  GroupedGemmArgs a = kg.args(d.data());
+  a.group_sizes = sizes.data();
+  CHECK_THAT(to_string(validate(a)), Catch::Contains("K_g = 128"));
+}
+
+TEST_CASE("a grouped call explains one plan per distinct group shape", "[dispatch][grouped][host]") {
+  auto rng = scalemm::testing::rng(0x6A4);
+  const auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kMxfp8, Recipe::kMxfp8, ScaleFormat::kCompact,
+                                                 ScaleFormat::kCompact, {4, 0, 4, 2}, 64, 8, rng);
+  std::vector<float> d(in.expected.size());
+  Handle h;
+  const std::string text = h.explain(in.args(d.data()));
+  CHECK_THAT(text, Catch::Contains("3 distinct group shape(s)"));
+  CHECK_THAT(text, Catch::Contains("M_g=4 (groups 0 2)"));
+  CHECK_THAT(text, Catch::Contains("M_g=0 (groups 1): no rows"));
+  CHECK_THAT(text, Catch::Contains("reference"));
+}
