@@ -6,6 +6,7 @@
 #include <string>
 
 #include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/types.hpp"
 #include "scalemm/version.hpp"
@@ -49,6 +50,8 @@ SCALEMM_SAME(SCALEMM_BACKEND_CONVERT_NATIVE, scalemm::Backend::kConvertNative);
 SCALEMM_SAME(SCALEMM_BACKEND_EMULATED, scalemm::Backend::kEmulated);
 SCALEMM_SAME(SCALEMM_BACKEND_REFERENCE, scalemm::Backend::kReference);
 static_assert(scalemm::kBackendCount == SCALEMM_BACKEND_REFERENCE + 1, "a backend without a C value");
+SCALEMM_SAME(SCALEMM_GROUP_DIM_M, scalemm::GroupDim::kM);
+SCALEMM_SAME(SCALEMM_GROUP_DIM_K, scalemm::GroupDim::kK);
 SCALEMM_SAME(SCALEMM_MEMORY_HOST, scalemm::MemorySpace::kHost);
 SCALEMM_SAME(SCALEMM_MEMORY_DEVICE, scalemm::MemorySpace::kDevice);
 #undef SCALEMM_SAME
@@ -69,6 +72,9 @@ template <> struct Range<scalemm::ScaleFormat> {
 template <> struct Range<scalemm::Backend> { static constexpr int lo = 0, hi = scalemm::kBackendCount - 1; };
 template <> struct Range<scalemm::MemorySpace> {
   static constexpr int lo = int(scalemm::MemorySpace::kHost), hi = int(scalemm::MemorySpace::kDevice);
+};
+template <> struct Range<scalemm::GroupDim> {
+  static constexpr int lo = int(scalemm::GroupDim::kM), hi = int(scalemm::GroupDim::kK);
 };
 template <> struct Range<scalemm::Autotune> {
   static constexpr int lo = int(scalemm::Autotune::kFromEnvironment), hi = int(scalemm::Autotune::kOn);
@@ -147,6 +153,34 @@ scalemm::GemmArgs args_from(const scalemm_gemm_t* g) {
   return a;
 }
 
+scalemm::GroupedGemmArgs grouped_from(const scalemm_grouped_gemm_t* g) {
+  require(g != nullptr, "grouped_gemm: null descriptor");
+  require(g->struct_size >= offsetof(scalemm_grouped_gemm_t, memory_space) + sizeof(int32_t),
+          "grouped_gemm.struct_size: " + std::to_string(g->struct_size) +
+              " is smaller than scalemm_grouped_gemm_t; set it to sizeof(scalemm_grouped_gemm_t)");
+  scalemm::GroupedGemmArgs a;
+  a.group_dim = checked_enum<scalemm::GroupDim>(g->group_dim, "grouped_gemm.group_dim");
+  a.groups = g->groups;
+  a.group_sizes = g->group_sizes;
+  a.m = g->m, a.n = g->n, a.k = g->k;
+  a.a = operand_from(g->a, "grouped_gemm.a");
+  a.b = operand_from(g->b, "grouped_gemm.b");
+  a.d = g->d;
+  a.d_dtype = checked_enum<scalemm::DType>(g->d_dtype, "grouped_gemm.d_dtype");
+  a.alpha = g->alpha;
+  a.space = checked_enum<scalemm::MemorySpace>(g->memory_space, "grouped_gemm.memory_space");
+  return a;
+}
+
+void copy_text(const std::string& text, char* buf, size_t buf_size, size_t* needed) {
+  if (needed) *needed = text.size() + 1;
+  if (buf && buf_size) {
+    const size_t n = text.size() < buf_size - 1 ? text.size() : buf_size - 1;
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+}
+
 }  // namespace
 
 struct scalemm_handle {
@@ -154,11 +188,6 @@ struct scalemm_handle {
   explicit scalemm_handle(scalemm::HandleOptions o) : impl(o) {}
 };
 
-static_assert(SCALEMM_STATUS_INTERNAL == static_cast<int>(scalemm::StatusCode::kInternal),
-              "C and C++ status codes must agree");
-static_assert(SCALEMM_DTYPE_U8 == static_cast<int>(scalemm::DType::kU8), "C and C++ dtypes must agree");
-static_assert(SCALEMM_RECIPE_NVFP4 == static_cast<int>(scalemm::Recipe::kNvfp4),
-              "C and C++ recipes must agree");
 
 extern "C" {
 
@@ -217,12 +246,22 @@ scalemm_status_t scalemm_plan_explain(scalemm_handle_t handle, const scalemm_gem
     const scalemm::Plan plan = handle->impl.plan(args);
     const std::string text = "backend " + std::string(scalemm::to_string(plan.backend)) + ": " + plan.explain();
     if (backend) *backend = static_cast<int32_t>(plan.backend);
-    if (needed) *needed = text.size() + 1;
-    if (buf && buf_size) {
-      const size_t n = text.size() < buf_size - 1 ? text.size() : buf_size - 1;
-      std::memcpy(buf, text.data(), n);
-      buf[n] = '\0';
-    }
+    copy_text(text, buf, buf_size, needed);
+  });
+}
+
+scalemm_status_t scalemm_grouped_gemm(scalemm_handle_t handle, const scalemm_grouped_gemm_t* gemm, void* stream) {
+  return guarded([&] {
+    require(handle != nullptr, "handle: null");
+    handle->impl.grouped_gemm(grouped_from(gemm), static_cast<scalemm::Stream>(stream));
+  });
+}
+
+scalemm_status_t scalemm_grouped_plan_explain(scalemm_handle_t handle, const scalemm_grouped_gemm_t* gemm, char* buf,
+                                              size_t buf_size, size_t* needed) {
+  return guarded([&] {
+    require(handle != nullptr, "handle: null");
+    copy_text(handle->impl.explain(grouped_from(gemm)), buf, buf_size, needed);
   });
 }
 

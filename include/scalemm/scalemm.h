@@ -144,6 +144,38 @@ scalemm_status_t scalemm_gemm(scalemm_handle_t handle, const scalemm_gemm_t* gem
 scalemm_status_t scalemm_plan_explain(scalemm_handle_t handle, const scalemm_gemm_t* gemm, int32_t* backend,
                                       char* buf, size_t buf_size, size_t* needed);
 
+/* ---- grouped (MoE) GEMM (added in 0.3; scalemm/grouped.hpp has the full contract) -------------------
+ * m-grouped: A (sum M_g, K) rows grouped, B (G, N, K), D (sum M_g, N).
+ * k-grouped: A (M, sum K_g), B (N, sum K_g), D (G, M, N); every K_g on both recipes' K-block bounds.
+ * Scales: m-grouped A = each group's buffer in order (for per-row compact recipes, the whole tensor's
+ * scales), B stacked per expert; k-grouped A and B = the whole tensors' scales. cuBLASLt-format group
+ * buffers start 16-byte aligned. Output bf16, f16 or f32. */
+typedef enum scalemm_group_dim_t {
+  SCALEMM_GROUP_DIM_M = 0,
+  SCALEMM_GROUP_DIM_K = 1
+} scalemm_group_dim_t;
+
+typedef struct scalemm_grouped_gemm_t {
+  size_t struct_size;           /* sizeof(scalemm_grouped_gemm_t) */
+  int32_t group_dim;            /* scalemm_group_dim_t */
+  int64_t groups;               /* G >= 1 */
+  const int64_t* group_sizes;   /* G sizes (M_g or K_g) in host memory */
+  int64_t m, n, k;              /* m-grouped: m = sum M_g; k-grouped: k = sum K_g */
+  scalemm_operand_t a, b;
+  void* d;
+  int32_t d_dtype;
+  float alpha;
+  int32_t memory_space;         /* scalemm_memory_space_t: all pointers but group_sizes live there */
+} scalemm_grouped_gemm_t;
+
+/* Validates every group, then runs each non-empty group on `stream` (one cached plan per distinct
+ * group shape). On an error nothing is written to d. */
+scalemm_status_t scalemm_grouped_gemm(scalemm_handle_t handle, const scalemm_grouped_gemm_t* gemm, void* stream);
+
+/* The plan of each distinct group shape, copied into buf as scalemm_plan_explain does. */
+scalemm_status_t scalemm_grouped_plan_explain(scalemm_handle_t handle, const scalemm_grouped_gemm_t* gemm, char* buf,
+                                              size_t buf_size, size_t* needed);
+
 /* "native", "convert-native", "emulated", "reference"; "unknown" outside the enum. */
 const char* scalemm_backend_name(int backend);
 

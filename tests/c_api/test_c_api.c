@@ -96,6 +96,39 @@ int main(void) {
         fprintf(stderr, "%d of %d outputs differ from 64 (d[0] = %g)\n", wrong, M * N, (double)d[0]);
         ++failures;
       }
+      /* Grouped, m-grouped: rows {1, 0, 3} of A against three experts; tensorwise scales per group. */
+      {
+        scalemm_grouped_gemm_t gg;
+        int64_t sizes[3] = {1, 0, 3};
+        float gsa[3] = {0.5f, 0.5f, 0.5f}, gsb[3] = {2.0f, 2.0f, 2.0f};
+        unsigned char gb[3 * N * K];
+        memset(gb, 0x40, sizeof gb);
+        memset(&gg, 0, sizeof gg);
+        gg.struct_size = sizeof gg;
+        gg.group_dim = SCALEMM_GROUP_DIM_M, gg.groups = 3, gg.group_sizes = sizes;
+        gg.m = M, gg.n = N, gg.k = K;
+        gg.a = g.a, gg.a.scale = gsa;
+        gg.b = g.b, gg.b.data = gb, gg.b.scale = gsb;
+        gg.d = d, gg.d_dtype = SCALEMM_DTYPE_F32, gg.alpha = 1.0f, gg.memory_space = SCALEMM_MEMORY_HOST;
+        for (i = 0; i < M * N; ++i) d[i] = -1.0f;
+        sizes[2] = 2; /* sizes no longer add up to M */
+        if (scalemm_grouped_gemm(h, &gg, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT || d[0] != -1.0f ||
+            strstr(scalemm_last_error_message(), "group-size-sum") == NULL) {
+          fprintf(stderr, "bad group sizes were not rejected with a named error: %s\n", scalemm_last_error_message());
+          ++failures;
+        }
+        sizes[2] = 3;
+        if (scalemm_grouped_gemm(h, &gg, NULL) != SCALEMM_STATUS_OK) {
+          fprintf(stderr, "scalemm_grouped_gemm failed: %s\n", scalemm_last_error_message());
+          ++failures;
+        }
+        for (wrong = 0, i = 0; i < M * N; ++i) wrong += d[i] != 64.0f;
+        if (wrong || scalemm_grouped_plan_explain(h, &gg, text, sizeof text, &needed) != SCALEMM_STATUS_OK ||
+            strstr(text, "3 distinct group shape(s)") == NULL) {
+          fprintf(stderr, "grouped: %d wrong outputs; explain \"%s\"\n", wrong, text);
+          ++failures;
+        }
+      }
       /* FP8 output: D = e4m3(0.25 * 64) = 16.0 (0x58), amax 64. */
       {
         unsigned char d8[M * N];
