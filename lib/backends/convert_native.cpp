@@ -18,7 +18,7 @@ namespace scalemm::backends {
 namespace {
 
 // Slots 0 and 1 are native::kScaleA/kScaleB (the scale conversions of the padded path).
-enum Slot : int { kPaddedA = 2, kPaddedD = 3, kBroadcast = 4 };
+enum Slot : int { kPaddedA = 2, kPaddedD = 3, kBroadcast = 4, kRowwiseRealigned = 5 };
 
 bool block_fp32(Recipe r) { return r == Recipe::kBlock1x128 || r == Recipe::kBlock128x128; }
 
@@ -45,6 +45,7 @@ class ConvertNative final : public BackendImpl {
                                     ": tensorwise -> rowwise (broadcast to " + std::to_string(len) + " rows)",
                                 len * 4});
     plan.reserve(kBroadcast, static_cast<size_t>(len) * 4);
+    plan.reserve(kRowwiseRealigned, static_cast<size_t>(a_is_tw ? p.n : p.m) * 4);  // see native::realign
     plan.cublas_scale_mode_a = plan.cublas_scale_mode_b = dispatch::kOuterVec32F;
     return {true, "convert-then-native: tensorwise broadcast to rowwise (exact), cuBLASLt OUTER_VEC_32F"};
   }
@@ -58,13 +59,16 @@ class ConvertNative final : public BackendImpl {
     auto* vec = ctx.slice<float>(plan, kBroadcast);
     layouts::gpu::broadcast_tensorwise(static_cast<const float*>(a_is_tw ? args.a.scale : args.b.scale), vec,
                                        a_is_tw ? args.m : args.n, ctx.stream);
+    const void* rowwise_scale = a_is_tw ? args.b.scale : args.a.scale;
+    native::realign(a_is_tw ? args.b : args.a, a_is_tw ? args.n : args.m, args.k, plan, ctx, kRowwiseRealigned,
+                    rowwise_scale);
     LtCall c;
     c.m = args.m, c.n = args.n, c.k = args.k;
     c.a_dtype = args.a.dtype, c.b_dtype = args.b.dtype, c.d_dtype = args.d_dtype;
     c.a_scale_mode = c.b_scale_mode = dispatch::kOuterVec32F;
     c.a = args.a.data, c.b = args.b.data, c.d = args.d, c.bias = args.bias;
-    c.a_scale = a_is_tw ? vec : args.a.scale;
-    c.b_scale = a_is_tw ? args.b.scale : vec;
+    c.a_scale = a_is_tw ? vec : rowwise_scale;
+    c.b_scale = a_is_tw ? rowwise_scale : vec;
     c.alpha = native::folded_alpha(args);
     ctx.matmul(c);
   }

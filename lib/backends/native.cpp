@@ -2,7 +2,12 @@
 // cuBLASLt's layout first when they differ.
 #include "backends/native.hpp"
 
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
 #include "dispatch/capabilities.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 
@@ -38,7 +43,12 @@ void plan_scales(const GemmProblem& p, Plan& plan) {
     if (s.format == ScaleFormat::kCublasLt) continue;
     const layouts::ScaleLayout compact(s.recipe, s.rows, p.k, ScaleFormat::kCompact);
     const layouts::ScaleLayout lt = compact.with_format(ScaleFormat::kCublasLt);
-    if (same_buffer(compact, lt)) continue;
+    if (same_buffer(compact, lt)) {
+      // Already cuBLASLt's layout, but compact buffers need only 4-byte alignment and cuBLASLt fails
+      // at matmul on a scale pointer off 16 bytes: such a buffer is copied here at run time.
+      plan.reserve(s.tag, static_cast<size_t>(lt.bytes()));
+      continue;
+    }
     *s.flag = true;
     plan.conversions.push_back({std::string(s.name) + ": " + std::string(to_string(s.recipe)) +
                                     " compact -> cublaslt " + lt.shape_stride_string(),
@@ -50,6 +60,16 @@ void plan_scales(const GemmProblem& p, Plan& plan) {
   plan.cublas_scale_mode_b = dispatch::recipe_scale_mode(p.a_recipe);
 }
 
+void realign(const GemmOperand& op, int64_t rows, int64_t k, const Plan& plan, const RunContext& ctx, int tag,
+             const void*& scale_ptr) {
+  if (op.scale_format != ScaleFormat::kCompact || (reinterpret_cast<uintptr_t>(op.scale) & 15u) == 0) return;
+  void* dst = ctx.slice(plan, tag);
+  const layouts::ScaleLayout l(op.recipe, rows, k, ScaleFormat::kCompact);
+  detail::cuda_check(cudaMemcpyAsync(dst, op.scale, size_t(l.bytes()), cudaMemcpyDeviceToDevice, ctx.stream),
+                     "native: copy a scale buffer to a 16-byte aligned slice");
+  scale_ptr = dst;
+}
+
 // Small buffers (both operands) convert in one launch, large ones through the bandwidth kernels.
 void run_scales(const GemmArgs& args, const Plan& plan, const RunContext& ctx, const void* scale_ptr[2]) {
   const GemmOperand* ops[2] = {&args.a, &args.b};
@@ -59,7 +79,10 @@ void run_scales(const GemmArgs& args, const Plan& plan, const RunContext& ctx, c
   int count = 0;
   int64_t elems = 0;
   for (int i = 0; i < 2; ++i) {
-    if (!convert[i]) continue;
+    if (!convert[i]) {
+      realign(*ops[i], rows[i], args.k, plan, ctx, i == 0 ? kScaleA : kScaleB, scale_ptr[i]);
+      continue;
+    }
     const layouts::ScaleLayout from(ops[i]->recipe, rows[i], args.k, ScaleFormat::kCompact);
     const layouts::ScaleLayout to = from.with_format(ScaleFormat::kCublasLt);
     void* dst = ctx.slice(plan, i == 0 ? kScaleA : kScaleB);

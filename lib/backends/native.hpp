@@ -13,6 +13,11 @@ enum Slot : int { kScaleA = 0, kScaleB = 1 };
 /// conversions and workspace slices) and sets the plan's cuBLASLt scale modes.
 void plan_scales(const GemmProblem& p, Plan& plan);
 
+/// A compact scale buffer that cuBLASLt reads as it is, off 16-byte alignment: copied to the slice
+/// `tag` of the plan (reserved by plan_scales, or by the caller's plan), scale_ptr pointed at it.
+void realign(const GemmOperand& op, int64_t rows, int64_t k, const Plan& plan, const RunContext& ctx, int tag,
+             const void*& scale_ptr);
+
 /// Runs the planned conversions into their slices; scale_ptr[0/1] end up at what cuBLASLt reads.
 void run_scales(const GemmArgs& args, const Plan& plan, const RunContext& ctx, const void* scale_ptr[2]);
 
