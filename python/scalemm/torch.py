@@ -130,14 +130,14 @@ class _ScaledLinearFn(torch.autograd.Function):
             y = y + bias.to(y.dtype)
         ctx.save_for_backward(xtq, xts, wtq, wts)
         ctx.recipes = (act, wgt)
-        ctx.shapes = (x.shape, x.dtype, weight.dtype, bias is not None)
+        ctx.shapes = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
         xtq, xts, wtq, wts = ctx.saved_tensors
         act, wgt = ctx.recipes
-        x_shape, x_dtype, w_dtype, has_bias = ctx.shapes
+        x_shape, x_dtype, w_dtype, bias_dtype = ctx.shapes
         n = dy.shape[-1]
         dy2 = dy.reshape(-1, n)
         if not dy2.is_contiguous():
@@ -149,8 +149,8 @@ class _ScaledLinearFn(torch.autograd.Function):
             dx = dx.reshape(x_shape)
         if ctx.needs_input_grad[1]:
             dw = scaled_mm(dytq, xtq, dyts, xts, recipe_a=act, recipe_b=act, out_dtype="f32").to(w_dtype)
-        if has_bias and ctx.needs_input_grad[2]:
-            db = dy2.float().sum(0)
+        if bias_dtype is not None and ctx.needs_input_grad[2]:
+            db = dy2.float().sum(0).to(bias_dtype)
         return dx, dw, db, None, None
 
 
