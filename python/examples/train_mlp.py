@@ -51,7 +51,8 @@ def main():
     teacher = make_mlp(args.dim, args.width, args.dim, torch.nn.Linear).to(dev)
     base = make_mlp(args.dim, args.width, args.dim, torch.nn.Linear).to(dev)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    models = {"bf16 nn.Linear": copy.deepcopy(base).to(dtype),
+    ref_name = ("bf16" if dtype == torch.bfloat16 else "f32") + " nn.Linear"
+    models = {ref_name: copy.deepcopy(base).to(dtype),
               "Float8BlockwiseLinear": swap_linears(base, st.Float8BlockwiseLinear).to(dtype),
               "MXLinear": swap_linears(base, st.MXLinear).to(dtype)}
     if args.compile:
@@ -79,8 +80,8 @@ def main():
         if step % args.every == 0 or step == 1 or step == args.steps:
             print(f"{step:>5}  " + "  ".join(f"{losses[k][-1].item():>22.6f}" for k in models), flush=True)
     final = {k: torch.stack(v[-10:]).mean().item() for k, v in losses.items()}
-    ref = final["bf16 nn.Linear"]
-    print("mean loss of the last 10 steps: " + ", ".join(f"{k} {v:.6f} ({v / ref:.3f}x bf16)"
+    ref = final[ref_name]
+    print("mean loss of the last 10 steps: " + ", ".join(f"{k} {v:.6f} ({v / ref:.3f}x {ref_name.split()[0]})"
                                                         for k, v in final.items()))
     print("seconds per step: " + ", ".join(f"{k} {times[k] / args.steps:.4f}" for k in models))
 

@@ -280,15 +280,31 @@ def _source(x, argument: str):
     return v
 
 
-def scale_shape(recipe: int, rows: int, k: int, fmt: int) -> tuple:
+_BLOCKS = {1: None, 2: (1, None), 3: (1, 128), 4: (128, 128), 5: (1, 32), 6: (32, 32), 7: (1, 16)}
+
+
+def scale_shape(recipe: int, rows, k, fmt: int) -> tuple:
     """Shape of a scale array scalemm allocates: compact grids as the CLI writes them (tensorwise a
-    0-d scalar, rowwise (rows, 1), block recipes (grid rows, K-blocks)); cublaslt as one flat buffer."""
-    grid_rows, kblocks, _pr, _pk, size, _b, _dt, _desc = _C.layout_info(recipe, rows, k, fmt)
-    if fmt == 1:
-        return (size,)
-    if recipe == RECIPES["tensorwise"]:
-        return ()
-    return (grid_rows, kblocks)
+    0-d scalar, rowwise (rows, 1), block recipes (grid rows, K-blocks)); cublaslt as one flat buffer.
+
+    Plain arithmetic (no call into the library), so that torch's fake implementations can run it on
+    symbolic sizes; tests check it against the library's ScaleLayout for every recipe."""
+    def cdiv(a, b):
+        return (a + b - 1) // b
+
+    if recipe == 1:
+        return () if fmt == 0 else (1,)
+    if recipe == 2:
+        return (rows, 1) if fmt == 0 else (rows,)
+    br, bk = _BLOCKS[recipe]
+    grid, kb = cdiv(rows, br), cdiv(k, bk)
+    if fmt == 0:
+        return (grid, kb)
+    if recipe == 3:
+        return (cdiv(rows, 4) * 4 * kb,)
+    if recipe == 4:
+        return (grid * cdiv(kb, 4) * 4,)
+    return (cdiv(rows, 128) * 128 * cdiv(kb, 4) * 4,)  # 128x4 tiles (mxfp8-32x32: replicated to rows)
 
 
 def _scale_dtype_name(recipe: int) -> str:

@@ -161,3 +161,17 @@ def test_grouped_is_a_named_not_implemented():
     with pytest.raises(NotImplementedError) as e:
         scalemm.scaled_grouped_mm(None, None, None, None, [1], recipe_a="mxfp8", recipe_b="mxfp8")
     assert isinstance(e.value, scalemm.Error) and e.value.status == "SCALEMM_STATUS_UNSUPPORTED"
+
+
+def test_scale_shapes_match_the_library_layouts():
+    from scalemm import _core, _scalemm
+
+    for name, r in _core.RECIPES.items():
+        for rows in (1, 3, 4, 31, 32, 33, 127, 128, 129, 257):
+            for k in (16, 32, 96, 128, 320, 640, 1000):
+                grid, kb, _pr, _pk, size, _b, _dt, _ = _scalemm.layout_info(r, rows, k, 0)
+                compact = _core.scale_shape(r, rows, k, 0)
+                assert int(np.prod(compact)) == size, (name, rows, k)
+                if len(compact) == 2 and name != "rowwise":
+                    assert compact == (grid, kb)
+                assert _core.scale_shape(r, rows, k, 1) == (_scalemm.layout_info(r, rows, k, 1)[4],), (name, rows, k)
