@@ -214,13 +214,27 @@ def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", s
     (scales, global_decode_scale). Runs on the caller's current CUDA stream; host arrays run the
     host reference emulator. Returns D of the inputs' array type.
     """
-    if _is_torch_call(a):
-        from . import torch as _st
-
-        return _st.scaled_mm(a, b, scale_a, scale_b, recipe_a=recipe_a, recipe_b=recipe_b, out_dtype=out_dtype,
-                             scale_format=scale_format, bias=bias, backend=backend, dtype_a=dtype_a, dtype_b=dtype_b)
+    t = _torch_entry
+    if t is None and _is_torch_call(a):
+        t = _load_torch_entry()
+    if t is not None and isinstance(a, t[0]):
+        return t[1](a, b, scale_a, scale_b, recipe_a=recipe_a, recipe_b=recipe_b, out_dtype=out_dtype,
+                    scale_format=scale_format, bias=bias, backend=backend, dtype_a=dtype_a, dtype_b=dtype_b)
     return _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend,
                            dtype_a, dtype_b)
+
+
+_torch_entry = None  # (torch.Tensor, scalemm.torch.scaled_mm) once a torch tensor has been seen
+
+
+def _load_torch_entry():
+    global _torch_entry
+    import torch
+
+    from . import torch as st
+
+    _torch_entry = (torch.Tensor, st.scaled_mm)
+    return _torch_entry
 
 
 def _is_torch_call(a) -> bool:

@@ -140,6 +140,39 @@ nb::tuple diag_tuple(const Diagnostic& d) {
   return nb::make_tuple(d.argument, d.rule, d.message, d.expected, d.actual, d.fix, d.to_string());
 }
 
+// A GEMM whose shapes, types and scale tensor shapes/strides were validated once (Handle.prepare):
+// run() takes only the addresses, so that a framework's repeated calls of one shape cost a handful of
+// integer conversions. Handle::gemm still checks every per-call property (null pointers, alignment);
+// host scales are still content-checked per call, since their values change.
+struct Prepared {
+  Handle* handle = nullptr;
+  GemmArgs args;
+  ScaleArg sa, sb;
+  bool host = false;
+
+  void run(uintptr_t a, uintptr_t scale_a, uintptr_t b, uintptr_t scale_b, uintptr_t d, uintptr_t bias,
+           uintptr_t stream) const {
+    GemmArgs g = args;
+    g.a.data = ptr(a);
+    g.a.scale = ptr(scale_a);
+    g.b.data = ptr(b);
+    g.b.scale = ptr(scale_b);
+    g.d = ptr(d);
+    g.bias = ptr(bias);
+    if (host) {
+      const layouts::ScaleLayout la(g.a.recipe, g.m, g.k, g.a.scale_format), lb(g.b.recipe, g.n, g.k, g.b.scale_format);
+      Diagnostics diags = check_scale(scale_a, sa.dtype, sa.shape, sa.strides, la, 0, "scale_a", true);
+      Diagnostics db = check_scale(scale_b, sb.dtype, sb.shape, sb.strides, lb, 0, "scale_b", true);
+      diags.insert(diags.end(), db.begin(), db.end());
+      throw_if_any(diags, StatusCode::kInvalidLayout);
+      nb::gil_scoped_release release;
+      handle->gemm(g, nullptr);
+    } else {
+      handle->gemm(g, stream_of(stream));
+    }
+  }
+};
+
 }  // namespace
 
 NB_MODULE(_scalemm, m) {
@@ -209,6 +242,21 @@ NB_MODULE(_scalemm, m) {
               h.gemm(g, stream_of(stream));
             }
           })
+      .def(
+          "prepare",
+          [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype, bool bias,
+             float alpha, int space) {
+            static uint8_t placeholder[16];
+            const uintptr_t any = reinterpret_cast<uintptr_t>(placeholder);
+            Prepared p;
+            p.handle = &h;
+            p.args = make_args(mm, n, k, a, b, any, d_dtype, bias ? any : 0, alpha, space, true);
+            p.sa = ScaleArg{std::get<3>(a), std::get<4>(a), std::get<5>(a), std::get<6>(a)};
+            p.sb = ScaleArg{std::get<3>(b), std::get<4>(b), std::get<5>(b), std::get<6>(b)};
+            p.host = space == 0;
+            return p;
+          },
+          nb::keep_alive<0, 1>())
       // Benchmark support: `iters` calls of Handle::gemm from C++ on `stream`, timed with CUDA events
       // (milliseconds per call), the baseline for the Python call's own overhead.
       .def("time_gemm",
@@ -239,6 +287,10 @@ NB_MODULE(_scalemm, m) {
              const Plan p = h.plan(g);
              return nb::make_tuple(std::string(to_string(p.backend)), p.explain());
            });
+
+  nb::class_<Prepared>(m, "Prepared")
+      .def("run", &Prepared::run, nb::arg("a"), nb::arg("scale_a"), nb::arg("b"), nb::arg("scale_b"), nb::arg("d"),
+           nb::arg("bias"), nb::arg("stream"));
 
   // Quantizes a row-major (rows, cols) f32/bf16/f16 source. data_t/scales_t (0 = none) receive the
   // transposed operand (cols, rows) with blocks along rows. global_out: NVFP4's decode scale (f32).

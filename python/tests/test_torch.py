@@ -300,3 +300,30 @@ def test_jax_arrays():
     got = scalemm.scaled_mm(ja, ja, js, js, recipe_a="mxfp8", recipe_b="mxfp8", dtype_a="e4m3", dtype_b="e4m3")
     assert type(got).__module__.startswith("jax")
     np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)), want.float().cpu().numpy())
+
+
+def test_prepared_fast_path_rechecks_per_call_properties():
+    """Repeated calls of one signature reuse the validated plan; values and addresses still count."""
+    g = torch.Generator().manual_seed(seed("fast path"))
+    outs = []
+    for _ in range(3):  # same shapes, new tensors each time
+        x = torch.randn(8, 256, generator=g)
+        xq, xs = _q(x, "block1x128")
+        wq, ws = _q(torch.randn(16, 256, generator=g), "block128x128")
+        d = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+        a64, b64 = _host64(xq, xs, "block1x128"), _host64(wq, ws, "block128x128")
+        assert np.all(np.abs(d.numpy() - gemm64(a64, b64)) <= bound(a64, b64, 256, "f32"))
+        outs.append(d)
+    bad = xs.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(scalemm.Error, match="f32-scale-non-finite"):
+        scalemm.scaled_mm(xq, wq, bad, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+    with pytest.raises(scalemm.InvalidLayoutError, match="scale_a"):  # new strides: a new signature, judged
+        scalemm.scaled_mm(xq, wq, xs.t().contiguous().t(), ws, recipe_a="block1x128", recipe_b="block128x128",
+                          out_dtype="f32")
+    bias = torch.randn(16, generator=g).to(torch.bfloat16)
+    d = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32", bias=bias)
+    torch.testing.assert_close(d, outs[-1] + bias.float(), rtol=1e-5, atol=1e-5)
+    d32 = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32",
+                            bias=bias.float())  # converted to bf16: the general path
+    torch.testing.assert_close(d32, d, rtol=0, atol=0)
