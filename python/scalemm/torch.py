@@ -74,7 +74,10 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
     prepares the library call (Handle.prepare); later calls read six addresses, allocate D through
     torch and run. The cache key holds everything the validation depended on except addresses,
     which Handle::gemm checks on every call."""
-    if type(scale_a) is tuple or type(scale_b) is tuple:  # NVFP4 global scales: the general path
+    T = torch.Tensor
+    if not (isinstance(b, T) and isinstance(scale_a, T) and isinstance(scale_b, T)
+            and (bias is None or isinstance(bias, T))):
+        # NVFP4 (scales, global) pairs, and anything else the general path names an error for.
         return _core._scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
                                      backend, dtype_a, dtype_b)
     key = (recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a, dtype_b, a.dtype, b.dtype, scale_a.dtype,

@@ -175,3 +175,29 @@ def test_scale_shapes_match_the_library_layouts():
                 if len(compact) == 2 and name != "rowwise":
                     assert compact == (grid, kb)
                 assert _core.scale_shape(r, rows, k, 1) == (_scalemm.layout_info(r, rows, k, 1)[4],), (name, rows, k)
+
+
+def test_torch_style_scale_forms_are_accepted():
+    """The scale forms torch._scaled_mm takes give the same result as the compact ones."""
+    rng = np.random.default_rng(seed("torch forms"))
+    m, n, k = 8, 256, 512
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    for ra, forms in (("tensorwise", lambda s, t: [(s.reshape(1), t.reshape(1)), (s.reshape(1, 1), t.reshape(1, 1))]),
+                      ("rowwise", lambda s, t: [(s.reshape(-1), t.reshape(-1)), (s, t.reshape(1, n))])):
+        xq, xs = scalemm.quantize(x, ra)
+        wq, ws = scalemm.quantize(w, ra)
+        want = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=ra, out_dtype="f32")
+        for sa, sb in forms(xs, ws):
+            got = scalemm.scaled_mm(xq, wq, sa, sb, recipe_a=ra, recipe_b=ra, out_dtype="f32")
+            np.testing.assert_array_equal(got, want)
+    # torch's outer-dim-major 1x128 scales are the cuBLASLt layout when M % 4 == 0 (and K/128 % 4 == 0
+    # makes the 128x128 compact grid the cuBLASLt one too).
+    xq, xs = scalemm.quantize(x, "block1x128")
+    wq, ws = scalemm.quantize(w, "block128x128")
+    want = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+    got = scalemm.scaled_mm(xq, wq, np.asfortranarray(xs), ws, recipe_a="block1x128", recipe_b="block128x128",
+                            out_dtype="f32", scale_format="cublaslt")
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(scalemm.InvalidLayoutError, match="scale-major-order"):
+        scalemm.scaled_mm(xq, wq, np.asfortranarray(xs), ws, recipe_a="block1x128", recipe_b="block128x128")
