@@ -9,7 +9,8 @@
 The fake implementations compute output shapes from the scale-layout contract, so
 torch.compile(fullgraph=True) traces models that use these without graph breaks. Every call runs on
 torch's current CUDA stream and allocates through torch, so CUDA-graph capture works once each shape
-has run eagerly (the library grows its scratch buffers on the first call of a new shape).
+has run on the capture stream (the library allocates per-stream workspaces on first use; a call new
+to a capturing stream raises UnsupportedError instead of breaking the capture).
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,22 @@ std::vector<nb::object>& error_classes() {
 void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 MemorySpace space_of(int s) { return s == 0 ? MemorySpace::kHost : MemorySpace::kDevice; }
+
+// The library allocates a stream's cuBLASLt workspace on the stream's first GEMM and grows its scratch
+// on a stream's first call of a larger problem (cudaMalloc, and a synchronisation): neither may happen
+// inside a CUDA graph capture. A call that would be the first of its problem on a capturing stream is
+// refused with the fix instead of failing inside the capture. `seen` holds the streams on which this
+// problem has already run.
+void check_capture(std::set<uintptr_t>& seen, uintptr_t stream, const std::string& problem) {
+  if (seen.count(stream)) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_of(stream), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone)
+    throw Error(StatusCode::kUnsupported,
+                "stream: first call of " + problem + " on this stream is inside a CUDA graph capture: expected the "
+                "problem to have run on the capturing stream before, got a stream new to it. Run the call once "
+                "on the capture stream before capturing (torch.cuda.graph(g, stream=s) after a warm-up under "
+                "torch.cuda.stream(s)): the library allocates its per-stream workspace on first use.");
+}
 
 TensorRef tensor_ref(uintptr_t data, int dtype, const std::vector<int64_t>& shape,
                      const std::vector<int64_t>& strides, int space, const char* argument) {
@@ -149,6 +167,7 @@ struct Prepared {
   GemmArgs args;
   ScaleArg sa, sb;
   bool host = false;
+  mutable std::set<uintptr_t> seen;  // streams this problem has run on (guarded by the GIL)
 
   void run(uintptr_t a, uintptr_t scale_a, uintptr_t b, uintptr_t scale_b, uintptr_t d, uintptr_t bias,
            uintptr_t stream) const {
@@ -168,10 +187,21 @@ struct Prepared {
       nb::gil_scoped_release release;
       handle->gemm(g, nullptr);
     } else {
-      handle->gemm(g, stream_of(stream));
+      if (!seen.count(stream)) {
+        check_capture(seen, stream, GemmProblem::from(g).to_string());
+        handle->gemm(g, stream_of(stream));
+        seen.insert(stream);
+      } else {
+        handle->gemm(g, stream_of(stream));
+      }
     }
   }
 };
+
+std::map<std::string, std::set<uintptr_t>>& seen_problems() {
+  static auto* m = new std::map<std::string, std::set<uintptr_t>>();
+  return *m;
+}
 
 }  // namespace
 
@@ -239,7 +269,11 @@ NB_MODULE(_scalemm, m) {
               nb::gil_scoped_release release;
               h.gemm(g, stream_of(stream));
             } else {
+              const std::string problem = GemmProblem::from(g).to_string();
+              auto& seen = seen_problems()[problem + " @" + std::to_string(reinterpret_cast<uintptr_t>(&h))];
+              check_capture(seen, stream, problem);
               h.gemm(g, stream_of(stream));
+              seen.insert(stream);
             }
           })
       .def(

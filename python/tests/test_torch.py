@@ -221,13 +221,13 @@ def test_cuda_graph_capture_and_replay(ra, rb):
     wq, ws = _q(w, rb)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm up: plans cached, library scratch grown
+    with torch.cuda.stream(s):  # warm up on the capture stream: plans cached, per-stream workspace made
         for _ in range(2):
             xq, xs = _q(x, ra)
             scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=rb)
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=s):
         xq, xs = _q(x, ra)
         y = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=rb)
     x.copy_(torch.randn(128, 512, generator=gen, device="cuda"))
@@ -327,3 +327,16 @@ def test_prepared_fast_path_rechecks_per_call_properties():
     d32 = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32",
                             bias=bias.float())  # converted to bf16: the general path
     torch.testing.assert_close(d32, d, rtol=0, atol=0)
+
+
+@needs_gpu
+def test_capture_of_a_call_new_to_the_capture_stream_is_refused_by_name():
+    x = torch.randn(96, 256, device="cuda")
+    xq, xs = _q(x, "block1x128")
+    wq, ws = _q(torch.randn(160, 256, device="cuda"), "block128x128")
+    scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128")  # warm on another stream
+    s = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(scalemm.UnsupportedError, match="capture"):
+        with torch.cuda.graph(graph, stream=s):
+            scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128")
