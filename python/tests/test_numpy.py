@@ -31,11 +31,14 @@ def _value(data, scales, recipe, dtype, rows, k):
 def _check(d, a64, b64, k, out_dtype):
     d64 = gemm64(a64, b64)
     d = np.asarray(d, dtype=np.float64)
-    if out_dtype == "f16":  # beyond f16's range (65520 rounds to inf) the result must be the signed inf
-        over = np.abs(d64) > 65520 * (1 + 2.0**-10)
-        assert np.all(d[over] == np.sign(d64[over]) * np.inf)
-        d64 = np.where(over, 0, d64)
-        d = np.where(over, 0, d)
+    if out_dtype == "f16":  # f16 overflows to inf from 65520 on: required beyond it, allowed near it
+        lim0 = bound(a64, b64, k, "f32")
+        isinf = np.isinf(d)
+        assert np.all(isinf[np.abs(d64) - lim0 > 65520]), "finite where the value is beyond f16's range"
+        assert np.all(np.abs(d64[isinf]) + lim0[isinf] >= 65520), "inf where the value is within f16's range"
+        assert np.all(np.sign(d[isinf]) == np.sign(d64[isinf]))
+        d64 = np.where(isinf, 0, d64)
+        d = np.where(isinf, 0, d)
     err = np.abs(d - d64)
     lim = bound(a64, b64, k, out_dtype)
     worst = np.unravel_index(np.argmax(err - lim), err.shape)
