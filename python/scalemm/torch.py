@@ -62,6 +62,11 @@ def _split_global(s, recipe):
 _prepared: dict = {}
 _get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _is_compiling = torch.compiler.is_compiling
+try:  # make_fx, FakeTensorMode, ... (infra modes included): the op must be traced, not run
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode as _dispatch_modes
+except ImportError:  # older torch
+    def _dispatch_modes():
+        return torch._C._len_torch_dispatch_stack() > 0
 
 
 def _stream(device_index: int) -> int:
@@ -117,8 +122,10 @@ def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format
 
 def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
               backend="auto", dtype_a=None, dtype_b=None):
-    """scalemm.scaled_mm for torch tensors: the custom op while compiling, a direct call otherwise."""
-    if _is_compiling():
+    """scalemm.scaled_mm for torch tensors: the custom op while compiling or for tensor subclasses
+    (fake, functional, traced tensors: the dispatcher routes those) and under a dispatch mode
+    (make_fx, FakeTensorMode), a direct call otherwise."""
+    if _is_compiling() or type(a) is not torch.Tensor or _dispatch_modes():
         sa, ga = _split_global(scale_a, recipe_a)
         sb, gb = _split_global(scale_b, recipe_b)
         od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)

@@ -207,6 +207,9 @@ std::map<std::string, std::set<uintptr_t>>& seen_problems() {
 
 NB_MODULE(_scalemm, m) {
   m.doc() = "scalemm native layer (use the scalemm package, not this module)";
+  // The package keeps its Handles and prepared calls for the life of the process (module-level
+  // caches); nanobind would report them as leaks at interpreter exit.
+  nb::set_leak_warnings(false);
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

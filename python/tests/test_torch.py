@@ -70,6 +70,26 @@ def test_custom_ops_pass_opcheck_on_cpu():
                           test_utils=utils)
 
 
+def test_tracing_records_the_custom_op():
+    """make_fx and FakeTensorMode see torch.ops.scalemm.scaled_mm, never a direct library call."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(seed("make_fx")))
+    xq, xs = _q(x, "mxfp8")
+
+    def f(a, s):
+        return scalemm.scaled_mm(a, a, s, s, recipe_a="mxfp8", recipe_b="mxfp8")
+
+    g = make_fx(f)(xq, xs)
+    targets = [n.target for n in g.graph.nodes if n.op == "call_function"]
+    assert torch.ops.scalemm.scaled_mm.default in targets, targets
+    torch.testing.assert_close(g(xq, xs), f(xq, xs), rtol=0, atol=0)
+    with FakeTensorMode() as mode:
+        out = f(mode.from_tensor(xq), mode.from_tensor(xs))
+    assert out.shape == (8, 8) and out.dtype == torch.bfloat16
+
+
 def test_linear_layers_forward_backward_cpu():
     torch.manual_seed(seed("linear cpu"))
     for cls in (st.Float8BlockwiseLinear, st.MXLinear):
