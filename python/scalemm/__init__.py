@@ -10,7 +10,47 @@ from . import _errors
 from ._errors import (CublasError, CudaError, Error, GroupedGemmNotImplementedError, InternalError,
                       InvalidArgumentError, InvalidLayoutError, IoError, OutOfMemoryError, UnsupportedError,
                       VerificationFailedError)
-from . import _scalemm
+
+def _preload_cuda_libraries(extra_dirs=()):
+    """Loads libcudart/libcublasLt from the pip-installed NVIDIA packages (the copies torch uses) or
+    from `extra_dirs`, so that the extension and torch share one copy whichever is imported first."""
+    import ctypes
+    import glob
+    import importlib.util
+    import os
+
+    dirs = list(extra_dirs)
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        dirs += [os.path.join(base, sub, "lib") for sub in ("cu13", "cu12", "cuda_runtime", "cublas")]
+    for name in ("libcudart.so.*[0-9]", "libcublasLt.so.*[0-9]"):
+        for d in dirs:
+            found = sorted(glob.glob(os.path.join(d, name)))
+            if found:
+                try:
+                    ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
+                    break
+                except OSError:
+                    pass
+
+
+_preload_cuda_libraries()
+try:
+    from . import _scalemm
+except ImportError as e:  # the CUDA libraries are not on the loader path: try the toolkit's
+    import os as _os
+
+    _home = _os.environ.get("CUDA_HOME") or _os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    _preload_cuda_libraries([_os.path.join(_home, "lib64"), _os.path.join(_home, "lib")])
+    try:
+        from . import _scalemm
+    except ImportError:
+        raise ImportError(f"scalemm: the extension could not be loaded ({e}); it needs the CUDA runtime and "
+                          "cuBLASLt libraries (libcudart, libcublasLt) of the CUDA major version it was built "
+                          "with: add their folder to LD_LIBRARY_PATH or set CUDA_HOME") from e
 
 _scalemm.set_error_classes([Error] + _errors.BY_CODE[1:])
 
