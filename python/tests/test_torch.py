@@ -220,7 +220,8 @@ def test_runs_on_the_current_stream():
     xq, xs = _q(x, "block1x128")
     wq, ws = _q(w, "block128x128")
     want = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128")
-    x2q = torch.zeros_like(xq)
+    x2q = torch.empty_like(xq)
+    x2q.view(torch.uint8).zero_()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -282,9 +283,12 @@ def test_custom_ops_pass_opcheck_on_gpu():
     x = torch.randn(64, 256, device="cuda")
     xq, xs = _q(x, "block1x128")
     wq, ws = _q(x, "block128x128")
-    torch.library.opcheck(torch.ops.scalemm.quantize.default, (x, "block1x128", "e4m3", "compact", True))
+    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")  # as on the CPU
+    torch.library.opcheck(torch.ops.scalemm.quantize.default, (x, "block1x128", "e4m3", "compact", True),
+                          test_utils=utils)
     torch.library.opcheck(torch.ops.scalemm.scaled_mm.default, (xq, wq, xs, ws, "block1x128", "block128x128",
-                                                                 "bf16", "compact", None, "auto", None, None, 1.0, 1.0))
+                                                                 "bf16", "compact", None, "auto", None, None, 1.0, 1.0),
+                          test_utils=utils)
 
 
 @needs_gpu
