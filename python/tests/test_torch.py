@@ -364,3 +364,32 @@ def test_capture_of_a_call_new_to_the_capture_stream_is_refused_by_name():
     with pytest.raises(scalemm.UnsupportedError, match="capture"):
         with torch.cuda.graph(graph, stream=s):
             scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128")
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8-32x32",
+                                    "nvfp4"])
+def test_device_quantize_layouts_dequantize_match_the_host_bytes(recipe):
+    """The GPU quantizer, layout conversion and dequantization give the host's bytes exactly."""
+    rows, k = 130, 320
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed(f"device bytes {recipe}")))
+
+    def raw(t):
+        t = t[0] if isinstance(t, tuple) else t
+        return t.cpu().reshape(-1).view(torch.uint8) if t.element_size() == 1 else t.cpu().reshape(-1).view(torch.uint8)
+
+    dh, sh = scalemm.quantize(x, recipe)
+    dd, sd = scalemm.quantize(x.cuda(), recipe)
+    assert torch.equal(raw(dd), raw(dh)) and torch.equal(raw(sd), raw(sh))
+    if recipe == "nvfp4":
+        assert float(sd[1]) == sh[1]
+    s_host = sh[0] if recipe == "nvfp4" else sh
+    s_dev = sd[0] if recipe == "nvfp4" else sd
+    lt_h = scalemm.layouts.to_cublaslt(s_host, recipe, rows, k)
+    lt_d = scalemm.layouts.to_cublaslt(s_dev, recipe, rows, k)
+    assert lt_d.is_cuda and torch.equal(raw(lt_d), raw(lt_h))
+    assert torch.equal(raw(scalemm.layouts.from_cublaslt(lt_d, recipe, rows, k)), raw(s_host))
+    assert scalemm.layouts.check(lt_d, recipe, rows, k, scale_format="cublaslt") == []
+    deq_h = scalemm.dequantize(dh, sh, recipe)
+    deq_d = scalemm.dequantize(dd, sd, recipe)
+    assert torch.equal(deq_d.cpu(), deq_h)
