@@ -233,7 +233,7 @@ def _load_torch_entry():
 
     from . import torch as st
 
-    _torch_entry = (torch.Tensor, st.scaled_mm)
+    _torch_entry = (torch.Tensor, st.scaled_mm, st._traced_quantize)
     return _torch_entry
 
 
@@ -335,6 +335,17 @@ def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", _columnwise=Fal
     The library's quantizers (amax scaling; MX: E8M0 round-up; NVFP4: the two-level recipe) run on the
     array's device, on the current stream.
     """
+    t = _torch_entry
+    if t is None and _is_torch_call(x):
+        t = _load_torch_entry()
+    if t is not None and isinstance(x, t[0]):
+        traced = t[2](x, recipe, dtype, scale_format, _columnwise)  # the custom op while tracing
+        if traced is not None:
+            return traced
+    return _quantize_impl(x, recipe, dtype, scale_format, _columnwise)
+
+
+def _quantize_impl(x, recipe, dtype, scale_format, _columnwise):
     r = recipe_code(recipe, "recipe")
     fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
     v = _source(x, "x")

@@ -142,7 +142,7 @@ def _quantize_op(x: torch.Tensor, recipe: str, dtype: str, scale_format: str,
     if recipe == "nvfp4":
         raise _core.invalid("recipe", "torch.ops.scalemm.quantize covers the FP8 recipes", "an FP8 recipe",
                             "nvfp4", "Call scalemm.quantize eagerly for nvfp4.")
-    out = _core.quantize(x, recipe, dtype=dtype, scale_format=scale_format, _columnwise=columnwise)
+    out = _core._quantize_impl(x, recipe, dtype, scale_format, columnwise)
     if not columnwise:
         out = out + (x.new_empty((0,), dtype=out[0].dtype), x.new_empty((0,), dtype=out[1].dtype))
     return out
@@ -160,6 +160,15 @@ def _(x, recipe, dtype, scale_format, columnwise):
     if columnwise:
         return data, scales, x.new_empty((k, rows), dtype=dt), x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st)
     return data, scales, x.new_empty((0,), dtype=dt), x.new_empty((0,), dtype=st)
+
+
+def _traced_quantize(x, recipe, dtype, scale_format, columnwise):
+    """scalemm.quantize on a torch tensor while tracing (torch.compile, make_fx, fake or functional
+    tensors): the custom op, so the graph has no break. None when eager (the direct call runs)."""
+    if _is_compiling() or type(x) is not torch.Tensor or _dispatch_modes():
+        out = torch.ops.scalemm.quantize(x, recipe, dtype, scale_format, columnwise)
+        return out if columnwise else out[:2]
+    return None
 
 
 def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", columnwise=False):

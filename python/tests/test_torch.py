@@ -111,6 +111,21 @@ def test_linear_layers_forward_backward_cpu():
             assert rel < 0.15, (cls.__name__, name, rel)
 
 
+def test_compile_fullgraph_of_the_public_calls_cpu():
+    """scalemm.quantize and scalemm.scaled_mm inside a compiled function: no graph break."""
+    g = torch.Generator().manual_seed(seed("compile public"))
+    x, w = torch.randn(16, 256, generator=g), torch.randn(32, 256, generator=g)
+
+    def f(x, w):
+        xq, xs = scalemm.quantize(x, "block1x128")
+        wq, ws = scalemm.quantize(w, "block128x128")
+        return scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, w)
+    torch.testing.assert_close(got, f(x, w), rtol=0, atol=0)
+
+
 def test_compile_fullgraph_cpu():
     torch.manual_seed(seed("compile cpu"))
     model = torch.nn.Sequential(st.Float8BlockwiseLinear(128, 128), torch.nn.GELU(), st.MXLinear(128, 64))
