@@ -2,7 +2,8 @@
 # One command from a fresh Debian machine to a working scalemm:
 #   bash tools/quickstart.sh demo   install what is missing, build, run the demo (GPU if present,
 #                                   else the host emulator)
-#   bash tools/quickstart.sh test   install what is missing, build, run the full test suite
+#   bash tools/quickstart.sh test   install what is missing, build, run the full test suite (C++ tests,
+#                                   then the Python package built against this build and its pytest suite)
 # Environment: BUILD_DIR (default build), JOBS (default nproc), SCALEMM_CUDA_ARCHITECTURES (default 90).
 set -euo pipefail
 mode=${1:-test}
@@ -25,10 +26,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+pip_install() {
+  python3 -m pip install -q "$@" 2>/dev/null || python3 -m pip install -q --break-system-packages "$@"
+}
 if ! python3 -c 'import numpy, ml_dtypes' 2>/dev/null; then
   echo "quickstart: installing numpy and ml_dtypes (test oracles)"
-  python3 -m pip install -q numpy ml_dtypes 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages numpy ml_dtypes
+  pip_install numpy ml_dtypes
 fi
 if ! command -v nvcc >/dev/null; then
   if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH
@@ -41,6 +44,19 @@ cmake --build "$build" -j "$jobs"
 
 case "$mode" in
   demo) exec "$build/tools/cli/scalemm" demo ;;
-  test) cd "$build" && exec ctest -j "$jobs" --output-on-failure ;;
+  test)
+    (cd "$build" && ctest -j "$jobs" --output-on-failure)
+    # The Python package, linked against this build's library (installed under the build folder), so
+    # the library is compiled once; only the binding compiles here.
+    if ! python3 -c 'import nanobind, scikit_build_core, pytest' 2>/dev/null; then
+      echo "quickstart: installing nanobind, scikit-build-core and pytest (Python package)"
+      pip_install nanobind scikit-build-core pytest
+    fi
+    cmake --install "$build" --prefix "$build/install" >/dev/null
+    echo "quickstart: building and installing the Python package (python/)"
+    pip_install --no-build-isolation -Cbuild-dir="$build/python" \
+      -Ccmake.define.scalemm_DIR="$build/install/lib/cmake/scalemm" "$root/python"
+    # Not from python/, whose scalemm/ source folder (no compiled module) would shadow the installed one.
+    cd "$build" && exec python3 -m pytest -q -rs "$root/python/tests" ;;
   *) echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac

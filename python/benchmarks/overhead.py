@@ -1,0 +1,140 @@
+"""Host overhead and large-shape time of scalemm.scaled_mm on torch tensors, in one process.
+
+1. Tiny shape (launch-bound): torch._scaled_mm and scalemm.scaled_mm on the same FP8 tensors; per call
+   the CPU time (time.perf_counter over a loop, no synchronisation inside) and the device time between
+   CUDA events around the same loop. Contract: scalemm's host overhead <= torch._scaled_mm's.
+2. Large shapes: scalemm.scaled_mm from Python against the same GEMM issued from C++ in a loop
+   (Handle::gemm, CUDA events; scalemm._scalemm.Handle.time_gemm) and against torch._scaled_mm.
+   Contract: within 2% of the C++ call.
+
+    python benchmarks/overhead.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import scalemm
+from scalemm import _core
+
+
+def loop_times(fn, iters: int, reps: int = 5):
+    """(CPU microseconds per call, device microseconds per call), medians over `reps` loops."""
+    cpu, dev = [], []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        t1 = time.perf_counter()
+        stop.record()
+        stop.synchronize()
+        cpu.append((t1 - t0) / iters * 1e6)
+        dev.append(start.elapsed_time(stop) / iters * 1e3)
+    return statistics.median(cpu), statistics.median(dev)
+
+
+def operands(m, n, k, ra, rb):
+    x = torch.randn(m, k, device="cuda")
+    w = torch.randn(n, k, device="cuda")
+    xq, xs = scalemm.quantize(x, ra)
+    wq, ws = scalemm.quantize(w, rb)
+    return xq, wq, xs, ws
+
+
+def torch_args(ra, rb, xq, wq, xs, ws):
+    n = wq.shape[0]
+    if ra == "rowwise":
+        return xs, ws.reshape(1, n)
+    if ra == "block1x128":
+        return xs.t().contiguous().t(), ws.t()
+    return xs, ws
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--json")
+    p.add_argument("--iters", type=int, default=200)
+    args = p.parse_args()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, scalemm {scalemm.__version__}")
+    print(f"scalemm plans for: {scalemm.device()}")
+    results = {"tiny": [], "large": []}
+
+    print("\n== host overhead, tiny shape (median of 5 loops of", args.iters, "calls) ==")
+    print(f"{'case':<34} {'torch cpu us':>13} {'scalemm cpu us':>15} {'torch dev us':>13} {'scalemm dev us':>15}  verdict")
+    for ra, rb, (m, n, k) in [("tensorwise", "tensorwise", (16, 16, 32)), ("rowwise", "rowwise", (16, 16, 32)),
+                              ("block1x128", "block128x128", (128, 128, 128))]:
+        xq, wq, xs, ws = operands(m, n, k, ra, rb)
+        tsa, tsb = torch_args(ra, rb, xq, wq, xs, ws)
+        wt = wq.t()
+
+        def t_call():
+            torch._scaled_mm(xq, wt, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16)
+
+        def s_call():
+            scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=rb)
+
+        try:
+            for _ in range(20):
+                t_call()
+            tc, td = loop_times(t_call, args.iters)
+        except Exception as e:  # noqa: BLE001
+            tc = td = float("nan")
+            print(f"  torch._scaled_mm refuses {ra} x {rb} {m}x{n}x{k}: {str(e).splitlines()[0][:100]}")
+        for _ in range(20):
+            s_call()
+        sc, sd = loop_times(s_call, args.iters)
+        verdict = "n/a" if tc != tc else ("PASS" if sc <= tc else "FAIL (scalemm slower on the host)")
+        name = f"{ra} x {rb} {m}x{n}x{k}"
+        print(f"{name:<34} {tc:>13.2f} {sc:>15.2f} {td:>13.2f} {sd:>15.2f}  {verdict}")
+        results["tiny"].append(dict(case=name, torch_cpu_us=tc, scalemm_cpu_us=sc, torch_dev_us=td,
+                                    scalemm_dev_us=sd, verdict=verdict))
+
+    print("\n== large shapes: Python call vs the C++ call (CUDA events, ms per GEMM) ==")
+    print(f"{'case':<44} {'C++ ms':>9} {'python ms':>10} {'diff':>7} {'torch ms':>9}  verdict")
+    for ra, rb, (m, n, k) in [("tensorwise", "tensorwise", (8192, 8192, 8192)),
+                              ("block1x128", "block128x128", (8192, 8192, 8192)),
+                              ("block1x128", "block128x128", (4096, 7168, 2048)),
+                              ("mxfp8", "mxfp8-32x32", (4096, 4096, 4096))]:
+        xq, wq, xs, ws = operands(m, n, k, ra, rb)
+        d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        iters = 20
+        va, mm, nn, kk, op_a, op_b, _bias, _keep = _core._gemm_inputs(xq, wq, xs, ws, ra, rb, "compact", None,
+                                                                       None, None)
+        h = _core.handle("auto")
+        stream = torch.cuda.current_stream().cuda_stream
+        cpp = statistics.median(h.time_gemm(mm, nn, kk, op_a, op_b, d.data_ptr(), 2, 0, 1.0, stream, iters)
+                                for _ in range(5))
+
+        def s_call():
+            scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=rb)
+
+        s_call()
+        py = loop_times(s_call, iters)[1] / 1e3
+        tsa, tsb = torch_args(ra, rb, xq, wq, xs, ws)
+        try:
+            wt = wq.t()
+            torch._scaled_mm(xq, wt, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16)
+            tt = loop_times(lambda: torch._scaled_mm(xq, wt, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16),
+                            iters)[1] / 1e3
+        except Exception:  # noqa: BLE001
+            tt = float("nan")
+        diff = (py - cpp) / cpp
+        verdict = "PASS" if diff <= 0.02 else "FAIL (more than 2% slower than C++)"
+        name = f"{ra} x {rb} {m}x{n}x{k}"
+        print(f"{name:<44} {cpp:>9.4f} {py:>10.4f} {diff * 100:>6.2f}% {tt:>9.4f}  {verdict}")
+        results["large"].append(dict(case=name, cpp_ms=cpp, python_ms=py, diff=diff, torch_ms=tt, verdict=verdict))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

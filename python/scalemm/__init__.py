@@ -1,0 +1,85 @@
+"""scalemm: low-precision scaled matrix multiplication (FP8/FP4 data with scale tensors).
+
+    D = scalemm.scaled_mm(a, b, scale_a, scale_b, recipe_a="block1x128", recipe_b="block128x128")
+
+Arrays in, arrays out, zero copies: NumPy (host reference emulator), PyTorch, CuPy, and anything with
+DLPack or __cuda_array_interface__ (device: the caller's current stream). See docs/python.md.
+"""
+
+from . import _errors
+from ._errors import (CublasError, CudaError, Error, GroupedGemmNotImplementedError, InternalError,
+                      InvalidArgumentError, InvalidLayoutError, IoError, OutOfMemoryError, UnsupportedError,
+                      VerificationFailedError)
+
+def _preload_cuda_libraries(extra_dirs=()):
+    """Loads libcudart/libcublasLt from the pip-installed NVIDIA packages (the copies torch uses) or
+    from `extra_dirs`, so that the extension and torch share one copy whichever is imported first."""
+    import ctypes
+    import glob
+    import importlib.util
+    import os
+
+    dirs = list(extra_dirs)
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        dirs += [os.path.join(base, sub, "lib") for sub in ("cu13", "cu12", "cuda_runtime", "cublas")]
+    for name in ("libcudart.so.*[0-9]", "libcublasLt.so.*[0-9]"):
+        for d in dirs:
+            found = sorted(glob.glob(os.path.join(d, name)))
+            if found:
+                try:
+                    ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
+                    break
+                except OSError:
+                    pass
+
+
+_preload_cuda_libraries()
+try:
+    from . import _scalemm
+except ImportError as e:  # the CUDA libraries are not on the loader path: try the toolkit's
+    import os as _os
+
+    _home = _os.environ.get("CUDA_HOME") or _os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    _preload_cuda_libraries([_os.path.join(_home, "lib64"), _os.path.join(_home, "lib")])
+    try:
+        from . import _scalemm
+    except ImportError:
+        raise ImportError(f"scalemm: the extension could not be loaded ({e}); it needs the CUDA runtime and "
+                          "cuBLASLt libraries (libcudart, libcublasLt) of the CUDA major version it was built "
+                          "with: add their folder to LD_LIBRARY_PATH or set CUDA_HOME") from e
+
+_scalemm.set_error_classes([Error] + _errors.BY_CODE[1:])
+
+from ._core import dequantize, explain, quantize, scaled_grouped_mm, scaled_mm  # noqa: E402
+from . import layouts  # noqa: E402
+
+__version__ = _scalemm.version()
+RECIPES = ("tensorwise", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8-32x32", "nvfp4")
+
+
+def device() -> str:
+    """The device scalemm plans for: "sm_90 (NVIDIA H100 ..., 132 SMs), cuBLASLt 13.1.0", or one
+    without a GPU (then device arrays are refused and host arrays run the reference emulator)."""
+    return _scalemm.device()[1]
+
+
+def has_gpu() -> bool:
+    return _scalemm.device()[0] > 0
+
+
+def __getattr__(name):
+    if name == "torch":  # scalemm.torch imports torch: only on first use
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'scalemm' has no attribute {name!r}")
+
+
+__all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "dequantize", "explain", "layouts", "Error",
+           "InvalidArgumentError", "InvalidLayoutError", "UnsupportedError", "CudaError", "CublasError",
+           "OutOfMemoryError", "VerificationFailedError", "IoError", "InternalError",
+           "GroupedGemmNotImplementedError", "device", "has_gpu", "RECIPES"]

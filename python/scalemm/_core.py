@@ -1,0 +1,429 @@
+"""scaled_mm, quantize, dequantize and explain over any supported array type.
+
+Plan on the host, execute on the device: everything here reads array metadata, checks it and hands
+addresses to the library, which validates the scale layouts by its own contract and runs on the
+caller's current stream. Nothing synchronises, nothing is copied (except a bias that is not bf16, and
+the NVFP4 global scale, which the library takes by value and therefore must be a host number).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import _scalemm as _C
+from ._arrays import DTYPE_CODE, View, empty, hand_back, stream_of, view
+from ._errors import GroupedGemmNotImplementedError, invalid
+
+RECIPES = dict(_C.recipe_names())  # "tensorwise" -> 1, ...
+_RECIPE_ALIASES = {"mxfp8_32x32": "mxfp8-32x32", "blockwise1x128": "block1x128", "blockwise128x128": "block128x128"}
+SCALE_FORMATS = {"compact": 0, "cublaslt": 1}
+BACKENDS = {"auto": -1, "native": 0, "convert-native": 1, "emulated": 2, "reference": 3}
+OUT_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "fp16": "f16", "f32": "f32",
+              "float32": "f32", "fp32": "f32"}
+DATA_DTYPES = {"e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "float8_e5m2": "e5m2", "e2m1": "e2m1x2",
+               "float4_e2m1fn_x2": "e2m1x2"}
+_SCALE_DTYPES = {"f32": (0,), "e8m0": (6, 8), "ue4m3": (7, 8)}  # scale dtype -> accepted element types
+
+
+def recipe_code(name, argument: str) -> int:
+    if isinstance(name, str):
+        key = _RECIPE_ALIASES.get(name, name)
+        if key in RECIPES:
+            return RECIPES[key]
+    raise invalid(argument, "unknown recipe", ", ".join(RECIPES), repr(name),
+                  "Recipes are explicit names; scalemm never infers them from shapes.")
+
+
+def _choice(table: dict, name, argument: str, what: str):
+    key = name
+    if not isinstance(name, str):  # torch.bfloat16 and friends
+        key = str(name).replace("torch.", "")
+    if key in table:
+        return table[key]
+    raise invalid(argument, f"unknown {what}", ", ".join(k for k in table if "_" not in k and "float" not in k),
+                  repr(name))
+
+
+_handles: dict = {}
+_handles_lock = threading.Lock()
+
+
+def handle(backend: str) -> "_C.Handle":
+    """One library Handle per backend policy, shared by every thread (Handle is thread-safe)."""
+    h = _handles.get(backend)
+    if h is None:
+        code = _choice(BACKENDS, backend, "backend", "backend")
+        with _handles_lock:
+            h = _handles.get(backend)
+            if h is None:
+                h = _handles[backend] = _C.Handle(code)
+    return h
+
+
+# ---- operands ---------------------------------------------------------------------------------------
+
+def _operand_dtype(v: View, recipe: int, given, argument: str, dtype_argument: str) -> str:
+    """The element type of operand data: from the array's own type, or `given` for raw uint8."""
+    nvfp4 = recipe == RECIPES["nvfp4"]
+    want = None if given is None else _choice(DATA_DTYPES, given, dtype_argument, "data dtype")
+    if v.dtype in ("e4m3", "e5m2", "e2m1x2"):
+        if want is not None and want != v.dtype:
+            raise invalid(dtype_argument, f"disagrees with the element type of {argument}", v.dtype,
+                          str(given), f"Leave {dtype_argument} unset for typed arrays.")
+        have = v.dtype
+    elif v.dtype == "u8":
+        if want is None:
+            if not nvfp4:
+                raise invalid(dtype_argument, f"{argument} holds raw bytes (uint8), so its element type must be named",
+                              '"e4m3", "e5m2" or "e2m1"', "None",
+                              f"Pass {dtype_argument}=\"e4m3\" (or the type the bytes hold).")
+            want = "e2m1x2"  # NVFP4 data is always packed E2M1
+        have = want
+    elif v.dtype == "e2m1-unpacked":
+        raise invalid(argument, "FP4 data must be packed two values per byte", "uint8 (rows, K/2), element 2i in "
+                      "the low nibble", "ml_dtypes.float4_e2m1fn, one value per byte",
+                      "Pack it: (hi << 4) | lo of the 4-bit codes, as uint8.")
+    else:
+        raise invalid(argument, "operand data must be FP8 or packed FP4", "float8_e4m3fn, float8_e5m2, "
+                      "float4_e2m1fn_x2, or uint8 with " + dtype_argument, v.dtype,
+                      "Quantize it first (scalemm.quantize).")
+    if nvfp4 != (have == "e2m1x2"):
+        raise invalid(argument, "nvfp4 data is packed E2M1 and E2M1 data needs the nvfp4 recipe",
+                      "e2m1 with nvfp4" if nvfp4 else "e4m3 or e5m2", have)
+    return have
+
+
+def _data_shape(v: View, dtype: str, argument: str, rows_name: str):
+    if len(v.shape) != 2:
+        raise invalid(argument, f"operand data is a 2-D ({rows_name}, K) row-major array", "rank 2",
+                      f"shape {v.shape}")
+    if not v.contiguous():
+        raise invalid(argument, "operand data must be row-major with K contiguous", f"strides ({v.shape[1]}, 1)",
+                      f"strides {v.strides}", "Call .contiguous() (torch) or numpy.ascontiguousarray.")
+    rows, cols = v.shape
+    return rows, cols * 2 if dtype == "e2m1x2" else cols
+
+
+def _scale_operand(s, recipe: int, space: int, argument: str, scale_format: int):
+    """(View, global scale) of one operand's scales; NVFP4 takes (scales, global decode scale)."""
+    glob = 1.0
+    if isinstance(s, tuple):
+        if recipe != RECIPES["nvfp4"] or len(s) != 2:
+            raise invalid(argument, "a (scales, global_scale) pair is only for nvfp4", "one scale array",
+                          f"a tuple of {len(s)}")
+        s, g = s
+        glob = _global_value(g, argument)
+    v = view(s, argument)
+    if v.space != space:
+        raise invalid(argument, "scales live with the data", "device" if space else "host memory",
+                      "device" if v.space else "host memory", "Move the scales to the operand's device.")
+    scale_dtype = {1: "f32", 2: "f32", 3: "f32", 4: "f32", 5: "e8m0", 6: "e8m0", 7: "ue4m3"}[recipe]
+    code = DTYPE_CODE.get(v.dtype, -1)
+    if scale_dtype == "ue4m3" and v.dtype == "e4m3":  # torch/ml_dtypes carry UE4M3 as float8_e4m3fn
+        code = 7
+    if code not in _SCALE_DTYPES[scale_dtype]:
+        want = {"f32": "float32", "e8m0": "float8_e8m0fnu or uint8 (E8M0 bits)",
+                "ue4m3": "float8_e4m3fn or uint8 (UE4M3 bits)"}[scale_dtype]
+        raise invalid(argument, "scale element type of this recipe", want, v.dtype)
+    shape, strides = v.shape, v.strides
+    if not shape:  # a 0-d scalar scale (torch's tensorwise form) is a buffer of one
+        shape, strides = (1,), (1,)
+    return v, code, shape, strides, glob
+
+
+def _global_value(g, argument: str) -> float:
+    if isinstance(g, (float, int, np.floating, np.integer)):
+        return float(g)
+    try:
+        v = view(g, argument + "[1]")
+    except Exception:
+        v = None
+    if v is not None and v.space == 1:
+        raise invalid(argument + "[1]", "the NVFP4 global decode scale is taken by value", "a host number",
+                      "a device array", "Pass float(global_scale): one explicit synchronisation, outside any "
+                      "graph capture.")
+    a = np.asarray(g, dtype=np.float32).reshape(-1)
+    if a.size != 1:
+        raise invalid(argument + "[1]", "the NVFP4 global decode scale is one number", "1 element", str(a.size))
+    return float(a[0])
+
+
+def _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias, dtype_a, dtype_b):
+    ra = recipe_code(recipe_a, "recipe_a")
+    rb = recipe_code(recipe_b, "recipe_b")
+    fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
+    va, vb = view(a, "a"), view(b, "b")
+    if va.space != vb.space or va.kind != vb.kind or va.device != vb.device:
+        raise invalid("b", "both operands live on the same device and are the same kind of array",
+                      f"{va.kind} on {'device ' + str(va.device) if va.space else 'the host'}",
+                      f"{vb.kind} on {'device ' + str(vb.device) if vb.space else 'the host'}")
+    if va.space == 1 and va.device not in (None, 0):
+        raise invalid("a", "scalemm runs on CUDA device 0 of the process", "device 0", f"device {va.device}",
+                      "Restrict the process to the GPU with CUDA_VISIBLE_DEVICES.")
+    ta = _operand_dtype(va, ra, dtype_a, "a", "dtype_a")
+    tb = _operand_dtype(vb, rb, dtype_b, "b", "dtype_b")
+    m, ka = _data_shape(va, ta, "a", "M")
+    n, kb = _data_shape(vb, tb, "b", "N")
+    if ka != kb:
+        raise invalid("b", "A (M, K) and B (N, K) share K (D = A B^T)", f"K = {ka}", f"K = {kb}",
+                      "B is given as (N, K), the weight of a linear layer; transpose a (K, N) B first.")
+    sa, ca, sha, sta, ga = _scale_operand(scale_a, ra, va.space, "scale_a", fmt)
+    sb, cb, shb, stb, gb = _scale_operand(scale_b, rb, va.space, "scale_b", fmt)
+    op_a = (va.ptr, DTYPE_CODE[ta], ra, sa.ptr, ca, sha, sta, fmt, ga)
+    op_b = (vb.ptr, DTYPE_CODE[tb], rb, sb.ptr, cb, shb, stb, fmt, gb)
+    bias_ptr, bias_keep = 0, None
+    if bias is not None:
+        bias_keep = _bias_bf16(bias, va, n)
+        bias_ptr = view(bias_keep, "bias").ptr
+    return va, m, n, ka, op_a, op_b, bias_ptr, bias_keep
+
+
+def _bias_bf16(bias, like: View, n: int):
+    """bias as a contiguous bf16 [N] array (converted when given in another type: one small copy)."""
+    v = view(bias, "bias")
+    if v.space != like.space:
+        raise invalid("bias", "bias lives with the operands", "device" if like.space else "host memory",
+                      "device" if v.space else "host memory")
+    if v.shape != (n,):
+        raise invalid("bias", "bias has one value per output column", f"shape ({n},)", f"shape {v.shape}")
+    if v.dtype == "bf16" and v.contiguous():
+        return bias
+    if v.kind == "numpy":
+        from ._arrays import _np_dtype
+
+        return np.ascontiguousarray(bias.astype(np.float32).astype(_np_dtype("bf16")))
+    if v.kind in ("torch", "dlpack"):
+        import torch
+
+        return v.obj.to(torch.bfloat16).contiguous()
+    raise invalid("bias", "bias of a CuPy/CUDA-array-interface call must be bf16 bits", "uint16 (bf16 bits)",
+                  v.dtype)
+
+
+# ---- public calls -------------------------------------------------------------------------------------
+
+def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
+              backend="auto", dtype_a=None, dtype_b=None):
+    """D (M, N) = A (M, K) . B (N, K)^T with each operand dequantized by its recipe's scales.
+
+    a, b: FP8 (or packed FP4 for nvfp4) data, row-major with K contiguous; uint8 arrays need
+    dtype_a/dtype_b. scale_a, scale_b: the recipe's scales in `scale_format` ("compact": the shapes
+    quantizers produce; "cublaslt": the padded buffer cuBLASLt reads). NVFP4 takes
+    (scales, global_decode_scale). Runs on the caller's current CUDA stream; host arrays run the
+    host reference emulator. Returns D of the inputs' array type.
+    """
+    t = _torch_entry
+    if t is None and _is_torch_call(a):
+        t = _load_torch_entry()
+    if t is not None and isinstance(a, t[0]):
+        return t[1](a, b, scale_a, scale_b, recipe_a=recipe_a, recipe_b=recipe_b, out_dtype=out_dtype,
+                    scale_format=scale_format, bias=bias, backend=backend, dtype_a=dtype_a, dtype_b=dtype_b)
+    return _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend,
+                           dtype_a, dtype_b)
+
+
+_torch_entry = None  # (torch.Tensor, scalemm.torch.scaled_mm) once a torch tensor has been seen
+
+
+def _load_torch_entry():
+    global _torch_entry
+    import torch
+
+    from . import torch as st
+
+    _torch_entry = (torch.Tensor, st.scaled_mm, st._traced_quantize)
+    return _torch_entry
+
+
+def _is_torch_call(a) -> bool:
+    import sys
+
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(a, t.Tensor)
+
+
+def _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
+                    dtype_b, out=None):
+    od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    h = handle(backend)
+    va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
+                                                            bias, dtype_a, dtype_b)
+    d = empty(va, (m, n), od) if out is None else out
+    h.gemm(m, n, k, op_a, op_b, view(d, "out").ptr, DTYPE_CODE[od], bias_ptr, 1.0, va.space, stream_of(va))
+    return hand_back(va, d)
+
+
+def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
+            backend="auto", dtype_a=None, dtype_b=None) -> str:
+    """The plan scaled_mm would run for these arguments (backend, why, conversions), without running it.
+
+    Takes exactly scaled_mm's arguments and validates them the same way."""
+    od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    h = handle(backend)
+    va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
+                                                            bias, dtype_a, dtype_b)
+    _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space)
+    return text
+
+
+def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", recipe_a=None, recipe_b=None,
+                      out_dtype="bf16", scale_format="compact", bias=None, backend="auto", dtype_a=None, dtype_b=None):
+    """Grouped (MoE) scaled GEMM. Not available yet: the library has no grouped dispatch."""
+    if group_dim not in ("m", "k"):
+        raise invalid("group_dim", "the grouped dimension", '"m" (row groups, MoE forward) or "k" (weight '
+                      'gradient)', repr(group_dim))
+    raise GroupedGemmNotImplementedError(
+        "scaled_grouped_mm: grouped GEMMs have no dispatch in this version of scalemm (only the reference "
+        "emulator has grouped GEMMs, in C++: emulation::grouped_gemm_rows_host/_device); call scaled_mm per "
+        "group until then")
+
+
+def _source(x, argument: str):
+    v = view(x, argument)
+    if v.dtype not in ("f32", "bf16", "f16"):
+        raise invalid(argument, "the source of a quantization is high precision", "float32, bfloat16 or "
+                      "float16", v.dtype, "Convert it (x.float()).")
+    if len(v.shape) != 2:
+        raise invalid(argument, "a 2-D (rows, K) array is quantized along its last dimension", "rank 2",
+                      f"shape {v.shape}", "Reshape it to (-1, K).")
+    if not v.contiguous():
+        raise invalid(argument, "source must be row-major contiguous", f"strides ({v.shape[1]}, 1)",
+                      f"strides {v.strides}", "Call .contiguous() (torch) or numpy.ascontiguousarray.")
+    return v
+
+
+_BLOCKS = {1: None, 2: (1, None), 3: (1, 128), 4: (128, 128), 5: (1, 32), 6: (32, 32), 7: (1, 16)}
+
+
+def scale_shape(recipe: int, rows, k, fmt: int) -> tuple:
+    """Shape of a scale array scalemm allocates: compact grids as the CLI writes them (tensorwise a
+    0-d scalar, rowwise (rows, 1), block recipes (grid rows, K-blocks)); cublaslt as one flat buffer.
+
+    Plain arithmetic (no call into the library), so that torch's fake implementations can run it on
+    symbolic sizes; tests check it against the library's ScaleLayout for every recipe."""
+    def cdiv(a, b):
+        return (a + b - 1) // b
+
+    if recipe == 1:
+        return () if fmt == 0 else (1,)
+    if recipe == 2:
+        return (rows, 1) if fmt == 0 else (rows,)
+    br, bk = _BLOCKS[recipe]
+    grid, kb = cdiv(rows, br), cdiv(k, bk)
+    if fmt == 0:
+        return (grid, kb)
+    if recipe == 3:
+        return (cdiv(rows, 4) * 4 * kb,)
+    if recipe == 4:
+        return (grid * cdiv(kb, 4) * 4,)
+    return (cdiv(rows, 128) * 128 * cdiv(kb, 4) * 4,)  # 128x4 tiles (mxfp8-32x32: replicated to rows)
+
+
+def _scale_dtype_name(recipe: int) -> str:
+    return "f32" if recipe <= 4 else ("e8m0" if recipe <= 6 else "ue4m3")
+
+
+def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", _columnwise=False):
+    """Quantizes a (rows, K) float32/bfloat16/float16 array along K: returns (data, scales).
+
+    data: (rows, K) FP8 (dtype "e4m3" or "e5m2"), or for nvfp4 (rows, K/2) packed E2M1 (dtype is
+    ignored: E2M1 is nvfp4's only type). scales: in `scale_format`; for nvfp4 the pair
+    (block_scales, global_decode_scale), the global a float for host arrays and a 0-d float32 device
+    tensor for device arrays (no synchronisation; scaled_mm wants float() of it).
+    The library's quantizers (amax scaling; MX: E8M0 round-up; NVFP4: the two-level recipe) run on the
+    array's device, on the current stream.
+    """
+    t = _torch_entry
+    if t is None and _is_torch_call(x):
+        t = _load_torch_entry()
+    if t is not None and isinstance(x, t[0]):
+        traced = t[2](x, recipe, dtype, scale_format, _columnwise)  # the custom op while tracing
+        if traced is not None:
+            return traced
+    return _quantize_impl(x, recipe, dtype, scale_format, _columnwise)
+
+
+def _quantize_impl(x, recipe, dtype, scale_format, _columnwise):
+    r = recipe_code(recipe, "recipe")
+    fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
+    v = _source(x, "x")
+    rows, k = v.shape
+    nvfp4 = r == RECIPES["nvfp4"]
+    if nvfp4:
+        dt = "e2m1x2"
+        if k % 2:
+            raise invalid("x", "nvfp4 packs two values per byte", "an even K", str(k))
+    else:
+        dt = _choice({"e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "float8_e5m2": "e5m2"}, dtype,
+                     "dtype", "FP8 data type")
+    data = empty(v, (rows, k // 2 if nvfp4 else k), dt)
+    sdt = _scale_dtype_name(r)
+    scales = empty(v, scale_shape(r, rows, k, fmt), sdt)
+    data_t = scales_t = None
+    if _columnwise:
+        data_t = empty(v, (k, rows // 2 if nvfp4 else rows), dt)
+        scales_t = empty(v, scale_shape(r, k, rows, fmt), sdt)
+    glob = empty(v, (), "f32") if nvfp4 else None
+    from ._arrays import ptr_of
+
+    _C.quantize(v.ptr, DTYPE_CODE[v.dtype], rows, k, r, DTYPE_CODE[dt], fmt, ptr_of(data),
+                ptr_of(scales), ptr_of(data_t) if data_t is not None else 0,
+                ptr_of(scales_t) if scales_t is not None else 0, ptr_of(glob) if glob is not None else 0, v.space,
+                stream_of(v))
+    if nvfp4:
+        g = float(glob) if v.space == 0 else hand_back(v, glob)
+        scales = (hand_back(v, scales), g)
+        if _columnwise:
+            scales_t = (hand_back(v, scales_t), g)
+    else:
+        scales = hand_back(v, scales)
+    out = (hand_back(v, data), scales)
+    if _columnwise:
+        out = out + (hand_back(v, data_t), scales_t if nvfp4 else hand_back(v, scales_t))
+    return out
+
+
+def dequantize(data, scales, recipe, *, dtype=None, scale_format="compact", out_dtype="f32"):
+    """The values a quantized operand stands for: (rows, K) of out_dtype ("f32", "bf16", "f16").
+
+    data and scales as scaled_mm takes one operand (uint8 data needs dtype; nvfp4 scales are
+    (block_scales, global_decode_scale))."""
+    r = recipe_code(recipe, "recipe")
+    fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
+    od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    v = view(data, "data")
+    t = _operand_dtype(v, r, dtype, "data", "dtype")
+    rows, k = _data_shape(v, t, "data", "rows")
+    glob = None
+    if isinstance(scales, tuple) and r == RECIPES["nvfp4"] and len(scales) == 2:
+        scales, g = scales
+        gv = None
+        try:
+            gv = view(g, "scales[1]")
+        except Exception:
+            pass
+        if gv is not None and gv.space == v.space and len(gv.shape) <= 1 and gv.dtype == "f32":
+            glob = g  # already an f32 in the right memory space: read in place, no synchronisation
+        else:
+            val = np.float32(_global_value(g, "scales"))
+            if v.space == 0:
+                glob = np.array([val], dtype=np.float32)
+            else:
+                glob = empty(v, (1,), "f32")
+                glob.fill_(float(val)) if hasattr(glob, "fill_") else glob.fill(val)
+    sv = view(scales, "scales")
+    if sv.space != v.space:
+        raise invalid("scales", "scales live with the data", "device" if v.space else "host memory",
+                      "device" if sv.space else "host memory")
+    code = DTYPE_CODE.get(sv.dtype, -1)
+    if r == RECIPES["nvfp4"] and sv.dtype == "e4m3":
+        code = 7
+    shape, strides = (sv.shape, sv.strides) if sv.shape else ((1,), (1,))
+    out = empty(v, (rows, k), od)
+    from ._arrays import ptr_of
+
+    _C.dequantize(v.ptr, DTYPE_CODE[t], r, rows, k, sv.ptr, code, list(shape), list(strides), fmt,
+                  ptr_of(glob) if glob is not None else 0, ptr_of(out), DTYPE_CODE[od], v.space, stream_of(v))
+    return hand_back(v, out)

@@ -1,0 +1,413 @@
+// scalemm._scalemm: the thin layer between the Python package and the C++ library.
+//
+// Every function takes raw addresses (ints), element counts and enum values that the Python side has
+// already read off the caller's arrays (NumPy, torch, CuPy, DLPack): that keeps one call to a few
+// integer conversions, so the host overhead of a GEMM is the library's own plus a Python frame.
+// Shape and dtype checks of the data live in Python; scale tensors are judged here by the library's
+// own contract (layouts::validate_scale), so the error names the rule. Library errors become the
+// Python classes registered with set_error_classes (scalemm.Error subclasses).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <memory>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/gemm.hpp"
+#include "scalemm/layouts/convert.hpp"
+#include "scalemm/layouts/convert_cuda.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/layouts/validate.hpp"
+#include "scalemm/scalemm.h"
+#include "scalemm/status.hpp"
+#include "scalemm/types.hpp"
+
+namespace nb = nanobind;
+using namespace scalemm;
+
+namespace {
+
+// Python classes for each StatusCode (index = code), set once at import by scalemm/_errors.py.
+std::vector<nb::object>& error_classes() {
+  static auto* v = new std::vector<nb::object>();  // leaked: must outlive interpreter teardown order
+  return *v;
+}
+
+[[noreturn]] void fail(StatusCode code, const std::string& message) { throw Error(code, message); }
+
+void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+MemorySpace space_of(int s) { return s == 0 ? MemorySpace::kHost : MemorySpace::kDevice; }
+
+// The library allocates a stream's cuBLASLt workspace on the stream's first GEMM and grows its scratch
+// on a stream's first call of a larger problem (cudaMalloc, and a synchronisation): neither may happen
+// inside a CUDA graph capture. A call that would be the first of its problem on a capturing stream is
+// refused with the fix instead of failing inside the capture. `seen` holds the streams on which this
+// problem has already run.
+void check_capture(std::set<uintptr_t>& seen, uintptr_t stream, const std::string& problem) {
+  if (seen.count(stream)) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_of(stream), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone)
+    throw Error(StatusCode::kUnsupported,
+                "stream: first call of " + problem + " on this stream is inside a CUDA graph capture: expected the "
+                "problem to have run on the capturing stream before, got a stream new to it. Run the call once "
+                "on the capture stream before capturing (torch.cuda.graph(g, stream=s) after a warm-up under "
+                "torch.cuda.stream(s)): the library allocates its per-stream workspace on first use.");
+}
+
+TensorRef tensor_ref(uintptr_t data, int dtype, const std::vector<int64_t>& shape,
+                     const std::vector<int64_t>& strides, int space, const char* argument) {
+  if (shape.size() != strides.size() || shape.size() > size_t(TensorRef::kMaxRank))
+    fail(StatusCode::kInvalidArgument, std::string(argument) + ": a tensor of rank 0 to 4 with one stride per "
+                                           "dimension is expected, got rank " + std::to_string(shape.size()));
+  TensorRef t;
+  t.data = ptr(data);
+  t.dtype = DType(dtype);
+  t.rank = int(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    t.shape[i] = shape[i];
+    t.strides[i] = strides[i];
+  }
+  t.space = space_of(space);
+  return t;
+}
+
+// Structural rules always; content rules (NaN scales, nonzero padding) only for host data, where
+// they cost no synchronisation.
+Diagnostics check_scale(uintptr_t data, int dtype, const std::vector<int64_t>& shape,
+                        const std::vector<int64_t>& strides, const layouts::ScaleLayout& layout, int space,
+                        const char* argument, bool content) {
+  const TensorRef t = tensor_ref(data, dtype, shape, strides, space, argument);
+  layouts::ValidateOptions opt;
+  opt.check_content = content && space == 0;
+  opt.required_space = space_of(space);
+  return layouts::validate_scale(t, layout, argument, opt);
+}
+
+struct ScaleArg {
+  uintptr_t ptr;
+  int dtype;
+  std::vector<int64_t> shape, strides;
+};
+
+GemmOperand operand(uintptr_t data, int dtype, int recipe, const ScaleArg& s, int format, float global_scale) {
+  GemmOperand o;
+  o.data = ptr(data);
+  o.dtype = DType(dtype);
+  o.recipe = Recipe(recipe);
+  o.scale = ptr(s.ptr);
+  o.scale_format = ScaleFormat(format);
+  o.global_scale = global_scale;
+  return o;
+}
+
+using Operand = std::tuple<uintptr_t, int, int, uintptr_t, int, std::vector<int64_t>, std::vector<int64_t>, int, float>;
+//                         data       dtype recipe scale  sdtype shape                 strides                fmt  global
+
+GemmArgs make_args(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b, uintptr_t d, int d_dtype,
+                   uintptr_t bias, float alpha, int space, bool check) {
+  GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  const ScaleArg sa{std::get<3>(a), std::get<4>(a), std::get<5>(a), std::get<6>(a)};
+  const ScaleArg sb{std::get<3>(b), std::get<4>(b), std::get<5>(b), std::get<6>(b)};
+  g.a = operand(std::get<0>(a), std::get<1>(a), std::get<2>(a), sa, std::get<7>(a), std::get<8>(a));
+  g.b = operand(std::get<0>(b), std::get<1>(b), std::get<2>(b), sb, std::get<7>(b), std::get<8>(b));
+  g.d = ptr(d);
+  g.d_dtype = DType(d_dtype);
+  g.bias = ptr(bias);
+  g.alpha = alpha;
+  g.space = space_of(space);
+  if (check) {
+    // The scale tensors' own shapes and strides (the library sees only their addresses); for host
+    // data also their content (NaN or non-positive scales, nonzero padding), which costs no sync.
+    const layouts::ScaleLayout la(g.a.recipe, m, k, g.a.scale_format), lb(g.b.recipe, n, k, g.b.scale_format);
+    Diagnostics diags;
+    if (m >= 1 && k >= 1) diags = check_scale(sa.ptr, sa.dtype, sa.shape, sa.strides, la, space, "scale_a", true);
+    if (n >= 1 && k >= 1) {
+      Diagnostics db = check_scale(sb.ptr, sb.dtype, sb.shape, sb.strides, lb, space, "scale_b", true);
+      diags.insert(diags.end(), db.begin(), db.end());
+    }
+    throw_if_any(diags, StatusCode::kInvalidLayout);
+  }
+  return g;
+}
+
+HandleOptions handle_options(int backend) {
+  HandleOptions o;
+  if (backend >= 0) o.plan.force = Backend(backend);
+  return o;
+}
+
+emulation::QuantizeConfig quantize_config(int recipe, int data_dtype, int format) {
+  emulation::QuantizeConfig cfg;
+  cfg.recipe = Recipe(recipe);
+  cfg.data_dtype = DType(data_dtype);
+  cfg.format = ScaleFormat(format);
+  return cfg;
+}
+
+nb::tuple diag_tuple(const Diagnostic& d) {
+  return nb::make_tuple(d.argument, d.rule, d.message, d.expected, d.actual, d.fix, d.to_string());
+}
+
+// A GEMM whose shapes, types and scale tensor shapes/strides were validated once (Handle.prepare):
+// run() takes only the addresses, so that a framework's repeated calls of one shape cost a handful of
+// integer conversions. Handle::gemm still checks every per-call property (null pointers, alignment);
+// host scales are still content-checked per call, since their values change.
+struct Prepared {
+  Handle* handle = nullptr;
+  GemmArgs args;
+  ScaleArg sa, sb;
+  bool host = false;
+  mutable std::set<uintptr_t> seen;  // streams this problem has run on (guarded by the GIL)
+
+  void run(uintptr_t a, uintptr_t scale_a, uintptr_t b, uintptr_t scale_b, uintptr_t d, uintptr_t bias,
+           uintptr_t stream) const {
+    GemmArgs g = args;
+    g.a.data = ptr(a);
+    g.a.scale = ptr(scale_a);
+    g.b.data = ptr(b);
+    g.b.scale = ptr(scale_b);
+    g.d = ptr(d);
+    g.bias = ptr(bias);
+    if (host) {
+      const layouts::ScaleLayout la(g.a.recipe, g.m, g.k, g.a.scale_format), lb(g.b.recipe, g.n, g.k, g.b.scale_format);
+      Diagnostics diags = check_scale(scale_a, sa.dtype, sa.shape, sa.strides, la, 0, "scale_a", true);
+      Diagnostics db = check_scale(scale_b, sb.dtype, sb.shape, sb.strides, lb, 0, "scale_b", true);
+      diags.insert(diags.end(), db.begin(), db.end());
+      throw_if_any(diags, StatusCode::kInvalidLayout);
+      nb::gil_scoped_release release;
+      handle->gemm(g, nullptr);
+    } else {
+      if (!seen.count(stream)) {
+        check_capture(seen, stream, GemmProblem::from(g).to_string());
+        handle->gemm(g, stream_of(stream));
+        seen.insert(stream);
+      } else {
+        handle->gemm(g, stream_of(stream));
+      }
+    }
+  }
+};
+
+std::map<std::string, std::set<uintptr_t>>& seen_problems() {
+  static auto* m = new std::map<std::string, std::set<uintptr_t>>();
+  return *m;
+}
+
+}  // namespace
+
+NB_MODULE(_scalemm, m) {
+  m.doc() = "scalemm native layer (use the scalemm package, not this module)";
+  // The package keeps its Handles and prepared calls for the life of the process (module-level
+  // caches); nanobind would report them as leaks at interpreter exit.
+  nb::set_leak_warnings(false);
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      const int code = int(e.code());
+      auto& classes = error_classes();
+      PyObject* cls = code >= 0 && size_t(code) < classes.size() && classes[size_t(code)].is_valid()
+                          ? classes[size_t(code)].ptr()
+                          : PyExc_RuntimeError;
+      PyObject* exc = PyObject_CallFunction(cls, "ss", e.status().message.c_str(), status_code_name(e.code()));
+      if (exc) {
+        PyErr_SetObject(cls, exc);
+        Py_DECREF(exc);
+      }
+    }
+  });
+
+  m.def("set_error_classes", [](std::vector<nb::object> classes) { error_classes() = std::move(classes); });
+  m.def("version", [] { return std::string(scalemm_version()); });
+  m.def("status_name", [](int code) { return std::string(status_code_name(StatusCode(code))); });
+  m.def("device", [] {
+    const DeviceTarget t = DeviceTarget::current();
+    return nb::make_tuple(t.sm, t.to_string());
+  });
+  // Name tables, so that Python maps names to enum values once, at import.
+  m.def("dtype_names", [] {
+    std::vector<std::string> v;
+    for (int i = 0; i < kDTypeCount; ++i) v.emplace_back(to_string(DType(i)));
+    return v;
+  });
+  m.def("recipe_names", [] {
+    std::vector<std::tuple<std::string, int>> v;
+    for (Recipe r : kAllRecipes) v.emplace_back(std::string(to_string(r)), int(r));
+    return v;
+  });
+  m.def("backend_names", [] {
+    std::vector<std::string> v;
+    for (int i = 0; i < 4; ++i) v.emplace_back(to_string(Backend(i)));
+    return v;
+  });
+
+  // (grid_rows, kblocks, padded_rows, padded_kblocks, size, scale_bytes, scale_dtype, description)
+  m.def("layout_info", [](int recipe, int64_t rows, int64_t k, int format) {
+    const layouts::ScaleLayout l(Recipe(recipe), rows, k, ScaleFormat(format));
+    return nb::make_tuple(l.grid_rows(), l.kblocks(), l.padded_rows(), l.padded_kblocks(), l.size(), l.scale_bytes(),
+                          int(l.scale_dtype()), l.to_string());
+  });
+
+  nb::class_<Handle>(m, "Handle")
+      .def("__init__", [](Handle* h, int backend) { new (h) Handle(handle_options(backend)); }, nb::arg("backend"))
+      .def("target", [](Handle& h) { return h.target().to_string(); })
+      .def(
+          "gemm",
+          [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, uintptr_t d, int d_dtype,
+             uintptr_t bias, float alpha, int space, uintptr_t stream) {
+            const GemmArgs g = make_args(mm, n, k, a, b, d, d_dtype, bias, alpha, space, true);
+            // Host data runs the host reference synchronously: let other Python threads run meanwhile.
+            if (space == 0) {
+              nb::gil_scoped_release release;
+              h.gemm(g, stream_of(stream));
+            } else {
+              const std::string problem = GemmProblem::from(g).to_string();
+              auto& seen = seen_problems()[problem + " @" + std::to_string(reinterpret_cast<uintptr_t>(&h))];
+              check_capture(seen, stream, problem);
+              h.gemm(g, stream_of(stream));
+              seen.insert(stream);
+            }
+          })
+      .def(
+          "prepare",
+          [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype, bool bias,
+             float alpha, int space) {
+            static uint8_t placeholder[16];
+            const uintptr_t any = reinterpret_cast<uintptr_t>(placeholder);
+            Prepared p;
+            p.handle = &h;
+            p.args = make_args(mm, n, k, a, b, any, d_dtype, bias ? any : 0, alpha, space, true);
+            p.sa = ScaleArg{std::get<3>(a), std::get<4>(a), std::get<5>(a), std::get<6>(a)};
+            p.sb = ScaleArg{std::get<3>(b), std::get<4>(b), std::get<5>(b), std::get<6>(b)};
+            p.host = space == 0;
+            return p;
+          },
+          nb::keep_alive<0, 1>())
+      // Benchmark support: `iters` calls of Handle::gemm from C++ on `stream`, timed with CUDA events
+      // (milliseconds per call), the baseline for the Python call's own overhead.
+      .def("time_gemm",
+           [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, uintptr_t d, int d_dtype,
+              uintptr_t bias, float alpha, uintptr_t stream, int iters) {
+             const GemmArgs g = make_args(mm, n, k, a, b, d, d_dtype, bias, alpha, 1, true);
+             cudaEvent_t start, stop;
+             if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess)
+               fail(StatusCode::kCudaError, "time_gemm: cudaEventCreate failed");
+             h.gemm(g, stream_of(stream));  // warm: plan cached, scratch grown
+             cudaEventRecord(start, stream_of(stream));
+             for (int i = 0; i < iters; ++i) h.gemm(g, stream_of(stream));
+             cudaEventRecord(stop, stream_of(stream));
+             cudaEventSynchronize(stop);
+             float ms = 0;
+             cudaEventElapsedTime(&ms, start, stop);
+             cudaEventDestroy(start);
+             cudaEventDestroy(stop);
+             return double(ms) / iters;
+           })
+      .def("explain",
+           [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,
+              uintptr_t bias, float alpha, int space) {
+             static uint8_t placeholder[16];  // plan() reads no buffer; validate() wants a D pointer
+             const GemmArgs g = make_args(mm, n, k, a, b, reinterpret_cast<uintptr_t>(placeholder), d_dtype, bias,
+                                          alpha, space, true);
+             throw_if_any(validate(g), StatusCode::kInvalidArgument);  // as gemm() would
+             const Plan p = h.plan(g);
+             return nb::make_tuple(std::string(to_string(p.backend)), p.explain());
+           });
+
+  nb::class_<Prepared>(m, "Prepared")
+      .def("run", &Prepared::run, nb::arg("a"), nb::arg("scale_a"), nb::arg("b"), nb::arg("scale_b"), nb::arg("d"),
+           nb::arg("bias"), nb::arg("stream"));
+
+  // Quantizes a row-major (rows, cols) f32/bf16/f16 source. data_t/scales_t (0 = none) receive the
+  // transposed operand (cols, rows) with blocks along rows. global_out: NVFP4's decode scale (f32).
+  m.def("quantize", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe, int data_dtype, int format,
+                       uintptr_t data, uintptr_t scales, uintptr_t data_t, uintptr_t scales_t, uintptr_t global_out,
+                       int space, uintptr_t stream) {
+    emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
+    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
+    cfg.rowwise = data != 0;
+    cfg.columnwise = data_t != 0;
+    emulation::QuantizeOutputs out{ptr(data), ptr(scales), ptr(data_t), ptr(scales_t),
+                                   static_cast<float*>(ptr(global_out))};
+    emulation::validate(s, cfg, out);
+    if (space == 0) {
+      nb::gil_scoped_release release;
+      emulation::quantize_host(s, cfg, out);
+    } else {
+      emulation::quantize_device(s, cfg, out, nullptr, 0, stream_of(stream));
+    }
+  });
+
+  // Dequantizes a K-contiguous operand (rows, k) to f32/bf16/f16. global_ptr: NVFP4 decode scale
+  // (one f32 in the same memory space) or 0.
+  m.def("dequantize", [](uintptr_t data, int dtype, int recipe, int64_t rows, int64_t k, uintptr_t scales,
+                         int64_t scales_dtype, std::vector<int64_t> scales_shape, std::vector<int64_t> scales_strides,
+                         int format, uintptr_t global_ptr, uintptr_t out, int out_dtype, int space, uintptr_t stream) {
+    emulation::QuantizedTensor t;
+    t.data = ptr(data);
+    t.dtype = DType(dtype);
+    t.scales = ptr(scales);
+    t.layout = layouts::ScaleLayout(Recipe(recipe), rows, k, ScaleFormat(format));
+    t.global_scale = static_cast<const float*>(ptr(global_ptr));
+    throw_if_any(check_scale(scales, int(scales_dtype), scales_shape, scales_strides, t.layout, space, "scales", true));
+    if (space == 0) {
+      nb::gil_scoped_release release;
+      emulation::dequantize_host(t, ptr(out), DType(out_dtype));
+    } else {
+      emulation::dequantize_device(t, ptr(out), DType(out_dtype), stream_of(stream));
+    }
+  });
+
+  // Re-lays out one operand's scale buffer (compact <-> cublaslt); the source is judged first.
+  m.def("convert", [](int recipe, int64_t rows, int64_t k, int from_format, uintptr_t src, int src_dtype,
+                      std::vector<int64_t> shape, std::vector<int64_t> strides, int to_format, uintptr_t dst, int space,
+                      uintptr_t stream) {
+    const layouts::ScaleLayout from(Recipe(recipe), rows, k, ScaleFormat(from_format));
+    const layouts::ScaleLayout to = from.with_format(ScaleFormat(to_format));
+    throw_if_any(check_scale(src, src_dtype, shape, strides, from, space, "scales", false));
+    if (space == 0)
+      layouts::convert(from, ptr(src), to, ptr(dst));
+    else
+      layouts::gpu::convert(from, ptr(src), to, ptr(dst), stream_of(stream));
+  });
+
+  // Every broken rule of a scale tensor, as (argument, rule, message, expected, actual, fix, text).
+  // Device data: content rules run on the device and this SYNCHRONISES the stream (opt-in).
+  m.def("check", [](int recipe, int64_t rows, int64_t k, int format, uintptr_t data, int dtype,
+                    std::vector<int64_t> shape, std::vector<int64_t> strides, int space, bool content,
+                    std::string argument, uintptr_t stream) {
+    const layouts::ScaleLayout l(Recipe(recipe), rows, k, ScaleFormat(format));
+    Diagnostics diags;
+    const TensorRef t = tensor_ref(data, dtype, shape, strides, space, argument.c_str());
+    if (space != 0 && content) {
+      layouts::ContentReport* report = nullptr;
+      if (cudaMalloc(reinterpret_cast<void**>(&report), sizeof(layouts::ContentReport)) != cudaSuccess)
+        fail(StatusCode::kOutOfMemory, "check: could not allocate the device content report");
+      try {
+        diags = layouts::gpu::validate_device(t, l, argument, report, stream_of(stream));
+      } catch (...) {
+        cudaFree(report);
+        throw;
+      }
+      cudaFree(report);
+    } else {
+      layouts::ValidateOptions opt;
+      opt.check_content = content && space == 0;
+      diags = layouts::validate_scale(t, l, argument, opt);
+    }
+    std::vector<nb::tuple> out;
+    for (const auto& d : diags) out.push_back(diag_tuple(d));
+    return out;
+  });
+}
