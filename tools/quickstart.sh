@@ -37,10 +37,18 @@ fi
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSCALEMM_CUDA_ARCHITECTURES="${SCALEMM_CUDA_ARCHITECTURES:-90}" >/dev/null
-cmake --build "$build" -j "$jobs"
-
 case "$mode" in
-  demo) exec "$build/tools/cli/scalemm" demo ;;
-  test) cd "$build" && exec ctest -j "$jobs" --output-on-failure ;;
+  demo)
+    # The demo needs the library and the CLI only: no tests, no benchmarks.
+    cmake --build "$build" -j "$jobs" --target scalemm_cli
+    exec "$build/tools/cli/scalemm" demo ;;
+  test)
+    cmake --build "$build" -j "$jobs"
+    cd "$build"
+    rc=0
+    ctest -j "$jobs" --output-on-failure || rc=$?
+    # CTest lists Skipped tests without their reason; the test main printed it into the log.
+    bash "$root/tools/skip-reasons.sh" "$build"
+    exit "$rc" ;;
   *) echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac
