@@ -204,6 +204,7 @@ void run_gemm(const GemmCli& g) {
   const DType td = parse_dtype_or_throw(g.out_dtype, "--out-dtype");
   std::optional<Backend> force;
   if (g.backend != "auto") force = parse_backend(g.backend);
+  check_output_path(g.out, "--out");  // before the GEMM, not after it
 
   const io::NpyArray a = io::read_npy(g.a), b = io::read_npy(g.b);
   Diagnostics diags;
@@ -219,8 +220,8 @@ void run_gemm(const GemmCli& g) {
   const layouts::ScaleLayout la(ra, m, g.k, fmt), lb(rb, n, g.k, fmt);
   check_layout_extent(la);
   check_layout_extent(lb);
-  LoadedScales sa = load_scales(io::read_npy(g.scale_a), la, "scale_a");
-  LoadedScales sb = load_scales(io::read_npy(g.scale_b), lb, "scale_b");
+  LoadedScales sa = load_scales(io::read_npy(g.scale_a), la, "scale_a", true, g.scale_a);
+  LoadedScales sb = load_scales(io::read_npy(g.scale_b), lb, "scale_b", true, g.scale_b);
   diags.insert(diags.end(), sa.diagnostics.begin(), sa.diagnostics.end());
   diags.insert(diags.end(), sb.diagnostics.begin(), sb.diagnostics.end());
   call.a = a.data;
@@ -555,7 +556,9 @@ void register_gemm_commands(CLI::App& app) {
   gemm->add_option("--b", g.b, "B (.npy uint8, (N, K); nvfp4 (N, K/2))")->required();
   gemm->add_option("--scale-a", g.scale_a, "Scales of A (.npy float32 or uint8)")->required();
   gemm->add_option("--scale-b", g.scale_b, "Scales of B (.npy float32 or uint8)")->required();
-  gemm->add_option("--k", g.k, "Reduction length K in elements")->required()->check(CLI::PositiveNumber);
+  gemm->add_option("--k", g.k, "Reduction length K in elements")
+      ->required()
+      ->check(whole_number(1, kMaxExtent, "the reduction length K in elements"));
   gemm->add_option("--out", g.out, "Output D (.npy (M, N): f32 <f4, f16 <f2, bf16 <u2 raw bits, e4m3/e5m2 |u1 raw bits)")
       ->required();
   gemm->add_option("--scale-format", g.scale_format, "Format of both scale files (default compact)")

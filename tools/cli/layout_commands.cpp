@@ -73,8 +73,12 @@ struct LayoutArgs {
 
 void add_layout_args(CLI::App* cmd, LayoutArgs& a) {
   cmd->add_option("--recipe", a.recipe, "Scaling recipe: " + all_recipe_names())->required();
-  cmd->add_option("--rows", a.rows, "Operand rows R (M for A, N for B)")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--cols", a.cols, "Reduction length K in elements")->required()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rows", a.rows, "Operand rows R (M for A, N for B)")
+      ->required()
+      ->check(whole_number(1, kMaxExtent, "the operand's rows: M for A, N for B"));
+  cmd->add_option("--cols", a.cols, "Reduction length K in elements")
+      ->required()
+      ->check(whole_number(1, kMaxExtent, "the reduction length K in elements"));
 }
 
 ScaleLayout make_layout(const LayoutArgs& a, ScaleFormat f) {
@@ -175,6 +179,7 @@ std::string cell_colour(const ScaleLayout& l, const Cell& c) {
 
 void run_render(const LayoutArgs& a, const std::string& format, const std::string& out) {
   const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
+  check_output_path(out, "--out");
   // Lines wider than 64 cells wrap, so that every position up to max_cells is drawn.
   const int64_t width = std::min<int64_t>(std::max<int64_t>(buffer_line_width(l), 1), 64);
   const int64_t max_cells = 8192;
@@ -229,7 +234,7 @@ void run_render(const LayoutArgs& a, const std::string& format, const std::strin
 void run_check(const LayoutArgs& a, const std::string& format, const std::string& path, bool json) {
   const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
   const io::NpyArray arr = io::read_npy(path);
-  const LoadedScales loaded = load_scales(arr, l, "scales", true);
+  const LoadedScales loaded = load_scales(arr, l, "scales", true, path);
   const bool ok = loaded.diagnostics.empty();
   if (json) {
     nlohmann::json j;
@@ -255,8 +260,9 @@ void run_convert(const LayoutArgs& a, const std::string& from, const std::string
                  const std::string& out) {
   const ScaleLayout src = make_layout(a, parse_scale_format_or_throw(from, "--from"));
   const ScaleLayout dst = src.with_format(parse_scale_format_or_throw(to, "--to"));
+  check_output_path(out, "--out");
   const io::NpyArray arr = io::read_npy(in);
-  const LoadedScales loaded = load_scales(arr, src, "in", true);
+  const LoadedScales loaded = load_scales(arr, src, "in", true, in);
   if (!loaded.diagnostics.empty()) {
     std::fprintf(stderr, "scalemm: %s (%s) is not a valid %s; nothing written\n", in.c_str(),
                  arr.describe().c_str(), src.to_string().c_str());
