@@ -580,7 +580,7 @@ def render_svg():
                 expect=0)
             root = ET.parse(out).getroot()
             assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
-            rects = root.findall("{http://www.w3.org/2000/svg}rect")
+            rects = [r for r in root.findall("{http://www.w3.org/2000/svg}rect") if r.get("class") == "cell"]
             j = json.loads(run("layout", "explain", "--recipe", recipe, "--rows", 130, "--cols", 520, "--json",
                                expect=0).stdout)
             assert len(rects) == min(j[fmt]["elements"], 8192), (recipe, fmt, len(rects))
@@ -669,6 +669,53 @@ def usage_errors():
         assert p.stderr.strip(), f"{args}: no message on stderr"
         assert "--help" in p.stderr or "sage" in p.stderr or "scalemm:" in p.stderr, (args, p.stderr)
     assert t.files() == ["s.npy"], t.files()
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@case("layout render sizes its canvas to its text, wraps long lines and labels the offset column")
+def render_fits_text():
+    t = Tmp()
+    # A narrow grid with a long formula (the cuBLASLt tile formula), a wide grid, a tiny buffer, and
+    # labels wider than the default cell.
+    shapes = [("mxfp8", 4, 64, "cublaslt"), ("nvfp4", 130, 520, "cublaslt"), ("block1x128", 300, 2048, "cublaslt"),
+              ("tensorwise", 1, 16, "compact"), ("block128x128", 256, 640, "cublaslt"),
+              ("mxfp8", 40000, 64, "compact")]
+    for recipe, rows, cols, fmt in shapes:
+        out = t.path(f"{recipe}-{rows}-{fmt}.svg")
+        run("layout", "render", "--recipe", recipe, "--rows", rows, "--cols", cols, "--format", fmt, "--out", out,
+            expect=0)
+        root = ET.parse(out).getroot()
+        width, height = float(root.get("width")), float(root.get("height"))
+        base = float(root.get("font-size"))
+        texts = []
+
+        def walk(el, size):
+            size = float(el.get("font-size", size))
+            if el.tag == SVG + "text":
+                texts.append((el, size))
+            for c in el:
+                walk(c, size)
+
+        walk(root, base)
+        for el, size in texts:
+            # A monospace glyph advances at most 0.61 em (DejaVu Sans Mono 0.602).
+            right = float(el.get("x")) + len(el.text or "") * 0.61 * size
+            assert right <= width, (recipe, rows, fmt, el.text, right, width)
+            assert float(el.get("y")) <= height, (recipe, el.text)
+            assert len(el.text or "") <= 200, (recipe, "a line is not wrapped", el.text)
+        words = " ".join(el.text or "" for el, _ in texts)
+        assert "offset" in [el.text for el, _ in texts], (recipe, "the offset column has no label")
+        assert "zero padding" in words, (recipe, "the legend is missing")
+        # The whole formula is drawn (wrapped), not clipped: every word of it appears.
+        j = json.loads(run("layout", "explain", "--recipe", recipe, "--rows", rows, "--cols", cols, "--json",
+                           expect=0).stdout)
+        for word in j[fmt]["offset"].split():
+            assert word in words, (recipe, fmt, word)
+        cells = [r for r in root.iter(SVG + "rect") if r.get("class") == "cell"]
+        assert cells and all(float(r.get("x")) + float(r.get("width")) <= width for r in cells), recipe
+        assert all(float(r.get("y")) + float(r.get("height")) <= height for r in cells), recipe
 
 
 def refused(args, expect, *needles, absent=()):
