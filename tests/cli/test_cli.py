@@ -832,6 +832,36 @@ def info_no_device():
         assert "cudaError" not in out and "InsufficientDriver" not in out, out
 
 
+@case("gemm --json prints the plan, backend, reasons, timings and an output summary")
+def gemm_json():
+    rng = np.random.default_rng(13)
+    t = Tmp()
+    m, n, k = 24, 16, 128
+    files, _, _, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", m, n, k, "e4m3", "e4m3")
+    out = t.path("d.npy")
+    p = run(*gemm_args("mxfp8", "mxfp8", k, files, out, None, None, "--out-dtype", "f32", "--json"), expect=0)
+    j = json.loads(p.stdout)  # stdout is the JSON object alone
+    assert j["ok"] is True and (j["m"], j["n"], j["k"]) == (m, n, k), j
+    assert j["backend"] == j["plan"]["backend"] and j["backend"] in ("native", "convert-native", "emulated",
+                                                                      "reference"), j
+    assert isinstance(j["plan"]["reasons"], list) and j["plan"]["reasons"], j["plan"]
+    assert j["plan"]["explain"] and j["problem"] and j["machine"], j
+    for key in ("read_and_check", "plan", "gemm", "run", "write", "total"):
+        assert isinstance(j["timings_ms"][key], (int, float)) and j["timings_ms"][key] >= 0, (key, j["timings_ms"])
+    assert j["timings_ms"]["total"] >= j["timings_ms"]["gemm"], j["timings_ms"]
+    d = np.load(out)
+    o = j["output"]
+    assert o["file"] == out and o["dtype"] == "f32" and o["shape"] == [m, n], o
+    v = o["values"]
+    assert v["elements"] == m * n and v["nan"] == 0 and v["inf"] == 0, v
+    assert np.isclose(v["min"], d.min()) and np.isclose(v["max"], d.max()), (v, d.min(), d.max())
+    assert np.isclose(v["mean"], d.mean(), rtol=1e-5, atol=1e-6), (v, d.mean())
+    # Invalid input: still one JSON object on stdout, with the diagnostics; exit 1, nothing written.
+    os.remove(out)
+    p = run(*gemm_args("mxfp8", "mxfp8", 256, files, out, None, None, "--json"), expect=1)
+    j = json.loads(p.stdout)
+    assert j["ok"] is False and any(d["rule"] == "data-shape" for d in j["diagnostics"]), j
+    assert not os.path.exists(out)
 
 
 def main():
