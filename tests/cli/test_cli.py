@@ -830,6 +830,8 @@ def info_no_device():
         line = next(l for l in out.splitlines() if l.startswith("devices:"))
         assert "no CUDA device" in line and "host reference emulator" in line, line
         assert "cudaError" not in out and "InsufficientDriver" not in out, out
+        # The planner's consequence of having no GPU ("host pointers") is not presented as a fault.
+        assert "needs device memory" not in out, out
 
 
 @case("gemm --json prints the plan, backend, reasons, timings and an output summary")
