@@ -13,12 +13,20 @@ DeviceQuery query_devices() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    q.reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+    // Without a driver the runtime reports cudaErrorInsufficientDriver, which reads like an outdated
+    // driver; on a machine with no GPU it is simply the absence of one.
+    if (err == cudaErrorInsufficientDriver && q.driver_version == 0)
+      q.reason = "no CUDA device (no driver loaded)";
+    else if (err == cudaErrorNoDevice)
+      q.reason = "no CUDA device (the driver reports none)";
+    else
+      q.reason = std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorName(err) + ": " +
+                 cudaGetErrorString(err) + ")";
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return q;
   }
   if (count == 0) {
-    q.reason = "cudaGetDeviceCount reported 0 devices";
+    q.reason = "no CUDA device (the driver reports none)";
     return q;
   }
   for (int i = 0; i < count; ++i) {
@@ -32,7 +40,7 @@ DeviceQuery query_devices() {
     d.global_memory_bytes = static_cast<long long>(p.totalGlobalMem);
     q.devices.push_back(d);
   }
-  if (q.devices.empty()) q.reason = "no device answered cudaGetDeviceProperties";
+  if (q.devices.empty()) q.reason = "no usable CUDA device (none answered cudaGetDeviceProperties)";
   return q;
 }
 

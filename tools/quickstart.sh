@@ -40,12 +40,17 @@ fi
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSCALEMM_CUDA_ARCHITECTURES="${SCALEMM_CUDA_ARCHITECTURES:-90}" >/dev/null
-cmake --build "$build" -j "$jobs"
-
 case "$mode" in
-  demo) exec "$build/tools/cli/scalemm" demo ;;
+  demo)
+    # The demo needs the library and the CLI only: no tests, no benchmarks.
+    cmake --build "$build" -j "$jobs" --target scalemm_cli
+    exec "$build/tools/cli/scalemm" demo ;;
   test)
-    (cd "$build" && ctest -j "$jobs" --output-on-failure)
+    cmake --build "$build" -j "$jobs"
+    rc=0
+    (cd "$build" && ctest -j "$jobs" --output-on-failure) || rc=$?
+    # CTest lists Skipped tests without their reason; the test main printed it into the log.
+    bash "$root/tools/skip-reasons.sh" "$build"
     # The Python package, linked against this build's library (installed under the build folder), so
     # the library is compiled once; only the binding compiles here.
     if ! python3 -c 'import nanobind, scikit_build_core, pytest' 2>/dev/null; then
@@ -57,6 +62,7 @@ case "$mode" in
     pip_install --no-build-isolation -Cbuild-dir="$build/python" \
       -Ccmake.define.scalemm_DIR="$build/install/lib/cmake/scalemm" "$root/python"
     # Not from python/, whose scalemm/ source folder (no compiled module) would shadow the installed one.
-    cd "$build" && exec python3 -m pytest -q -rs "$root/python/tests" ;;
+    (cd "$build" && python3 -m pytest -q -rs "$root/python/tests") || rc=$?
+    exit "$rc" ;;
   *) echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac

@@ -580,7 +580,7 @@ def render_svg():
                 expect=0)
             root = ET.parse(out).getroot()
             assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
-            rects = root.findall("{http://www.w3.org/2000/svg}rect")
+            rects = [r for r in root.findall("{http://www.w3.org/2000/svg}rect") if r.get("class") == "cell"]
             j = json.loads(run("layout", "explain", "--recipe", recipe, "--rows", 130, "--cols", 520, "--json",
                                expect=0).stdout)
             assert len(rects) == min(j[fmt]["elements"], 8192), (recipe, fmt, len(rects))
@@ -669,6 +669,201 @@ def usage_errors():
         assert p.stderr.strip(), f"{args}: no message on stderr"
         assert "--help" in p.stderr or "sage" in p.stderr or "scalemm:" in p.stderr, (args, p.stderr)
     assert t.files() == ["s.npy"], t.files()
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@case("layout render sizes its canvas to its text, wraps long lines and labels the offset column")
+def render_fits_text():
+    t = Tmp()
+    # A narrow grid with a long formula (the cuBLASLt tile formula), a wide grid, a tiny buffer, and
+    # labels wider than the default cell.
+    shapes = [("mxfp8", 4, 64, "cublaslt"), ("nvfp4", 130, 520, "cublaslt"), ("block1x128", 300, 2048, "cublaslt"),
+              ("tensorwise", 1, 16, "compact"), ("block128x128", 256, 640, "cublaslt"),
+              ("mxfp8", 40000, 64, "compact")]
+    for recipe, rows, cols, fmt in shapes:
+        out = t.path(f"{recipe}-{rows}-{fmt}.svg")
+        run("layout", "render", "--recipe", recipe, "--rows", rows, "--cols", cols, "--format", fmt, "--out", out,
+            expect=0)
+        root = ET.parse(out).getroot()
+        width, height = float(root.get("width")), float(root.get("height"))
+        base = float(root.get("font-size"))
+        texts = []
+
+        def walk(el, size):
+            size = float(el.get("font-size", size))
+            if el.tag == SVG + "text":
+                texts.append((el, size))
+            for c in el:
+                walk(c, size)
+
+        walk(root, base)
+        for el, size in texts:
+            # A monospace glyph advances at most 0.61 em (DejaVu Sans Mono 0.602).
+            right = float(el.get("x")) + len(el.text or "") * 0.61 * size
+            assert right <= width, (recipe, rows, fmt, el.text, right, width)
+            assert float(el.get("y")) <= height, (recipe, el.text)
+            assert len(el.text or "") <= 200, (recipe, "a line is not wrapped", el.text)
+        words = " ".join(el.text or "" for el, _ in texts)
+        assert "offset" in [el.text for el, _ in texts], (recipe, "the offset column has no label")
+        assert "zero padding" in words, (recipe, "the legend is missing")
+        # The whole formula is drawn (wrapped), not clipped: every word of it appears.
+        j = json.loads(run("layout", "explain", "--recipe", recipe, "--rows", rows, "--cols", cols, "--json",
+                           expect=0).stdout)
+        for word in j[fmt]["offset"].split():
+            assert word in words, (recipe, fmt, word)
+        cells = [r for r in root.iter(SVG + "rect") if r.get("class") == "cell"]
+        assert cells and all(float(r.get("x")) + float(r.get("width")) <= width for r in cells), recipe
+        assert all(float(r.get("y")) + float(r.get("height")) <= height for r in cells), recipe
+
+
+def refused(args, expect, *needles, absent=()):
+    """Runs a bad command line; checks the exit code, that stderr says each needle and none of absent."""
+    p = run(*args, expect=expect)
+    for n in needles:
+        assert n in p.stderr, (args, n, p.stderr)
+    for n in absent:
+        assert n not in p.stderr + p.stdout, (args, n, p.stderr)
+    return p
+
+
+@case("bad numbers name the option, the expected range and the given value")
+def errors_numbers():
+    t = Tmp()
+    s = t.save("s.npy", np.ones((4, 8), np.uint8))
+    gemm = ["gemm", "--recipe-a", "mxfp8", "--recipe-b", "mxfp8", "--a", s, "--b", s, "--scale-a", s, "--scale-b", s,
+            "--out", t.path("o.npy")]
+    clutter = ("1797693", "0.000000", "not in range", "out of range")
+    refused(gemm + ["--k", 0], 2, "--k", "expected a whole number from 1 to 2^31", "got 0", absent=clutter)
+    refused(gemm + ["--k", 99999999999], 2, "--k", "got 99999999999", absent=clutter)
+    refused(gemm + ["--k", "1e3"], 2, "--k", "not a whole number", absent=clutter)
+    for opt in ("--rows", "--cols"):
+        args = {"--rows": 4, "--cols": 32}
+        args[opt] = "abc"
+        refused(["layout", "explain", "--recipe", "mxfp8", "--rows", args["--rows"], "--cols", args["--cols"]], 2,
+                opt, "got 'abc' (not a whole number)", absent=clutter)
+        args[opt] = 0
+        p = refused(["layout", "explain", "--recipe", "mxfp8", "--rows", args["--rows"], "--cols", args["--cols"]], 2,
+                    opt, "from 1 to 2^31", "got 0", absent=clutter)
+        assert p.stdout == "", p.stdout
+    refused(["layout", "render", "--recipe", "mxfp8", "--rows", 0, "--cols", 32, "--out", t.path("r.svg")], 2,
+            "--rows", "got 0")
+    p = refused(["info", "--sm", 7], 2, "--sm", "got 7", "major*10+minor", absent=clutter)
+    assert "sm_7" not in p.stdout, p.stdout
+    refused(["info", "--sm", 1000], 2, "--sm", "got 1000")
+    refused(["info", "--cublas", "13.1"], 2, "--cublas", "--sm")
+    refused(["demo", "--m", 0], 2, "--m", "got 0", absent=clutter)
+    assert t.files() == ["s.npy"], t.files()
+
+
+@case("an unknown command is named, with the commands that exist")
+def errors_unknown_command():
+    p = refused(["frobnicate"], 2, "unknown command 'frobnicate'", "info", "layout", "gemm", "replay", "demo",
+                absent=("A subcommand is required",))
+    p = refused(["layout", "explian", "--recipe", "mxfp8"], 2, "unknown command 'explian'", "explain", "check",
+                "convert", "render", absent=("A subcommand is required",))
+    # Missing commands still say that one is needed.
+    refused([], 2, "subcommand")
+    refused(["layout"], 2, "subcommand")
+
+
+@case("a bad output path is refused before any work, naming --out")
+def errors_out_path():
+    rng = np.random.default_rng(11)
+    t = Tmp()
+    files, _, _, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", 32, 32, 128, "e4m3", "e4m3")
+    missing = os.path.join(t.dir, "no-such-folder", "d.npy")
+    p = refused(gemm_args("mxfp8", "mxfp8", 128, files, missing, None, None), 1, "--out", "no-such-folder",
+                "does not exist")
+    assert "plan:" not in p.stdout and "machine:" not in p.stdout, ("the GEMM ran before the check", p.stdout)
+    refused(gemm_args("mxfp8", "mxfp8", 128, files, t.dir, None, None), 1, "--out", "folder")
+    refused(["layout", "render", "--recipe", "mxfp8", "--rows", 4, "--cols", 64, "--out",
+             os.path.join(t.dir, "no-such-folder", "r.svg")], 1, "--out", "does not exist")
+    sa = t.save("compact.npy", np.full((4, 2), 127, np.uint8))
+    refused(["layout", "convert", "--recipe", "mxfp8", "--rows", 4, "--cols", 64, "--from", "compact", "--to",
+             "cublaslt", "--in", sa, "--out", os.path.join(t.dir, "no-such-folder", "o.npy")], 1, "--out",
+            "does not exist")
+    assert not os.path.exists(os.path.join(t.dir, "no-such-folder"))
+
+
+@case("fix lines give the scalemm command first, then the C++ function, and the command works")
+def errors_fix_lines_cli_first():
+    t = Tmp()
+    g = np.arange(1, 11, dtype=np.float32).reshape(2, 5)
+    s = t.save("s.npy", g)
+    p = run("layout", "check", "--recipe", "block128x128", "--rows", 256, "--cols", 640, "--format", "cublaslt",
+            "--scales", s, expect=1)
+    fix = next(l for l in p.stdout.splitlines() if l.strip().startswith("fix:"))
+    cmd = "scalemm layout convert --recipe block128x128 --rows 256 --cols 640 --from compact --to cublaslt"
+    assert cmd in fix and "layouts::to_cublaslt" in fix, fix
+    assert fix.index("scalemm layout convert") < fix.index("layouts::to_cublaslt"), fix
+    # Run the suggested command as printed; its output passes the check that failed.
+    argv = fix[fix.index("`") + 1:fix.rindex("`")].split()
+    assert argv[0] == "scalemm" and f"--in {s}" in " ".join(argv), argv
+    run(*argv[1:], expect=0)
+    out = argv[argv.index("--out") + 1]
+    run("layout", "check", "--recipe", "block128x128", "--rows", 256, "--cols", 640, "--format", "cublaslt",
+        "--scales", out, expect=0)
+    j = json.loads(run("layout", "check", "--recipe", "block128x128", "--rows", 256, "--cols", 640, "--format",
+                       "cublaslt", "--scales", s, "--json", expect=1).stdout)
+    assert all(d["fix"].startswith("Convert with `scalemm layout convert") for d in j["diagnostics"]), j
+    # gemm: compact scales declared as cublaslt name the command for that operand's scale file.
+    rng = np.random.default_rng(3)
+    files, _, _, _ = gemm_inputs(t, rng, "block1x128", "block1x128", 8, 16, 256, "e4m3", "e4m3")
+    p = run(*gemm_args("block1x128", "block1x128", 256, files, t.path("d.npy"), None, None, "--scale-format",
+                       "cublaslt"), expect=1)
+    fixes = [l for l in p.stderr.splitlines() if l.strip().startswith("fix:") and "layouts::" in l]
+    assert fixes and all("scalemm layout convert" in l and l.index("scalemm") < l.index("layouts::")
+                         for l in fixes), p.stderr
+    assert any(f"--in {files['--scale-a']}" in l for l in fixes), p.stderr
+
+
+@case("without a CUDA device, info and the demo say so in words and what runs instead")
+def info_no_device():
+    j = json.loads(run("info", "--json", expect=0).stdout)
+    if j["devices"]:
+        return  # only meaningful on a machine without a CUDA device
+    assert j["no_device_reason"].startswith(("no CUDA device", "no usable CUDA device")), j["no_device_reason"]
+    for sub in (["info"], ["demo", "--m", 8, "--n", 8, "--k", 64, "--seed", 1]):
+        out = run(*sub, expect=0).stdout
+        line = next(l for l in out.splitlines() if l.startswith("devices:"))
+        assert "no CUDA device" in line and "host reference emulator" in line, line
+        assert "cudaError" not in out and "InsufficientDriver" not in out, out
+        # The planner's consequence of having no GPU ("host pointers") is not presented as a fault.
+        assert "needs device memory" not in out, out
+
+
+@case("gemm --json prints the plan, backend, reasons, timings and an output summary")
+def gemm_json():
+    rng = np.random.default_rng(13)
+    t = Tmp()
+    m, n, k = 24, 16, 128
+    files, _, _, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", m, n, k, "e4m3", "e4m3")
+    out = t.path("d.npy")
+    p = run(*gemm_args("mxfp8", "mxfp8", k, files, out, None, None, "--out-dtype", "f32", "--json"), expect=0)
+    j = json.loads(p.stdout)  # stdout is the JSON object alone
+    assert j["ok"] is True and (j["m"], j["n"], j["k"]) == (m, n, k), j
+    assert j["backend"] == j["plan"]["backend"] and j["backend"] in ("native", "convert-native", "emulated",
+                                                                      "reference"), j
+    assert isinstance(j["plan"]["reasons"], list) and j["plan"]["reasons"], j["plan"]
+    assert j["plan"]["explain"] and j["problem"] and j["machine"], j
+    for key in ("read_and_check", "plan", "gemm", "run", "write", "total"):
+        assert isinstance(j["timings_ms"][key], (int, float)) and j["timings_ms"][key] >= 0, (key, j["timings_ms"])
+    assert j["timings_ms"]["total"] >= j["timings_ms"]["gemm"], j["timings_ms"]
+    d = np.load(out)
+    o = j["output"]
+    assert o["file"] == out and o["dtype"] == "f32" and o["shape"] == [m, n], o
+    v = o["values"]
+    assert v["elements"] == m * n and v["nan"] == 0 and v["inf"] == 0, v
+    assert np.isclose(v["min"], d.min()) and np.isclose(v["max"], d.max()), (v, d.min(), d.max())
+    assert np.isclose(v["mean"], d.mean(), rtol=1e-5, atol=1e-6), (v, d.mean())
+    # Invalid input: still one JSON object on stdout, with the diagnostics; exit 1, nothing written.
+    os.remove(out)
+    p = run(*gemm_args("mxfp8", "mxfp8", 256, files, out, None, None, "--json"), expect=1)
+    j = json.loads(p.stdout)
+    assert j["ok"] is False and any(d["rule"] == "data-shape" for d in j["diagnostics"]), j
+    assert not os.path.exists(out)
 
 
 def main():

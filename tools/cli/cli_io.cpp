@@ -1,7 +1,12 @@
 #include "cli_io.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "scalemm/layouts/validate.hpp"
 
@@ -15,7 +20,7 @@ std::optional<DType> npy_dtype(const std::string& descr) {
 }
 
 LoadedScales load_scales(const io::NpyArray& array, const layouts::ScaleLayout& layout, std::string_view argument,
-                         bool check_content) {
+                         bool check_content, std::string_view file) {
   LoadedScales out;
   const DType want = layout.scale_dtype();
   const std::string name = std::string(to_string(layout.recipe)) + " in " + std::string(to_string(layout.format)) +
@@ -52,10 +57,35 @@ LoadedScales load_scales(const io::NpyArray& array, const layouts::ScaleLayout& 
   opt.require_alignment = false;  // a file has no address; the CLI copies into aligned memory
   const Diagnostics v = layouts::validate_scale(t, layout, argument, opt);
   out.diagnostics.insert(out.diagnostics.end(), v.begin(), v.end());
+  cli_fix_lines(out.diagnostics, layout, file);
   if (!out.diagnostics.empty()) return out;
   out.buffer.assign(size_t(layout.bytes()), 0);
   std::memcpy(out.buffer.data(), array.data.data(), std::min(out.buffer.size(), array.data.size()));
   return out;
+}
+
+void cli_fix_lines(Diagnostics& diags, const layouts::ScaleLayout& layout, std::string_view file) {
+  const std::string in = file.empty() ? std::string("SCALES.npy") : std::string(file);
+  const bool npy = in.size() > 4 && in.compare(in.size() - 4, 4, ".npy") == 0;
+  const std::string stem = npy ? in.substr(0, in.size() - 4) : in;
+  auto command = [&](const char* from, const char* to) {
+    return "`scalemm layout convert --recipe " + std::string(to_string(layout.recipe)) + " --rows " +
+           std::to_string(layout.rows) + " --cols " + std::to_string(layout.k) + " --from " + from + " --to " + to +
+           " --in " + in + " --out " + stem + "-" + to + ".npy`";
+  };
+  // The C++ functions a fix line may name, and the CLI command that does the same.
+  const std::pair<std::string, std::string> known[] = {
+      {"layouts::to_cublaslt", command("compact", "cublaslt")},
+      {"layouts::to_compact", command("cublaslt", "compact")},
+  };
+  for (auto& d : diags) {
+    for (const auto& [cxx, cli] : known) {
+      const size_t at = d.fix.find(cxx);
+      if (at == std::string::npos) continue;
+      d.fix.replace(at, cxx.size(), cli + " (in C++: " + cxx + ")");
+      break;
+    }
+  }
 }
 
 void print_diagnostics(std::FILE* f, const Diagnostics& diags) {
@@ -80,7 +110,6 @@ nlohmann::json diagnostics_json(const Diagnostics& diags) {
 }
 
 void check_layout_extent(const layouts::ScaleLayout& l) {
-  constexpr int64_t kMaxExtent = int64_t(1) << 31;
   constexpr int64_t kMaxElements = int64_t(1) << 30;
   if (l.rows > kMaxExtent || l.k > kMaxExtent)
     throw Error(StatusCode::kInvalidArgument, "--rows and --cols must be at most 2^31");
@@ -88,6 +117,39 @@ void check_layout_extent(const layouts::ScaleLayout& l) {
   if (std::max(compact.size(), lt.size()) > kMaxElements || l.rows * std::max<int64_t>(l.kblocks(), 1) > kMaxElements)
     throw Error(StatusCode::kInvalidArgument,
                 "a scale buffer of more than 2^30 elements is too large for the CLI (" + l.to_string() + ")");
+}
+
+CLI::Validator whole_number(int64_t min, int64_t max, const std::string& meaning) {
+  auto bound = [](int64_t v) { return v == kMaxExtent ? std::string("2^31") : std::to_string(v); };
+  const std::string want = "expected a whole number from " + bound(min) + " to " + bound(max) + " (" + meaning + ")";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const char* s = text.c_str();
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(s, &end, 10);
+        if (text.empty() || end == s || *end != '\0')
+          return want + ", got '" + text + "' (not a whole number)";
+        if (errno == ERANGE || v < min || v > max) return want + ", got " + text;
+        return "";
+      },
+      "INT in [" + bound(min) + ", " + bound(max) + "]", "whole_number");
+}
+
+void check_output_path(const std::string& path, const char* option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string head = std::string(option) + ": cannot write " + path + ": ";
+  if (path.empty() || fs::is_directory(p, ec))
+    throw Error(StatusCode::kIoError, head + "expected a file name, got a folder; add a file name");
+  if (!fs::is_directory(dir, ec))
+    throw Error(StatusCode::kIoError,
+                head + "the folder " + dir.string() + " does not exist; create it or choose another path");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw Error(StatusCode::kIoError,
+                head + "the folder " + dir.string() + " is not writable; choose another path");
 }
 
 }  // namespace scalemm::cli

@@ -2,6 +2,7 @@
 // contract, diagnostics printing, and size limits that keep bad arguments from exhausting memory.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -31,8 +32,14 @@ struct LoadedScales {
 /// Puts the array's shape and dtype into a TensorRef and runs layouts::validate_scale (content rules
 /// included when `check_content`). Types that have no scalemm DType are reported under the same
 /// rule (scale-dtype) and skip the content check.
+/// `file` (the scale file's path, when known) goes into the CLI command of a fix line.
 LoadedScales load_scales(const io::NpyArray& array, const layouts::ScaleLayout& layout, std::string_view argument,
-                         bool check_content = true);
+                         bool check_content = true, std::string_view file = {});
+
+/// Fix lines come from the library and name its C++ functions ("Convert with layouts::to_cublaslt.");
+/// a CLI user needs the command. Rewrites each known function name into the `scalemm` command that
+/// does the same for `layout`'s scales (read from `file`), followed by the C++ name.
+void cli_fix_lines(Diagnostics& diags, const layouts::ScaleLayout& layout, std::string_view file);
 
 /// Prints diagnostics, one block each: rule and message, then expected, actual and fix lines.
 void print_diagnostics(std::FILE* f, const Diagnostics& diags);
@@ -41,5 +48,17 @@ nlohmann::json diagnostics_json(const Diagnostics& diags);
 /// Throws Error(kInvalidArgument) (a usage error) when a layout of these extents is too large for
 /// the CLI to describe, check or convert in memory.
 void check_layout_extent(const layouts::ScaleLayout& l);
+
+/// A CLI11 check of a whole-number option in [min, max]; `meaning` says what the value is. Errors
+/// read "--k: expected a whole number from 1 to 2^31 (the reduction length K), got 0" instead of
+/// CLI11's "Value 0 not in range 0.000000 to 1.79769e+308", and text is "not a number", never "out of range".
+CLI::Validator whole_number(int64_t min, int64_t max, const std::string& meaning);
+
+/// The largest extent (rows, K) the CLI accepts: 2^31.
+inline constexpr int64_t kMaxExtent = int64_t(1) << 31;
+
+/// Throws Error(kIoError) naming `option` when `path` cannot be written (its folder is missing or not
+/// writable, or it is a folder), so that a command refuses before doing its work, not after.
+void check_output_path(const std::string& path, const char* option);
 
 }  // namespace scalemm::cli

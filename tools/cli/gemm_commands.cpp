@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -80,7 +81,12 @@ struct HostCall {
 struct RunResult {
   Plan plan;
   std::vector<uint8_t> d;
+  double plan_ms = 0, gemm_ms = 0;  ///< planning; the GEMM (on a GPU up to its synchronization)
 };
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 /// Plans and runs `call` with output type `d_dtype`: through device buffers when `gpu`, else through
 /// host pointers (the host reference). Throws scalemm::Error (kUnsupported when `force` cannot run).
@@ -98,8 +104,12 @@ RunResult run_call(const HostCall& call, DType d_dtype, std::optional<Backend> f
   if (!gpu) {
     args.space = MemorySpace::kHost;
     args.d = r.d.data();
+    auto t0 = std::chrono::steady_clock::now();
     r.plan = handle.plan(args);
+    r.plan_ms = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
     handle.gemm(args);
+    r.gemm_ms = ms_since(t0);
     return r;
   }
   DeviceBuffer a, b, sa, sb, bias, d, ds;
@@ -111,9 +121,13 @@ RunResult run_call(const HostCall& call, DType d_dtype, std::optional<Backend> f
   args.bias = call.bias.empty() ? nullptr : bias.upload(call.bias.data(), call.bias.size());
   args.d = d.alloc(r.d.size());
   if (args.d_scale) args.d_scale = static_cast<const float*>(ds.upload(&d_scale, sizeof(float)));
+  auto t0 = std::chrono::steady_clock::now();
   r.plan = handle.plan(args);
+  r.plan_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
   handle.gemm(args, nullptr);
   cuda_check(cudaDeviceSynchronize(), "GEMM");
+  r.gemm_ms = ms_since(t0);
   handle.check_verification();  // SCALEMM_VERIFY=sample judges asynchronously: collect its verdict
   cuda_check(cudaMemcpy(r.d.data(), d.p, r.d.size(), cudaMemcpyDeviceToHost), "copy D to the host");
   return r;
@@ -180,6 +194,7 @@ struct GemmCli {
   std::string scale_format = "compact", out_dtype = "bf16", backend = "auto", a_dtype = "e4m3", b_dtype = "e4m3";
   float alpha = 1.0f;
   float d_scale = 1.0f;
+  bool json = false;
   CLI::Option* d_scale_opt = nullptr;
   CLI::Option* a_dtype_opt = nullptr;
   CLI::Option* b_dtype_opt = nullptr;
@@ -194,7 +209,42 @@ DType operand_dtype(Recipe r, const std::string& flag_value, const CLI::Option* 
   return parse_dtype_or_throw(flag_value, flag);
 }
 
+/// Summary of D's values as stored (FP8 outputs decoded, not divided by the D scale).
+nlohmann::json output_summary(const std::vector<float>& v) {
+  double lo = INFINITY, hi = -INFINITY, sum = 0, abs_max = 0;
+  int64_t finite = 0, nan = 0, inf = 0, zero = 0;
+  for (float x : v) {
+    if (std::isnan(x)) { ++nan; continue; }
+    if (std::isinf(x)) { ++inf; continue; }
+    ++finite;
+    lo = std::min(lo, double(x));
+    hi = std::max(hi, double(x));
+    sum += x;
+    abs_max = std::max(abs_max, std::fabs(double(x)));
+    zero += x == 0;
+  }
+  nlohmann::json j{{"elements", v.size()}, {"nan", nan}, {"inf", inf}, {"zeros", zero}};
+  if (finite) {
+    j["min"] = lo;
+    j["max"] = hi;
+    j["mean"] = sum / double(finite);
+    j["abs_max"] = abs_max;
+  } else {
+    j["min"] = j["max"] = j["mean"] = j["abs_max"] = nullptr;
+  }
+  return j;
+}
+
+/// With --json, a refusal is a JSON object on stdout too: {"ok": false, ...}.
+[[noreturn]] void refuse_json(const std::string& error, const Diagnostics& diags) {
+  nlohmann::json j{{"ok", false}, {"error", error}, {"diagnostics", diagnostics_json(diags)}};
+  std::cout << j.dump(2) << '\n';
+  std::cout.flush();
+  throw Exit{kExitInvalidInput};
+}
+
 void run_gemm(const GemmCli& g) {
+  const auto t_start = std::chrono::steady_clock::now();
   const Recipe ra = parse_recipe_or_throw(g.recipe_a, "--recipe-a");
   const Recipe rb = parse_recipe_or_throw(g.recipe_b, "--recipe-b");
   const DType ta = operand_dtype(ra, g.a_dtype, g.a_dtype_opt, "--a-dtype");
@@ -203,12 +253,14 @@ void run_gemm(const GemmCli& g) {
   const DType td = parse_dtype_or_throw(g.out_dtype, "--out-dtype");
   std::optional<Backend> force;
   if (g.backend != "auto") force = parse_backend(g.backend);
+  check_output_path(g.out, "--out");  // before the GEMM, not after it
 
   const io::NpyArray a = io::read_npy(g.a), b = io::read_npy(g.b);
   Diagnostics diags;
   data_diagnostics(diags, a, "a", ta, g.k);
   data_diagnostics(diags, b, "b", tb, g.k);
   if (!diags.empty()) {
+    if (g.json) refuse_json("invalid operands", diags);
     std::fprintf(stderr, "scalemm gemm: invalid operands (%zu problem(s)); nothing written\n", diags.size());
     print_diagnostics(stderr, diags);
     throw Exit{kExitInvalidInput};
@@ -218,8 +270,8 @@ void run_gemm(const GemmCli& g) {
   const layouts::ScaleLayout la(ra, m, g.k, fmt), lb(rb, n, g.k, fmt);
   check_layout_extent(la);
   check_layout_extent(lb);
-  LoadedScales sa = load_scales(io::read_npy(g.scale_a), la, "scale_a");
-  LoadedScales sb = load_scales(io::read_npy(g.scale_b), lb, "scale_b");
+  LoadedScales sa = load_scales(io::read_npy(g.scale_a), la, "scale_a", true, g.scale_a);
+  LoadedScales sb = load_scales(io::read_npy(g.scale_b), lb, "scale_b", true, g.scale_b);
   diags.insert(diags.end(), sa.diagnostics.begin(), sa.diagnostics.end());
   diags.insert(diags.end(), sb.diagnostics.begin(), sb.diagnostics.end());
   call.a = a.data;
@@ -244,31 +296,69 @@ void run_gemm(const GemmCli& g) {
     diags.insert(diags.end(), v.begin(), v.end());
   }
   if (!diags.empty()) {
+    if (g.json) refuse_json("invalid inputs", diags);
     std::fprintf(stderr, "scalemm gemm: invalid inputs (%zu problem(s)); nothing written\n", diags.size());
     print_diagnostics(stderr, diags);
     throw Exit{kExitInvalidInput};
   }
   const bool gpu = have_gpu();
-  std::printf("%s\n", GemmProblem::from(args).to_string().c_str());
-  std::printf("machine: %s%s\n", DeviceTarget::current().to_string().c_str(),
-              gpu ? "" : " (host reference emulator)");
-  std::fflush(stdout);
+  const std::string problem = GemmProblem::from(args).to_string();
+  const std::string machine = DeviceTarget::current().to_string() + (gpu ? "" : " (host reference emulator)");
+  if (!g.json) {
+    std::printf("%s\n", problem.c_str());
+    std::printf("machine: %s\n", machine.c_str());
+    std::fflush(stdout);
+  }
+  const double read_ms = ms_since(t_start);
   RunResult r;
+  const auto t_run = std::chrono::steady_clock::now();
   try {
     r = run_call(call, td, force, gpu);
   } catch (const Error& e) {
     if (e.code() != StatusCode::kUnsupported) throw;
+    if (g.json) refuse_json(e.what(), {});
     std::fprintf(stderr, "scalemm gemm: %s\nnothing written\n", e.what());
     throw Exit{kExitInvalidInput};
   }
-  std::printf("plan: %s\n", r.plan.explain().c_str());
+  const double run_ms = ms_since(t_run);
+  if (!g.json) std::printf("plan: %s\n", r.plan.explain().c_str());
   io::NpyArray d;
   d.descr = out_descr(td);
   d.shape = {m, n};
   d.data = std::move(r.d);
+  const auto t_write = std::chrono::steady_clock::now();
   io::write_npy(g.out, d);
-  std::printf("wrote %s: %s%s\n", g.out.c_str(), d.describe().c_str(),
-              td == DType::kBF16 ? " (bf16 raw bits)" : is_fp8_output(td) ? " (FP8 raw bits)" : "");
+  const double write_ms = ms_since(t_write);
+  const char* raw = td == DType::kBF16 ? " (bf16 raw bits)" : is_fp8_output(td) ? " (FP8 raw bits)" : "";
+  if (!g.json) {
+    std::printf("wrote %s: %s%s\n", g.out.c_str(), d.describe().c_str(), raw);
+    return;
+  }
+  nlohmann::json j;
+  j["ok"] = true;
+  j["problem"] = problem;
+  j["m"] = m;
+  j["n"] = n;
+  j["k"] = g.k;
+  j["machine"] = machine;
+  j["gpu"] = gpu;
+  nlohmann::json conversions = nlohmann::json::array();
+  for (const auto& c : r.plan.conversions) conversions.push_back({{"what", c.what}, {"output_bytes", c.output_bytes}});
+  j["plan"] = {{"backend", std::string(to_string(r.plan.backend))},
+               {"forced", force.has_value()},
+               {"reasons", r.plan.reasons},
+               {"conversions", conversions},
+               {"workspace_bytes", r.plan.workspace_bytes},
+               {"explain", r.plan.explain()}};
+  j["backend"] = std::string(to_string(r.plan.backend));
+  // gemm: the call itself (on a GPU up to its synchronization); run: also the uploads and the download.
+  j["timings_ms"] = {{"read_and_check", read_ms}, {"plan", r.plan_ms}, {"gemm", r.gemm_ms},
+                     {"run", run_ms},             {"write", write_ms}, {"total", ms_since(t_start)}};
+  nlohmann::json out{{"file", g.out}, {"dtype", std::string(to_string(td))}, {"npy", d.describe() + raw},
+                     {"shape", {m, n}}};
+  out["values"] = output_summary(widen(d.data, td));
+  j["output"] = out;
+  std::cout << j.dump(2) << '\n';
 }
 
 // ---- replay -----------------------------------------------------------------------------------------
@@ -526,7 +616,9 @@ void register_gemm_commands(CLI::App& app) {
   gemm->add_option("--b", g.b, "B (.npy uint8, (N, K); nvfp4 (N, K/2))")->required();
   gemm->add_option("--scale-a", g.scale_a, "Scales of A (.npy float32 or uint8)")->required();
   gemm->add_option("--scale-b", g.scale_b, "Scales of B (.npy float32 or uint8)")->required();
-  gemm->add_option("--k", g.k, "Reduction length K in elements")->required()->check(CLI::PositiveNumber);
+  gemm->add_option("--k", g.k, "Reduction length K in elements")
+      ->required()
+      ->check(whole_number(1, kMaxExtent, "the reduction length K in elements"));
   gemm->add_option("--out", g.out, "Output D (.npy (M, N): f32 <f4, f16 <f2, bf16 <u2 raw bits, e4m3/e5m2 |u1 raw bits)")
       ->required();
   gemm->add_option("--scale-format", g.scale_format, "Format of both scale files (default compact)")
@@ -542,6 +634,7 @@ void register_gemm_commands(CLI::App& app) {
                       ->check(CLI::IsMember({"e4m3", "e5m2"}));
   g.b_dtype_opt = gemm->add_option("--b-dtype", g.b_dtype, "FP8 type of B (default e4m3; nvfp4 is always e2m1)")
                       ->check(CLI::IsMember({"e4m3", "e5m2"}));
+  gemm->add_flag("--json", g.json, "Print the plan, backend, reasons, timings and an output summary as JSON");
   gemm->callback([] { run_gemm(g); });
 
   static std::string replay_dir;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_io.hpp"
 #include "dispatch/capabilities.hpp"
 #include "commands.hpp"
 #include "scalemm/device.hpp"
@@ -71,7 +72,8 @@ std::vector<Row> support_matrix(const DeviceTarget& t) {
 DeviceTarget target_for(const InfoCli& c) {
   if (c.sm < 0) {
     if (c.cublas_opt && c.cublas_opt->count() > 0)
-      throw Error(StatusCode::kInvalidArgument, "--cublas goes with --sm");
+      throw Error(StatusCode::kInvalidArgument, "--cublas: only with --sm (it sets the simulated machine's "
+                                                "cuBLASLt version); add --sm 90 or drop --cublas");
     return DeviceTarget::current();
   }
   size_t v = DeviceTarget::current().cublaslt_version;
@@ -133,8 +135,9 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
 
 void extend_info_command(CLI::App* info, std::function<void()> device_part) {
   static InfoCli c;
+  // Compute capabilities run from 3.0 to 12.x: a one-digit value (7 for sm_70?) is refused, not simulated.
   info->add_option("--sm", c.sm, "Ask about another machine: compute capability as major*10+minor (90, 100, 120)")
-      ->check(CLI::Range(0, 1000));
+      ->check(whole_number(30, 199, "a compute capability as major*10+minor, e.g. 80, 89, 90, 100, 120; sm_90 is 90"));
   c.cublas_opt = info->add_option("--cublas", c.cublas, "With --sm: the cuBLASLt version, e.g. 13.4 (default: this one)");
   info->add_flag("--json", c.json, "Print everything as JSON");
   info->callback([device_part] { run(c, device_part); });

@@ -1,5 +1,6 @@
 // `scalemm layout explain|render` (check and convert are registered next to them).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
@@ -73,8 +74,12 @@ struct LayoutArgs {
 
 void add_layout_args(CLI::App* cmd, LayoutArgs& a) {
   cmd->add_option("--recipe", a.recipe, "Scaling recipe: " + all_recipe_names())->required();
-  cmd->add_option("--rows", a.rows, "Operand rows R (M for A, N for B)")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--cols", a.cols, "Reduction length K in elements")->required()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rows", a.rows, "Operand rows R (M for A, N for B)")
+      ->required()
+      ->check(whole_number(1, kMaxExtent, "the operand's rows: M for A, N for B"));
+  cmd->add_option("--cols", a.cols, "Reduction length K in elements")
+      ->required()
+      ->check(whole_number(1, kMaxExtent, "the reduction length K in elements"));
 }
 
 ScaleLayout make_layout(const LayoutArgs& a, ScaleFormat f) {
@@ -173,54 +178,153 @@ std::string cell_colour(const ScaleLayout& l, const Cell& c) {
   return os.str();
 }
 
+// SVG text is not measured by the renderer, so the canvas is sized from the character count:
+// a monospace glyph advances 0.602 em in DejaVu Sans Mono and about 0.6 em in the others.
+constexpr double kGlyphEm = 0.62;
+
+int64_t text_px(const std::string& s, int font_size) {
+  return static_cast<int64_t>(std::ceil(double(s.size()) * kGlyphEm * font_size));
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else out += c;
+  }
+  return out;
+}
+
+// Greedy word wrap to `max_chars`; continuation lines are indented by two spaces.
+std::vector<std::string> wrap_text(const std::string& s, size_t max_chars) {
+  std::vector<std::string> lines;
+  std::istringstream words(s);
+  std::string word, line;
+  while (words >> word) {
+    if (!line.empty() && line.size() + 1 + word.size() > max_chars) {
+      lines.push_back(line);
+      line = "  ";
+    }
+    line += (line.empty() || line == "  " ? "" : " ") + word;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
 void run_render(const LayoutArgs& a, const std::string& format, const std::string& out) {
   const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
+  check_output_path(out, "--out");
   // Lines wider than 64 cells wrap, so that every position up to max_cells is drawn.
   const int64_t width = std::min<int64_t>(std::max<int64_t>(buffer_line_width(l), 1), 64);
   const int64_t max_cells = 8192;
   const int64_t shown = std::min(l.size(), max_cells);
   const int64_t lines = (shown + width - 1) / std::max<int64_t>(width, 1);
   const auto cells = buffer_cells(l, shown);
-  const int cw = 44, ch = 18, margin = 20, top = 60;
+  const int font = 10, title_font = 13, line_h = 14, ch = 18, margin = 20;
+  // Cells fit their longest label ("row:kblock"); the offset column fits "offset" and the last offset.
+  const std::string longest = std::to_string(std::max<int64_t>(l.rows - 1, 0)) + ":" +
+                              std::to_string(std::max<int64_t>(l.kblocks() - 1, 0));
+  const int64_t cw = std::max<int64_t>(44, text_px(longest, font) + 8);
+  const int64_t offset_w = std::max(text_px("offset", font), text_px(std::to_string((lines - 1) * width), font)) + 12;
+  const int64_t grid_w = offset_w + width * cw;
+  // Text wraps at the grid's width, but never narrower than 100 characters.
+  const int64_t text_w = std::max<int64_t>(grid_w, text_px(std::string(100, 'x'), font));
+  const size_t max_chars = size_t(double(text_w) / (kGlyphEm * font));
+
+  std::vector<std::string> text_lines = wrap_text(formula_text(l), max_chars);
+  for (const std::string& s :
+       {std::string("Each line holds ") + std::to_string(width) + " consecutive buffer positions; the offset column "
+            "gives the position of the line's first cell, the +i header the position within the line.",
+        std::string("A cell shows the data row and K-block (row:kblock) of the scale stored there; hue follows "
+                    "the K-block, lightness alternates by row block.") +
+            (shown < l.size() ? " Only the first " + std::to_string(shown) + " of " + std::to_string(l.size()) +
+                                    " positions are drawn."
+                              : std::string())}) {
+    const auto w = wrap_text(s, max_chars);
+    text_lines.insert(text_lines.end(), w.begin(), w.end());
+  }
+  const std::vector<std::string> title_lines =
+      wrap_text(l.to_string(), size_t(double(text_w) / (kGlyphEm * title_font)));
+  int64_t content_w = grid_w;
+  for (const auto& t : title_lines) content_w = std::max(content_w, text_px(t, title_font));
+  for (const auto& t : text_lines) content_w = std::max(content_w, text_px(t, font));
+
   std::ostringstream svg;
-  const int64_t w = margin * 2 + 60 + width * cw;
+  int64_t y = margin;
+  std::ostringstream head;
+  for (const auto& t : title_lines) {
+    y += 16;
+    head << "<text x=\"" << margin << "\" y=\"" << y << "\" font-size=\"" << title_font << "\">" << xml_escape(t)
+         << "</text>\n";
+  }
+  y += 4;
+  for (const auto& t : text_lines) {
+    y += line_h;
+    head << "<text x=\"" << margin << "\" y=\"" << y << "\" xml:space=\"preserve\">" << xml_escape(t) << "</text>\n";
+  }
+  // Legend: padding, two row blocks of K-block 0, K-block 1.
+  y += 10;
+  head << "<g id=\"legend\">\n";
+  int64_t x = margin;
+  const std::pair<std::string, std::string> legend[] = {
+      {"#dddddd", "zero padding"},
+      {cell_colour(l, Cell{0, 0}), "K-block 0"},
+      {cell_colour(l, Cell{std::max<int64_t>(l.block_rows() > 1 ? l.block_rows() : 32, 1), 0}),
+       "K-block 0, next row block"},
+      {cell_colour(l, Cell{0, 1}), "K-block 1"}};
+  for (const auto& [colour, label] : legend) {
+    head << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"14\" height=\"12\" fill=\"" << colour << "\"/>"
+         << "<text x=\"" << x + 18 << "\" y=\"" << y + 10 << "\">" << label << "</text>\n";
+    x += 18 + text_px(label, font) + 16;
+  }
+  content_w = std::max(content_w, x - margin);
+  head << "</g>\n";
+  y += 12 + 10;
+  // Column header: "offset" over the offset column, +i over each cell column.
+  y += line_h;
+  head << "<text x=\"" << margin << "\" y=\"" << y << "\" font-weight=\"bold\">offset</text>\n";
+  for (int64_t i = 0; i < width; ++i)
+    head << "<text x=\"" << margin + offset_w + i * cw + 3 << "\" y=\"" << y << "\" fill=\"#666666\">+" << i
+         << "</text>\n";
+  const int64_t top = y + 6;
+  const int64_t w = margin * 2 + content_w;
   const int64_t h = top + lines * ch + margin;
   svg << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
-      << "\" font-family=\"monospace\" font-size=\"10\">\n"
-      << "<title>" << l.to_string() << "</title>\n"
-      << "<text x=\"" << margin << "\" y=\"20\" font-size=\"13\">" << l.to_string() << "</text>\n"
-      << "<text x=\"" << margin << "\" y=\"38\">" << formula_text(l)
-      << " | cell = data row:K-block of the scale stored there; grey = zero padding"
-      << (shown < l.size() ? " | first " + std::to_string(shown) + " positions" : std::string()) << "</text>\n";
+      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
+      << ' ' << h << "\" font-family=\"DejaVu Sans Mono, monospace\" font-size=\"" << font << "\">\n"
+      << "<title>" << xml_escape(l.to_string()) << "</title>\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\" class=\"background\"/>\n"
+      << head.str();
   for (int64_t line = 0; line < lines; ++line) {
-    const int64_t y = top + line * ch;
-    svg << "<text x=\"" << margin << "\" y=\"" << y + 13 << "\">" << line * width << "</text>\n";
+    const int64_t ly = top + line * ch;
+    svg << "<text x=\"" << margin << "\" y=\"" << ly + 13 << "\">" << line * width << "</text>\n";
     for (int64_t i = 0; i < width; ++i) {
       const int64_t pos = line * width + i;
       if (pos >= shown) break;
       const Cell& c = cells[static_cast<size_t>(pos)];
-      const int64_t x = margin + 60 + i * cw;
-      svg << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << cw - 2 << "\" height=\"" << ch - 2
-          << "\" fill=\"" << cell_colour(l, c) << "\"><title>offset " << pos;
+      const int64_t cx = margin + offset_w + i * cw;
+      svg << "<rect class=\"cell\" x=\"" << cx << "\" y=\"" << ly << "\" width=\"" << cw - 2 << "\" height=\""
+          << ch - 2 << "\" fill=\"" << cell_colour(l, c) << "\"><title>offset " << pos;
       if (c.row >= 0) svg << ": row " << c.row << ", K-block " << c.kb;
       else svg << ": padding";
       svg << "</title></rect>\n";
       if (c.row >= 0)
-        svg << "<text x=\"" << x + 3 << "\" y=\"" << y + 12 << "\">" << c.row << ':' << c.kb << "</text>\n";
+        svg << "<text x=\"" << cx + 3 << "\" y=\"" << ly + 12 << "\">" << c.row << ':' << c.kb << "</text>\n";
     }
   }
   svg << "</svg>\n";
   const std::string tmp = out + ".tmp-scalemm";
   {
     std::ofstream f(tmp, std::ios::trunc);
-    if (!f) throw Error(StatusCode::kIoError, out + ": cannot open for writing");
+    if (!f) throw Error(StatusCode::kIoError, "--out: cannot open " + out + " for writing; choose another path");
     f << svg.str();
-    if (!f) throw Error(StatusCode::kIoError, out + ": write failed");
+    if (!f) throw Error(StatusCode::kIoError, "--out: writing " + out + " failed (is the disk full?)");
   }
   if (std::rename(tmp.c_str(), out.c_str()) != 0) {
     std::remove(tmp.c_str());
-    throw Error(StatusCode::kIoError, out + ": cannot move the rendered file into place");
+    throw Error(StatusCode::kIoError, "--out: cannot move the rendered file into place at " + out);
   }
   std::printf("wrote %s: %lld of %lld buffer positions\n", out.c_str(), static_cast<long long>(shown),
               static_cast<long long>(l.size()));
@@ -229,7 +333,7 @@ void run_render(const LayoutArgs& a, const std::string& format, const std::strin
 void run_check(const LayoutArgs& a, const std::string& format, const std::string& path, bool json) {
   const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
   const io::NpyArray arr = io::read_npy(path);
-  const LoadedScales loaded = load_scales(arr, l, "scales", true);
+  const LoadedScales loaded = load_scales(arr, l, "scales", true, path);
   const bool ok = loaded.diagnostics.empty();
   if (json) {
     nlohmann::json j;
@@ -255,8 +359,9 @@ void run_convert(const LayoutArgs& a, const std::string& from, const std::string
                  const std::string& out) {
   const ScaleLayout src = make_layout(a, parse_scale_format_or_throw(from, "--from"));
   const ScaleLayout dst = src.with_format(parse_scale_format_or_throw(to, "--to"));
+  check_output_path(out, "--out");
   const io::NpyArray arr = io::read_npy(in);
-  const LoadedScales loaded = load_scales(arr, src, "in", true);
+  const LoadedScales loaded = load_scales(arr, src, "in", true, in);
   if (!loaded.diagnostics.empty()) {
     std::fprintf(stderr, "scalemm: %s (%s) is not a valid %s; nothing written\n", in.c_str(),
                  arr.describe().c_str(), src.to_string().c_str());

@@ -2,10 +2,39 @@
 #include <cstdio>
 #include <iostream>
 #include <new>
+#include <string>
 
 #include "commands.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/version.hpp"
+
+namespace {
+
+// CLI11 reads an unknown command as a stray argument and answers "A subcommand is required"; name it
+// instead, with the commands that exist at that level.
+void check_command_names(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return;  // options (and their values) follow
+    const auto subs = level->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty()) return;  // a command's positional argument (replay DIR)
+    CLI::App* next = nullptr;
+    std::string names;
+    for (CLI::App* s : subs) {
+      if (s->check_name(word)) next = s;
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    }
+    if (!next) {
+      const std::string path = level == &app ? "scalemm" : "scalemm " + level->get_name();
+      throw CLI::ValidationError(path, "unknown command '" + word + "'; expected one of " + names + " (" + path +
+                                           " --help lists them)");
+    }
+    level = next;
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"scalemm " SCALEMM_VERSION_STRING
@@ -17,6 +46,7 @@ int main(int argc, char** argv) {
   scalemm::cli::register_gemm_commands(app);
   scalemm::cli::register_demo_command(app);
   try {
+    check_command_names(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
