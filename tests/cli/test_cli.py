@@ -866,6 +866,132 @@ def gemm_json():
     assert not os.path.exists(out)
 
 
+# ---- grouped gemm -----------------------------------------------------------------------------------
+
+def grouped_scale_file(recipe, groups_rows, k, fmt, rng):
+    """A grouped operand's scale buffer as docs/grouped.md defines it: each group's own buffer in order
+    (cuBLASLt format: each starting on a 16-byte boundary). Returns (flat buffer, per-group grids)."""
+    parts, grids = [], []
+    for rows in groups_rows:
+        g = random_scales(rng, recipe, grid_shape(recipe, rows, k)) if rows else np.zeros((0, 0), scale_np_dtype(recipe))
+        grids.append(g)
+        buf = cublaslt_from_compact(recipe, rows, k, g) if (fmt == "cublaslt" and rows) else g.reshape(-1)
+        if fmt == "cublaslt":
+            pad = (-sum(p.nbytes for p in parts)) % 16
+            parts.append(np.zeros(pad // buf.itemsize, buf.dtype))
+        parts.append(buf)
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32), grids
+
+
+GROUPED_M_CASES = [  # recipe_a, recipe_b, sizes, n, k, fmt
+    ("tensorwise", "tensorwise", [3, 0, 5, 1], 24, 64, "compact"),
+    ("mxfp8", "mxfp8", [7, 0, 1, 9], 16, 96, "cublaslt"),
+    ("block1x128", "block128x128", [4, 129, 0], 136, 256, "compact"),
+    ("nvfp4", "nvfp4", [2, 0, 6], 16, 64, "compact"),
+]
+
+
+@case("gemm --group-dim m runs every expert on its rows and agrees with a NumPy float64 computation")
+def gemm_grouped_m():
+    rng = np.random.default_rng(21)
+    for ra, rb, sizes, n, k, fmt in GROUPED_M_CASES:
+        t = Tmp()
+        G, M = len(sizes), sum(sizes)
+        a, av = random_operand(rng, ra, M, k)
+        sa, ga = grouped_scale_file(ra, sizes, k, fmt, rng)
+        bs, bvals = [], []
+        for _ in range(G):
+            b, bv = random_operand(rng, rb, n, k)
+            bs.append(b)
+            bvals.append(bv)
+        sb, gb = grouped_scale_file(rb, [n] * G, k, fmt, rng)
+        want = np.zeros((M, n))
+        r0 = 0
+        for g, mg in enumerate(sizes):
+            if mg:
+                A = av[r0:r0 + mg] * expand(ra, mg, k, ga[g])
+                B = bvals[g] * expand(rb, n, k, gb[g])
+                want[r0:r0 + mg] = A @ B.T
+            r0 += mg
+        out = t.path("d.npy")
+        args = ["gemm", "--recipe-a", ra, "--recipe-b", rb, "--k", k, "--out", out, "--out-dtype", "f32",
+                "--backend", "reference", "--scale-format", fmt, "--group-dim", "m",
+                "--group-sizes", ",".join(map(str, sizes)), "--a", t.save("a.npy", a),
+                "--b", t.save("b.npy", np.stack(bs)), "--scale-a", t.save("sa.npy", sa), "--scale-b", t.save("sb.npy", sb)]
+        p = run(*args, expect=0)
+        assert "distinct group shape" in p.stdout, p.stdout
+        d = np.load(out).astype(np.float64)
+        assert d.shape == (M, n), d.shape
+        bound = 4 * k * 2.0 ** -24 * np.abs(want).max() + 1e-30
+        assert np.all(np.abs(d - want) <= bound * 4), (ra, rb, np.abs(d - want).max())
+        # The same sizes from a .npy of int64.
+        run(*[x if x != ",".join(map(str, sizes)) else t.save("sizes.npy", np.array(sizes, np.int64)) for x in args],
+            expect=0)
+        assert np.array_equal(np.load(out).view(np.uint32), d.astype(np.float32).view(np.uint32))
+
+
+@case("gemm --group-dim k writes (G, M, N) with zero for an empty group and names a K split off a block")
+def gemm_grouped_k():
+    rng = np.random.default_rng(22)
+    ra, rb, m, n, sizes = "block1x128", "block1x128", 8, 16, [128, 0, 256]
+    k = sum(sizes)
+    t = Tmp()
+    a, av = random_operand(rng, ra, m, k)
+    b, bv = random_operand(rng, rb, n, k)
+    sa = random_scales(rng, ra, grid_shape(ra, m, k))
+    sb = random_scales(rng, rb, grid_shape(rb, n, k))
+    A, B = av * expand(ra, m, k, sa), bv * expand(rb, n, k, sb)
+    files = ["--a", t.save("a.npy", a), "--b", t.save("b.npy", b), "--scale-a", t.save("sa.npy", sa),
+             "--scale-b", t.save("sb.npy", sb)]
+    out = t.path("dw.npy")
+    base = ["gemm", "--recipe-a", ra, "--recipe-b", rb, "--k", k, "--out", out, "--out-dtype", "f32",
+            "--backend", "reference", "--group-dim", "k"] + files
+    run(*base, "--group-sizes", "128,0,256", expect=0)
+    d = np.load(out).astype(np.float64)
+    assert d.shape == (3, m, n), d.shape
+    k0 = 0
+    for g, kg in enumerate(sizes):
+        want = A[:, k0:k0 + kg] @ B[:, k0:k0 + kg].T
+        assert np.all(np.abs(d[g] - want) <= 1e-5 * (np.abs(A[:, k0:k0 + kg]) @ np.abs(B[:, k0:k0 + kg]).T) + 1e-30), g
+        k0 += kg
+    assert np.all(d[1] == 0)
+    os.remove(out)
+    p = run(*base, "--group-sizes", "100,0,284", expect=1)
+    assert "group_sizes[0]" in p.stderr and "group-k-block" in p.stderr and "K_g = 128" in p.stderr, p.stderr
+    assert not os.path.exists(out)
+
+
+@case("gemm rejects bad group sizes and grouped scale files by name and writes nothing")
+def gemm_grouped_rejects():
+    rng = np.random.default_rng(23)
+    t = Tmp()
+    sizes, n, k = [3, 5], 16, 64
+    a, _ = random_operand(rng, "mxfp8", 8, k)
+    b = np.stack([random_operand(rng, "mxfp8", n, k)[0] for _ in sizes])
+    sa, _ = grouped_scale_file("mxfp8", sizes, k, "compact", rng)
+    sb, _ = grouped_scale_file("mxfp8", [n] * 2, k, "compact", rng)
+    out = t.path("d.npy")
+    files = {"--a": t.save("a.npy", a), "--b": t.save("b.npy", b), "--scale-a": t.save("sa.npy", sa),
+             "--scale-b": t.save("sb.npy", sb)}
+
+    def go(sizes_text, **over):
+        f = dict(files, **over)
+        args = ["gemm", "--recipe-a", "mxfp8", "--recipe-b", "mxfp8", "--k", k, "--out", out, "--group-sizes",
+                sizes_text]
+        for flag, path in f.items():
+            args += [flag, path]
+        return run(*args)
+
+    for text, needle in (("3,4", "group-size-sum"), ("9,-1", "group-size-negative"), ("3,x", "whole numbers"),
+                         ("3,0,5", "grouped-b-shape")):
+        p = go(text)
+        assert p.returncode in (1, 2) and needle in p.stderr, (text, p.returncode, p.stderr)
+        assert not os.path.exists(out), text
+    p = go("3,5", **{"--scale-a": t.save("short.npy", sa[:-1])})
+    assert p.returncode == 1 and "grouped-scale-size" in p.stderr and "scale_a" in p.stderr, p.stderr
+    assert not os.path.exists(out)
+
+
 def main():
     global BIN
     BIN = sys.argv[1]

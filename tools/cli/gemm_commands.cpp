@@ -30,6 +30,7 @@
 #include "scalemm/emulation/compare.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
 #include "scalemm/io/call_record.hpp"
 #include "scalemm/io/npy.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
@@ -195,6 +196,7 @@ struct GemmCli {
   float alpha = 1.0f;
   float d_scale = 1.0f;
   bool json = false;
+  std::string group_sizes, group_dim = "m";  ///< grouped calls: "3,0,5" or a .npy of int32/int64
   CLI::Option* d_scale_opt = nullptr;
   CLI::Option* a_dtype_opt = nullptr;
   CLI::Option* b_dtype_opt = nullptr;
@@ -243,7 +245,13 @@ nlohmann::json output_summary(const std::vector<float>& v) {
   throw Exit{kExitInvalidInput};
 }
 
+void run_grouped(const GemmCli& g);
+
 void run_gemm(const GemmCli& g) {
+  if (!g.group_sizes.empty()) {
+    run_grouped(g);
+    return;
+  }
   const auto t_start = std::chrono::steady_clock::now();
   const Recipe ra = parse_recipe_or_throw(g.recipe_a, "--recipe-a");
   const Recipe rb = parse_recipe_or_throw(g.recipe_b, "--recipe-b");
@@ -356,6 +364,188 @@ void run_gemm(const GemmCli& g) {
                      {"run", run_ms},             {"write", write_ms}, {"total", ms_since(t_start)}};
   nlohmann::json out{{"file", g.out}, {"dtype", std::string(to_string(td))}, {"npy", d.describe() + raw},
                      {"shape", {m, n}}};
+  out["values"] = output_summary(widen(d.data, td));
+  j["output"] = out;
+  std::cout << j.dump(2) << '\n';
+}
+
+// ---- grouped gemm ---------------------------------------------------------------------------------
+
+/// --group-sizes: "3,0,5" or a 1-D .npy of int32/int64.
+std::vector<int64_t> parse_group_sizes(const std::string& s) {
+  std::vector<int64_t> out;
+  if (s.size() > 4 && s.compare(s.size() - 4, 4, ".npy") == 0) {
+    const io::NpyArray arr = io::read_npy(s);
+    if (arr.shape.size() != 1 || (arr.descr != "<i4" && arr.descr != "<i8"))
+      throw Error(StatusCode::kInvalidArgument, "--group-sizes: " + s + " must be a 1-D int32 or int64 array, got " +
+                                                    arr.describe());
+    for (int64_t i = 0; i < arr.shape[0]; ++i)
+      out.push_back(arr.descr == "<i4" ? int64_t(arr.as<int32_t>()[i]) : arr.as<int64_t>()[i]);
+    return out;
+  }
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, comma - at);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size())
+      throw Error(StatusCode::kInvalidArgument, "--group-sizes: expected whole numbers separated by commas (e.g. "
+                                                "3,0,5) or a .npy of int32/int64, got '" + s + "'");
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
+
+/// Scale file of a grouped operand: raw bytes of the expected element type and total size.
+std::vector<uint8_t> grouped_scales(const std::string& path, const char* arg, DType scale_dtype, int64_t want_bytes,
+                                    const std::string& what, Diagnostics& diags) {
+  io::NpyArray arr = io::read_npy(path);
+  const bool f32 = scale_dtype == DType::kF32;
+  const bool type_ok = f32 ? arr.descr == "<f4" : arr.descr == "|u1" || arr.descr == "<u1";
+  if (!type_ok)
+    diags.push_back({arg, "scale-dtype", "scale elements of this recipe", f32 ? "float32" : "uint8",
+                     io::npy_type_name(arr.descr), ""});
+  else if (int64_t(arr.data.size()) != want_bytes)
+    diags.push_back({arg, "grouped-scale-size", what, std::to_string(want_bytes) + " bytes",
+                     std::to_string(arr.data.size()) + " bytes (" + arr.describe() + ")",
+                     "See docs/grouped.md for the per-group scale layouts; `scalemm layout explain --group-sizes` "
+                     "prints them."});
+  return std::move(arr.data);
+}
+
+void run_grouped(const GemmCli& g) {
+  const Recipe ra = parse_recipe_or_throw(g.recipe_a, "--recipe-a");
+  const Recipe rb = parse_recipe_or_throw(g.recipe_b, "--recipe-b");
+  const DType ta = operand_dtype(ra, g.a_dtype, g.a_dtype_opt, "--a-dtype");
+  const DType tb = operand_dtype(rb, g.b_dtype, g.b_dtype_opt, "--b-dtype");
+  const ScaleFormat fmt = parse_scale_format_or_throw(g.scale_format, "--scale-format");
+  const DType td = parse_dtype_or_throw(g.out_dtype, "--out-dtype");
+  if (g.group_dim != "m" && g.group_dim != "k")
+    throw Error(StatusCode::kInvalidArgument, "--group-dim: expected m or k, got '" + g.group_dim + "'");
+  const GroupDim dim = g.group_dim == "m" ? GroupDim::kM : GroupDim::kK;
+  std::optional<Backend> force;
+  if (g.backend != "auto") force = parse_backend(g.backend);
+  check_output_path(g.out, "--out");
+  const std::vector<int64_t> sizes = parse_group_sizes(g.group_sizes);
+  const int64_t groups = int64_t(sizes.size());
+
+  io::NpyArray a = io::read_npy(g.a), b = io::read_npy(g.b);
+  Diagnostics diags;
+  data_diagnostics(diags, a, "a", ta, g.k);
+  if (dim == GroupDim::kM) {  // B is (G, N, K): checked as the (G*N, K) rows it holds
+    if (b.shape.size() != 3 || b.shape[0] != groups)
+      diags.push_back({"b", "grouped-b-shape", "B of an m-grouped call holds one (N, K) operand per group",
+                       "(" + std::to_string(groups) + ", N, K" + (tb == DType::kE2M1 ? "/2" : "") + ")", b.describe(),
+                       "Stack the experts' weights along a first axis of G = the number of group sizes."});
+    else
+      b.shape = {b.shape[0] * b.shape[1], b.shape[2]};
+  }
+  if (diags.empty()) data_diagnostics(diags, b, "b", tb, g.k);
+  if (!diags.empty()) {
+    if (g.json) refuse_json("invalid operands", diags);
+    std::fprintf(stderr, "scalemm gemm: invalid operands (%zu problem(s)); nothing written\n", diags.size());
+    print_diagnostics(stderr, diags);
+    throw Exit{kExitInvalidInput};
+  }
+  GroupedGemmArgs ga;
+  ga.group_dim = dim;
+  ga.groups = groups;
+  ga.group_sizes = sizes.data();
+  ga.m = a.shape[0];
+  ga.n = dim == GroupDim::kM ? b.shape[0] / std::max<int64_t>(groups, 1) : b.shape[0];
+  ga.k = g.k;
+  ga.d_dtype = td;
+  ga.alpha = g.alpha;
+  ga.space = MemorySpace::kHost;
+  // The scale buffers' sizes depend on the group sizes: check those first (validate stops there).
+  GroupedGemmArgs sizes_only = ga;
+  static uint8_t placeholder[16];
+  sizes_only.a = {placeholder, ta, ra, placeholder, fmt, 1.0f};
+  sizes_only.b = sizes_only.a, sizes_only.b.dtype = tb, sizes_only.b.recipe = rb;
+  sizes_only.d = placeholder;
+  Diagnostics size_diags;
+  for (const auto& d : validate(sizes_only))
+    if (d.argument.rfind("group", 0) == 0 || d.argument == "d_dtype") size_diags.push_back(d);
+  std::vector<uint8_t> sa, sb;
+  if (size_diags.empty()) {
+    const layouts::ScaleLayout la(ra, ga.m, ga.k, fmt), lb(rb, ga.n, ga.k, fmt);
+    const int64_t a_bytes = dim == GroupDim::kM ? grouped_scale_offsets(sizes_only).back() : la.bytes();
+    const int64_t b_bytes = dim == GroupDim::kM ? groups * grouped_b_scale_stride(sizes_only) : lb.bytes();
+    sa = grouped_scales(g.scale_a, "scale_a", la.scale_dtype(), a_bytes,
+                        dim == GroupDim::kM ? "each group's scale buffer for its rows, in group order"
+                                            : "the whole (M, sum K_g) tensor's scales",
+                        diags);
+    sb = grouped_scales(g.scale_b, "scale_b", lb.scale_dtype(), b_bytes,
+                        dim == GroupDim::kM ? "one (N, K) scale buffer per expert, stacked"
+                                            : "the whole (N, sum K_g) tensor's scales",
+                        diags);
+  }
+  diags.insert(diags.begin(), size_diags.begin(), size_diags.end());
+  std::vector<uint8_t> out_bytes_host(size_t((dim == GroupDim::kM ? ga.m : groups * ga.m) * ga.n) * out_bytes(td));
+  ga.a = {a.data.data(), ta, ra, sa.data(), fmt, 1.0f};
+  ga.b = {b.data.data(), tb, rb, sb.data(), fmt, 1.0f};
+  ga.d = out_bytes_host.data();
+  if (diags.empty()) diags = validate(ga);
+  if (!diags.empty()) {
+    if (g.json) refuse_json("invalid inputs", diags);
+    std::fprintf(stderr, "scalemm gemm: invalid inputs (%zu problem(s)); nothing written\n", diags.size());
+    print_diagnostics(stderr, diags);
+    throw Exit{kExitInvalidInput};
+  }
+  const bool gpu = have_gpu();
+  HandleOptions options;
+  options.plan.force = force;
+  Handle handle(options);
+  std::string plan;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (!gpu) {
+      plan = handle.explain(ga);
+      handle.grouped_gemm(ga);
+    } else {
+      DeviceBuffer da, db, dsa, dsb, dd;
+      GroupedGemmArgs dev = ga;
+      dev.space = MemorySpace::kDevice;
+      dev.a.data = da.upload(a.data.data(), a.data.size());
+      dev.b.data = db.upload(b.data.data(), b.data.size());
+      dev.a.scale = dsa.upload(sa.data(), sa.size());
+      dev.b.scale = dsb.upload(sb.data(), sb.size());
+      dev.d = dd.alloc(out_bytes_host.size());
+      plan = handle.explain(dev);
+      handle.grouped_gemm(dev, nullptr);
+      cuda_check(cudaDeviceSynchronize(), "grouped GEMM");
+      cuda_check(cudaMemcpy(out_bytes_host.data(), dev.d, out_bytes_host.size(), cudaMemcpyDeviceToHost),
+                 "copy D to the host");
+    }
+  } catch (const Error& e) {
+    if (e.code() != StatusCode::kUnsupported) throw;
+    if (g.json) refuse_json(e.what(), {});
+    std::fprintf(stderr, "scalemm gemm: %s\nnothing written\n", e.what());
+    throw Exit{kExitInvalidInput};
+  }
+  const double run_ms = ms_since(t0);
+  io::NpyArray d;
+  d.descr = out_descr(td);
+  d.shape = dim == GroupDim::kM ? std::vector<int64_t>{ga.m, ga.n} : std::vector<int64_t>{groups, ga.m, ga.n};
+  d.data = std::move(out_bytes_host);
+  io::write_npy(g.out, d);
+  const std::string machine = DeviceTarget::current().to_string() + (gpu ? "" : " (host reference emulator)");
+  if (!g.json) {
+    std::printf("machine: %s\n%s\nwrote %s: %s\n", machine.c_str(), plan.c_str(), g.out.c_str(),
+                d.describe().c_str());
+    return;
+  }
+  nlohmann::json j{{"ok", true},        {"group_dim", g.group_dim}, {"group_sizes", sizes}, {"m", ga.m},
+                   {"n", ga.n},         {"k", ga.k},                {"machine", machine},   {"gpu", gpu},
+                   {"plan", plan},      {"timings_ms", {{"run", run_ms}}}};
+  nlohmann::json out{{"file", g.out}, {"dtype", std::string(to_string(td))}, {"npy", d.describe()}, {"shape", d.shape}};
   out["values"] = output_summary(widen(d.data, td));
   j["output"] = out;
   std::cout << j.dump(2) << '\n';
@@ -635,6 +825,13 @@ void register_gemm_commands(CLI::App& app) {
   g.b_dtype_opt = gemm->add_option("--b-dtype", g.b_dtype, "FP8 type of B (default e4m3; nvfp4 is always e2m1)")
                       ->check(CLI::IsMember({"e4m3", "e5m2"}));
   gemm->add_flag("--json", g.json, "Print the plan, backend, reasons, timings and an output summary as JSON");
+  gemm->add_option("--group-sizes", g.group_sizes,
+                   "Grouped GEMM: the G group sizes, \"3,0,5\" or a .npy of int32/int64 (M_g with --group-dim m, "
+                   "K_g with --group-dim k); see docs/grouped.md");
+  gemm->add_option("--group-dim", g.group_dim,
+                   "Grouped GEMM: m (A rows grouped, --b (G, N, K), scales stacked per expert) or k (A (M, sum K_g), "
+                   "B (N, sum K_g), --out (G, M, N)); default m")
+      ->check(CLI::IsMember({"m", "k"}));
   gemm->callback([] { run_gemm(g); });
 
   static std::string replay_dir;
