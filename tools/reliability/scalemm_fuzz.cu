@@ -18,8 +18,11 @@
 //   non-finite  exactly the reference's NaN positions are NaN and its Inf positions Inf of the same
 //               sign (no spurious NaN/Inf, none missing: "NaN propagates to the rows/cols it should");
 //   determinism a second identical call gives the same bytes (D and amax);
-//   agreement   when the backend that ran is native or convert-native (and the output not FP8), the
-//               forced emulated backend on the same inputs agrees within the sum of both tolerances.
+//   agreement   when the backend that ran is native or convert-native (output not FP8), the forced
+//               emulated backend on the same inputs, where it runs the problem too (MX and NVFP4 pairs
+//               on devices with native MX; on sm_90 the emulated backend runs only pairs that have no
+//               native path), else the forced reference backend, agrees with it within the sum of both
+//               backends' tolerances; an emulated result likewise agrees with the reference backend.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -304,22 +307,41 @@ std::vector<float> dequant(const HostOp& op) {
 
 // ---- device buffers --------------------------------------------------------------------------------
 
+// --host runs every call on host memory (the host reference backend against emulation::gemm_host):
+// the generators and checks of this program, testable without a GPU.
+bool g_host = false;
+
 struct Buf {
   void* p = nullptr;
   size_t cap = 0;
+  std::vector<uint64_t> host;
   void* need(size_t bytes) {
     bytes = std::max<size_t>(bytes, 256);
     if (bytes > cap) {
-      if (p) FUZZ_CUDA(cudaFree(p));
       cap = std::max(bytes, cap * 2);
-      FUZZ_CUDA(cudaMalloc(&p, cap));
+      if (g_host) {
+        host.assign((cap + 7) / 8, 0);
+        p = host.data();
+      } else {
+        if (p) FUZZ_CUDA(cudaFree(p));
+        FUZZ_CUDA(cudaMalloc(&p, cap));
+      }
     }
     return p;
   }
   ~Buf() {
-    if (p) cudaFree(p);
+    if (p && !g_host) cudaFree(p);
   }
 };
+
+void copy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  if (g_host) std::memcpy(dst, src, bytes);
+  else FUZZ_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, s));
+}
+void fill_async(void* dst, int value, size_t bytes, cudaStream_t s) {
+  if (g_host) std::memset(dst, value, bytes);
+  else FUZZ_CUDA(cudaMemsetAsync(dst, value, bytes, s));
+}
 
 size_t elem_bytes(DType t) { return size_t(dtype_bits(t) / 8); }
 
@@ -360,12 +382,13 @@ struct Stats {
   int64_t by_backend[kBackendCount] = {};
   int64_t by_regime[kRegimeCount] = {};
   std::map<std::string, int64_t> by_out;
+  std::map<std::string, int64_t> agreement;
 };
 
 class Fuzzer {
  public:
   explicit Fuzzer(uint64_t seed, bool verbose) : seed_(seed), verbose_(verbose) {
-    FUZZ_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (!g_host) FUZZ_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     HandleOptions ho;
     ho.verify = VerifyMode::kOff;
     ho.autotune = Autotune::kOff;
@@ -376,7 +399,9 @@ class Fuzzer {
       forced_[b] = std::make_unique<Handle>(f);
     }
   }
-  ~Fuzzer() { cudaStreamDestroy(stream_); }
+  ~Fuzzer() {
+    if (!g_host) cudaStreamDestroy(stream_);
+  }
 
   // Runs one configuration; returns false when it was skipped.
   bool run(const Config& c, Stats& st);
@@ -387,8 +412,8 @@ class Fuzzer {
     failed_now_ = true;
     if (st.failed <= 50 || verbose_)
       std::printf("FAIL seed=%" PRIu64 " id=%" PRIu64 ": %s\n  config: %s\n  reproduce: scalemm_fuzz --seed %" PRIu64
-                  " --only %" PRIu64 "\n",
-                  seed_, c.id, what.c_str(), c.describe().c_str(), seed_, c.id);
+                  " --only %" PRIu64 "%s\n",
+                  seed_, c.id, what.c_str(), c.describe().c_str(), seed_, c.id, g_host ? " --host" : "");
   }
 
   uint64_t seed_;
@@ -460,7 +485,7 @@ bool Fuzzer::run(const Config& c, Stats& st) {
   const cudaStream_t s = stream_;
   auto up = [&](Buf& buf, const void* host, size_t bytes) {
     void* p = buf.need(bytes);
-    if (bytes) FUZZ_CUDA(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, s));
+    if (bytes) copy_async(p, host, bytes, cudaMemcpyHostToDevice, s);
     return p;
   };
   GemmArgs args;
@@ -473,6 +498,11 @@ bool Fuzzer::run(const Config& c, Stats& st) {
   args.b.scale = up(sb_, b.scales.data(), b.scales.size());
   args.d_dtype = c.out;
   args.alpha = alpha;
+  args.space = g_host ? MemorySpace::kHost : MemorySpace::kDevice;
+  // Self-test of the checks: SCALEMM_FUZZ_PERTURB=x runs the library with alpha * (1 + x) against the
+  // reference with alpha; with x = 1e-2 nearly every configuration with a nonzero result must fail.
+  static const double perturb = std::getenv("SCALEMM_FUZZ_PERTURB") ? std::atof(std::getenv("SCALEMM_FUZZ_PERTURB")) : 0.0;
+  args.alpha = float(double(alpha) * (1.0 + perturb));
   if (c.bias) {
     args.bias = up(bias_, bias_h.data(), bias_h.size() * 2);
     up(biasf_, bias_f.data(), bias_f.size() * 4);
@@ -504,8 +534,8 @@ bool Fuzzer::run(const Config& c, Stats& st) {
 
   // Two identical calls, each into a poisoned D (and a reset amax).
   auto call = [&](Handle& hh, void* d) -> bool {
-    FUZZ_CUDA(cudaMemsetAsync(d, 0xFF, out_bytes, s));
-    FUZZ_CUDA(cudaMemcpyAsync(scal, scal_init, sizeof(scal_init), cudaMemcpyHostToDevice, s));
+    fill_async(d, 0xFF, out_bytes, s);
+    copy_async(scal, scal_init, sizeof(scal_init), cudaMemcpyHostToDevice, s);
     GemmArgs x = args;
     x.d = d;
     try {
@@ -518,28 +548,36 @@ bool Fuzzer::run(const Config& c, Stats& st) {
   };
   float amax1 = 0.0f, amax2 = 0.0f;
   if (!call(h, d1)) return true;
-  FUZZ_CUDA(cudaMemcpyAsync(&amax1, scal + 1, 4, cudaMemcpyDeviceToHost, s));
+  copy_async(&amax1, scal + 1, 4, cudaMemcpyDeviceToHost, s);
   if (!call(h, d2)) return true;
-  FUZZ_CUDA(cudaMemcpyAsync(&amax2, scal + 1, 4, cudaMemcpyDeviceToHost, s));
+  copy_async(&amax2, scal + 1, 4, cudaMemcpyDeviceToHost, s);
 
-  // The native/emulated agreement run.
-  const bool agree = (plan.backend == Backend::kNative || plan.backend == Backend::kConvertNative) &&
-                     !is_fp8_output(c.out);
+  // The agreement run: a native or convert-native result against the emulated backend where it runs
+  // the problem too (MX/NVFP4 pairs on devices with native MX), else against the reference backend
+  // (the GPU emulator behind Handle::gemm); an emulated result against the reference backend.
   Plan emu_plan;
   bool agree_ran = false;
+  Backend partner = Backend::kReference;
   void* d3 = nullptr;
-  if (agree) {
-    try {
-      emu_plan = forced_[int(Backend::kEmulated)]->plan(args);
-      d3 = d3_.need(out_bytes);
-      agree_ran = call(*forced_[int(Backend::kEmulated)], d3);
-      if (!agree_ran) return true;
-    } catch (const Error& e) {
-      if (e.code() != StatusCode::kUnsupported) {
-        fail(c, st, std::string("forced emulated plan() threw ") + e.what());
-        return true;
+  if (plan.backend != Backend::kReference && !is_fp8_output(c.out)) {
+    std::vector<Backend> partners;
+    if (plan.backend != Backend::kEmulated) partners.push_back(Backend::kEmulated);
+    partners.push_back(Backend::kReference);
+    for (Backend pb : partners) {
+      try {
+        emu_plan = forced_[int(pb)]->plan(args);
+      } catch (const Error& e) {
+        if (e.code() != StatusCode::kUnsupported) {
+          fail(c, st, std::string("forced ") + std::string(to_string(pb)) + " plan() threw " + e.what());
+          return true;
+        }
+        continue;
       }
-      ++st.skipped["agreement: emulated cannot run the problem (check not made)"];
+      partner = pb;
+      d3 = d3_.need(out_bytes);
+      agree_ran = call(*forced_[int(pb)], d3);
+      if (!agree_ran) return true;
+      break;
     }
   }
 
@@ -552,15 +590,16 @@ bool Fuzzer::run(const Config& c, Stats& st) {
   opt.alpha = alpha * a.gs * b.gs;
   opt.out_dtype = DType::kF32;
   opt.bias = c.bias ? static_cast<const float*>(biasf_.p) : nullptr;
-  const size_t ws_bytes = emulation::gemm_device_workspace_bytes(qa, qb);
+  const size_t ws_bytes = g_host ? 0 : emulation::gemm_device_workspace_bytes(qa, qb);
   void* ref = ref_.need(count * 4);
   try {
-    emulation::gemm_device(qa, qb, ref, opt, ws_.need(ws_bytes), ws_.cap, reinterpret_cast<Stream>(s));
+    if (g_host) emulation::gemm_host(qa, qb, ref, opt);
+    else emulation::gemm_device(qa, qb, ref, opt, ws_.need(ws_bytes), ws_.cap, reinterpret_cast<Stream>(s));
   } catch (const Error& e) {
     fail(c, st, std::string("the reference threw: ") + e.what());
     return true;
   }
-  const cudaError_t sync = cudaStreamSynchronize(s);
+  const cudaError_t sync = g_host ? cudaSuccess : cudaStreamSynchronize(s);
   if (sync != cudaSuccess) {
     std::printf("FATAL seed=%" PRIu64 " id=%" PRIu64 ": CUDA error %s after the calls\n  config: %s\n  reproduce: "
                 "scalemm_fuzz --seed %" PRIu64 " --only %" PRIu64 "\n",
@@ -569,12 +608,12 @@ bool Fuzzer::run(const Config& c, Stats& st) {
   }
   std::vector<uint8_t> r1(out_bytes), r2(out_bytes), r3;
   std::vector<float> rf(count);
-  FUZZ_CUDA(cudaMemcpy(r1.data(), d1, out_bytes, cudaMemcpyDeviceToHost));
-  FUZZ_CUDA(cudaMemcpy(r2.data(), d2, out_bytes, cudaMemcpyDeviceToHost));
-  FUZZ_CUDA(cudaMemcpy(rf.data(), ref, count * 4, cudaMemcpyDeviceToHost));
+  copy_async(r1.data(), d1, out_bytes, cudaMemcpyDeviceToHost, s);
+  copy_async(r2.data(), d2, out_bytes, cudaMemcpyDeviceToHost, s);
+  copy_async(rf.data(), ref, count * 4, cudaMemcpyDeviceToHost, s);
   if (agree_ran) {
     r3.resize(out_bytes);
-    FUZZ_CUDA(cudaMemcpy(r3.data(), d3, out_bytes, cudaMemcpyDeviceToHost));
+    copy_async(r3.data(), d3, out_bytes, cudaMemcpyDeviceToHost, s);
   }
 
   ++st.by_backend[int(plan.backend)];
@@ -616,13 +655,15 @@ bool Fuzzer::run(const Config& c, Stats& st) {
     }
     if (agree_ran) {
       ++st.agreement_checks;
+      ++st.agreement[std::string(to_string(plan.backend)) + "/" + std::string(to_string(partner))];
       const emulation::Tolerance te = verify::tolerance_for(args, emu_plan, ref_scale);
       const emulation::Tolerance both{tol.atol + te.atol, tol.rtol + te.rtol};
       std::vector<float> emu(count);
       for (size_t i = 0; i < count; ++i) emu[i] = widen_one(r3.data(), i, c.out);
       const emulation::Comparison ac = emulation::compare(emu.data(), got.data(), int64_t(count), &both);
       if (!ac.within_tolerance())
-        fail(c, st, std::string("native/emulated disagreement beyond ") + both.to_string() + ": " + ac.to_string());
+        fail(c, st, std::string(to_string(plan.backend)) + "/" + std::string(to_string(partner)) +
+                        " disagreement beyond " + both.to_string() + ": " + ac.to_string());
     }
   } else {
     const float fmax = fp8_output_max(c.out);
@@ -668,10 +709,11 @@ bool Fuzzer::run(const Config& c, Stats& st) {
 }
 
 void usage() {
-  std::printf("usage: scalemm_fuzz [--configs N] [--seed S] [--only ID] [--verbose]\n"
+  std::printf("usage: scalemm_fuzz [--configs N] [--seed S] [--only ID] [--verbose] [--host]\n"
               "  --configs N  configurations to run (default 6000; skipped draws do not count)\n"
               "  --seed S     seed of the run (default 1)\n"
-              "  --only ID    run configuration ID of seed S only (the reproduction of a failure)\n");
+              "  --only ID    run configuration ID of seed S only (the reproduction of a failure)\n"
+              "  --host       host memory: the host reference backend against emulation::gemm_host\n");
 }
 
 }  // namespace
@@ -694,18 +736,23 @@ int main(int argc, char** argv) {
     else if (a == "--seed") seed = std::strtoull(value(), nullptr, 0);
     else if (a == "--only") only = std::strtoll(value(), nullptr, 0);
     else if (a == "--verbose") verbose = true;
+    else if (a == "--host") g_host = true;
     else {
       usage();
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }
   int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    std::printf("scalemm_fuzz: no CUDA device\n");
-    return 77;
-  }
   cudaDeviceProp prop{};
-  FUZZ_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (g_host) {
+    std::snprintf(prop.name, sizeof(prop.name), "the host (--host: host reference backend only)");
+  } else {
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+      std::printf("scalemm_fuzz: no CUDA device (--host runs the host reference backend only)\n");
+      return 77;
+    }
+    FUZZ_CUDA(cudaGetDeviceProperties(&prop, 0));
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Fuzzer fz(seed, verbose || only >= 0);
   Stats st;
@@ -733,7 +780,9 @@ int main(int argc, char** argv) {
   for (int r = 0; r < kRegimeCount; ++r) std::printf(" %s %" PRId64, regime_name(Regime(r)), st.by_regime[r]);
   std::printf("\noutputs:");
   for (auto& kv : st.by_out) std::printf(" %s %" PRId64, kv.first.c_str(), kv.second);
-  std::printf("\nchecks: tolerance+NaN/Inf %" PRId64 ", determinism %" PRId64 ", native/emulated agreement %" PRId64
+  std::printf("\nagreement between backends:");
+  for (auto& kv : st.agreement) std::printf(" %s %" PRId64, kv.first.c_str(), kv.second);
+  std::printf("\nchecks: tolerance+NaN/Inf %" PRId64 ", determinism %" PRId64 ", agreement between backends %" PRId64
               ", reference NaN/Inf outputs %" PRId64 "\n",
               st.tolerance_checks, st.determinism_checks, st.agreement_checks, st.nonfinite_outputs);
   for (auto& kv : st.skipped) std::printf("skipped: %" PRId64 " x %s\n", kv.second, kv.first.c_str());

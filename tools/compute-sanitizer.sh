@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over the [gpu] test suite.
+#
+#   tools/compute-sanitizer.sh [--tools memcheck,racecheck,initcheck,synccheck] [--list]
+#
+# Runs the Catch2 executables of BUILD_DIR (default build-gpu, as tools/gpu-check.sh makes it) under
+# each tool with --error-exitcode 1 and prints one summary line per tool: errors found, runs, test
+# failures, runs cut by the time limit. Logs: $OUT/sanitizer-<tool>-<executable>.log (OUT default
+# ./out). Exit status 1 when a tool found an error or a test failed under it.
+#
+# Each tool runs a list of "executable|Catch2 test spec" entries (SAN_<TOOL> overrides it, entries
+# separated by ';') within a time budget (SAN_BUDGET_<TOOL> seconds); an entry gets an equal share of
+# what is left of its tool's budget, and one cut short is reported as such, never as clean. The defaults take under
+# about 8 minutes in all on an H100:
+#   memcheck   every [gpu] case except the exhaustive 2^32-pattern and all-code-pair sweeps
+#              (they run one kernel over 4 billion inputs: minutes each even without a tool)
+#   synccheck  the same cases
+#   racecheck  the kernels with shared memory and barriers: layout conversions, the reference GEMM
+#              and quantizers, the emulated backend, and the device rows of the bad-input catalogue
+#   initcheck  every backend once (forced backends, emulated, padded M, FP8 output), graphs, the
+#              linear layer and the device rows of the bad-input catalogue
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build-gpu}
+out=${OUT:-$root/out}
+tools="memcheck,synccheck,racecheck,initcheck"
+list=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tools) tools=$2; shift ;;
+    --list) list=1 ;;
+    *) echo "usage: $0 [--tools memcheck,racecheck,initcheck,synccheck] [--list]" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$out"
+san=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+
+no_sweeps='[gpu]~*2^32*~*every code pair*'
+default_memcheck="reliability/test_reliability|[gpu];dispatch/test_dispatch|[gpu];layouts/test_layouts|[gpu];emulation/test_emulation|$no_sweeps;formats/test_formats|[gpu]"
+default_synccheck="$default_memcheck"
+default_racecheck="layouts/test_layouts|[gpu];emulation/test_emulation|*GPU reference GEMM*,Host and GPU quantizers are byte-identical for every recipe*,Host and GPU dequantization agree*;dispatch/test_dispatch|the emulated backend equals the reference*,the emulated backend stays exact*;reliability/test_reliability|bad-input catalogue\\, device memory*"
+default_initcheck="dispatch/test_dispatch|a forced backend runs exactly that backend*,the emulated backend equals the reference*,blockwise GEMMs with M = 1*,FP8 output with a D scale*,compact blockwise scales*;reliability/test_reliability|[graph],bad-input catalogue\\, device memory*"
+declare -A budget=([memcheck]=${SAN_BUDGET_MEMCHECK:-210} [synccheck]=${SAN_BUDGET_SYNCCHECK:-90}
+                   [racecheck]=${SAN_BUDGET_RACECHECK:-90} [initcheck]=${SAN_BUDGET_INITCHECK:-90})
+
+entries_for() {
+  case "$1" in
+    memcheck) echo "${SAN_MEMCHECK:-$default_memcheck}" ;;
+    synccheck) echo "${SAN_SYNCCHECK:-$default_synccheck}" ;;
+    racecheck) echo "${SAN_RACECHECK:-$default_racecheck}" ;;
+    initcheck) echo "${SAN_INITCHECK:-$default_initcheck}" ;;
+    *) echo "unknown tool $1" >&2; exit 2 ;;
+  esac
+}
+
+if [ "$list" -eq 1 ]; then
+  for tool in ${tools//,/ }; do
+    echo "$tool (budget ${budget[$tool]} s):"
+    IFS=';' read -ra entries <<< "$(entries_for "$tool")"
+    for e in "${entries[@]}"; do echo "  ${e%%|*}  ${e#*|}"; done
+  done
+  exit 0
+fi
+if [ ! -x "$san" ]; then
+  echo "compute-sanitizer not found (PATH or \$CUDA_HOME/bin)" >&2
+  exit 2
+fi
+
+status=0
+summary=()
+for tool in ${tools//,/ }; do
+  IFS=';' read -ra entries <<< "$(entries_for "$tool")"
+  start=$(date +%s)
+  errors=0; runs=0; failed=0; cut=0; missing=0; index=-1
+  for e in "${entries[@]}"; do
+    index=$((index + 1))
+    exe="$build/tests/${e%%|*}"
+    spec="${e#*|}"
+    name=$(basename "${e%%|*}")
+    log="$out/sanitizer-$tool-$name.log"
+    if [ ! -x "$exe" ]; then
+      echo "missing $exe" >> "$out/sanitizer-$tool.missing"; missing=$((missing + 1)); continue
+    fi
+    # An equal share of what is left, so that a slow entry cannot starve the ones after it.
+    left=$(( (budget[$tool] - ($(date +%s) - start)) / (${#entries[@]} - index) ))
+    if [ "$left" -le 5 ]; then
+      echo "$tool: no time left for $name ($spec)" | tee -a "$out/sanitizer-$tool.cut"; cut=$((cut + 1)); continue
+    fi
+    runs=$((runs + 1))
+    extra=()
+    [ "$tool" = "racecheck" ] && extra+=(--racecheck-report hazard)
+    SCALEMM_VERIFY=off timeout -k 10 "$left" "$san" --tool "$tool" --error-exitcode 1 --print-limit 50 "${extra[@]}" \
+      "$exe" "$spec" > "$log" 2>&1
+    rc=$?
+    found=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | awk '{s += $3} END {print s + 0}')
+    errors=$((errors + found))
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+      cut=$((cut + 1)); echo "$tool: $name cut at the time limit ($spec)" >> "$out/sanitizer-$tool.cut"
+    elif [ $rc -ne 0 ] && [ "$found" -eq 0 ]; then
+      failed=$((failed + 1))  # a test assertion failed under the tool (or the tool itself failed)
+    fi
+  done
+  secs=$(( $(date +%s) - start ))
+  line="compute-sanitizer $tool: $errors errors, $runs runs, $failed with failing tests, $cut cut at the time limit, $missing executables missing, ${secs} s"
+  summary+=("$line")
+  echo "$line"
+  if [ "$errors" -ne 0 ] || [ "$failed" -ne 0 ]; then status=1; fi
+done
+printf '%s\n' "${summary[@]}" > "$out/sanitizer-summary.txt"
+exit $status
