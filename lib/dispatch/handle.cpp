@@ -130,14 +130,22 @@ Diagnostics Handle::Impl::check_pointer_spaces(const GemmArgs& args) {
   const std::pair<const char*, const void*> pointers[] = {
       {"a", args.a.data}, {"scale_a", args.a.scale}, {"b", args.b.data}, {"scale_b", args.b.scale},
       {"d", args.d},      {"bias", args.bias},       {"d_scale", args.d_scale}, {"d_amax", args.d_amax}};
+  constexpr int kCount = int(sizeof(pointers) / sizeof(pointers[0]));
   const bool device = args.space == MemorySpace::kDevice;
   if (!device && !target.has_gpu()) return out;  // no GPU: every pointer is host memory
-  for (const auto& [name, p] : pointers) {
-    if (!p) continue;
-    if (device) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (device_pointers.count(p)) continue;
+  bool known[kCount] = {};
+  if (device) {  // a warm call: every address seen before, one lock, no CUDA query
+    std::lock_guard<std::mutex> lock(mu);
+    bool all = true;
+    for (int i = 0; i < kCount; ++i) {
+      known[i] = !pointers[i].second || device_pointers.count(pointers[i].second) != 0;
+      all = all && known[i];
     }
+    if (all) return out;
+  }
+  for (int i = 0; i < kCount; ++i) {
+    const auto& [name, p] = pointers[i];
+    if (!p || known[i]) continue;
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
       cudaGetLastError();  // not a sticky error: the query failed, the pointer stays unchecked
