@@ -1,6 +1,6 @@
 // scalemm_fuzz: differential fuzzing of Handle::gemm on the GPU against the reference emulator.
 //
-//   scalemm_fuzz [--configs N] [--seed S] [--only ID] [--verbose]
+//   scalemm_fuzz [--configs N] [--seed S] [--only ID] [--max-seconds T] [--verbose] [--host]
 //
 // Configuration ID of seed S is drawn from its own generator (seed, ID), so `--seed S --only ID`
 // reproduces one configuration exactly. Each configuration draws: a recipe pair (all 49 pairs the
@@ -728,10 +728,11 @@ bool Fuzzer::run(const Config& c, Stats& st) {
 }
 
 void usage() {
-  std::printf("usage: scalemm_fuzz [--configs N] [--seed S] [--only ID] [--verbose] [--host]\n"
+  std::printf("usage: scalemm_fuzz [--configs N] [--seed S] [--only ID] [--max-seconds T] [--verbose] [--host]\n"
               "  --configs N  configurations to run (default 6000; skipped draws do not count)\n"
               "  --seed S     seed of the run (default 1)\n"
               "  --only ID    run configuration ID of seed S only (the reproduction of a failure)\n"
+              "  --max-seconds T  stop drawing after T seconds (the summary says so; exit status 1)\n"
               "  --host       host memory: the host reference backend against emulation::gemm_host\n");
 }
 
@@ -741,6 +742,7 @@ int main(int argc, char** argv) {
   int64_t configs = 6000;
   uint64_t seed = 1;
   int64_t only = -1;
+  double max_seconds = 0.0;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -756,6 +758,7 @@ int main(int argc, char** argv) {
     else if (a == "--only") only = std::strtoll(value(), nullptr, 0);
     else if (a == "--verbose") verbose = true;
     else if (a == "--host") g_host = true;
+    else if (a == "--max-seconds") max_seconds = std::strtod(value(), nullptr);
     else {
       usage();
       return a == "--help" || a == "-h" ? 0 : 2;
@@ -784,7 +787,13 @@ int main(int argc, char** argv) {
     return st.failed ? 1 : 0;
   }
   uint64_t id = 0;
+  bool out_of_time = false;
   while (st.run < configs && st.drawn < 20 * configs) {
+    if (max_seconds > 0.0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_seconds) {
+      out_of_time = true;
+      break;
+    }
     const Config c = draw(seed, id++);
     ++st.drawn;
     if (fz.run(c, st)) ++st.run;
@@ -809,7 +818,8 @@ int main(int argc, char** argv) {
               " failed, %.1f s on %s\n",
               seed, st.run, skipped, st.failed, secs, prop.name);
   if (st.run < configs) {
-    std::printf("scalemm_fuzz: only %" PRId64 " of %" PRId64 " configurations could run\n", st.run, configs);
+    std::printf("scalemm_fuzz: only %" PRId64 " of %" PRId64 " configurations ran (%s)\n", st.run, configs,
+                out_of_time ? "stopped at --max-seconds" : "the other draws were skipped");
     return 1;
   }
   return st.failed ? 1 : 0;
