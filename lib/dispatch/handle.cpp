@@ -97,7 +97,7 @@ struct Handle::Impl {
   // (and a call inside a graph capture after a warm-up) asks CUDA nothing about its pointers.
   std::unordered_set<const void*> device_pointers;
 
-  Diagnostics check_pointer_spaces(const GemmArgs& args);
+  Diagnostics check_pointer_spaces(const GemmArgs& args, Stream stream);
 
   const Plan& cached_plan(const GemmProblem& p) {
     std::lock_guard<std::mutex> lock(mu);
@@ -125,7 +125,7 @@ struct Handle::Impl {
 // A host pointer given as device memory makes a kernel fault (a sticky error that ends the process's
 // CUDA context); a device pointer given as host memory crashes the host reference. Both are reported
 // as invalid arguments before anything runs.
-Diagnostics Handle::Impl::check_pointer_spaces(const GemmArgs& args) {
+Diagnostics Handle::Impl::check_pointer_spaces(const GemmArgs& args, Stream stream) {
   Diagnostics out;
   const std::pair<const char*, const void*> pointers[] = {
       {"a", args.a.data}, {"scale_a", args.a.scale}, {"b", args.b.data}, {"scale_b", args.b.scale},
@@ -142,6 +142,14 @@ Diagnostics Handle::Impl::check_pointer_spaces(const GemmArgs& args) {
       all = all && known[i];
     }
     if (all) return out;
+    // A new address during a graph capture is left unchecked rather than queried: the capture must
+    // not depend on which calls the driver counts as safe while capturing.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capturing) != cudaSuccess) {
+      cudaGetLastError();
+      return out;
+    }
+    if (capturing != cudaStreamCaptureStatusNone) return out;
   }
   for (int i = 0; i < kCount; ++i) {
     const auto& [name, p] = pointers[i];
@@ -191,7 +199,7 @@ Plan Handle::plan(const GemmArgs& args) { return impl_->cached_plan(GemmProblem:
 
 void Handle::gemm(const GemmArgs& args, Stream stream) {
   throw_if_any(validate(args), StatusCode::kInvalidArgument);
-  throw_if_any(impl_->check_pointer_spaces(args), StatusCode::kInvalidArgument);
+  throw_if_any(impl_->check_pointer_spaces(args, stream), StatusCode::kInvalidArgument);
   const Plan& plan = impl_->cached_plan(GemmProblem::from(args));
   if (args.space == MemorySpace::kHost) {  // the host reference, synchronously: no stream resources
     dispatch::execute(args, plan, backends::RunContext{});
