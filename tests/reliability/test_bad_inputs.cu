@@ -527,17 +527,17 @@ std::vector<Row> host_only_rows() {
   r.push_back({"cuBLASLt: block1x128 with M = 7", vg, kLayout, {"vec128-outer-multiple-4"}, "outer granularity",
                gemm_rule(Recipe::kBlock1x128, Recipe::kBlock128x128, 7, 128, 256)});
   const char* q = "C++ emulation::quantize_host";
-  r.push_back({"quantizer: nvfp4 with an odd column count", q, kArg, {"even column count"}, "shape",
+  r.push_back({"quantizer: nvfp4 with an odd column count", q, kArg, {"even column count", "got 33"}, "shape",
                [](Ctx&) { return quantize(Recipe::kNvfp4, DType::kE2M1, 4, 33); }});
-  r.push_back({"quantizer: mxfp8 with e2m1 data", q, kArg, {"mxfp8 data dtype must be e4m3 or e5m2"}, "dtype",
+  r.push_back({"quantizer: mxfp8 with e2m1 data", q, kArg, {"mxfp8 data dtype must be e4m3 or e5m2, got e2m1"}, "dtype",
                [](Ctx&) { return quantize(Recipe::kMxfp8, DType::kE2M1, 4, 64); }});
-  r.push_back({"quantizer: nvfp4 with e4m3 data", q, kArg, {"nvfp4 data dtype must be e2m1"}, "dtype",
+  r.push_back({"quantizer: nvfp4 with e4m3 data", q, kArg, {"nvfp4 data dtype must be e2m1, got e4m3"}, "dtype",
                [](Ctx&) { return quantize(Recipe::kNvfp4, DType::kE4M3, 4, 64); }});
-  r.push_back({"quantizer: null data output", q, kArg, {"rowwise output needs data and scales"}, "null pointer",
+  r.push_back({"quantizer: null data output", q, kArg, {"rowwise output needs data and scales", "data = null"}, "null pointer",
                [](Ctx&) { return quantize(Recipe::kBlock1x128, DType::kE4M3, 4, 128, true); }});
   r.push_back({"quantizer: u8 source", q, kArg, {"source dtype must be f32, bf16 or f16, got u8"}, "dtype",
                [](Ctx&) { return quantize(Recipe::kTensorwise, DType::kE4M3, 4, 64, false, DType::kU8); }});
-  r.push_back({"quantizer: negative row count", q, kArg, {"source shape must be non-negative"}, "extent",
+  r.push_back({"quantizer: negative row count", q, kArg, {"source shape must be non-negative", "got -1x64"}, "extent",
                [](Ctx&) { return quantize(Recipe::kRowwise, DType::kE4M3, -1, 64); }});
   return r;
 }
