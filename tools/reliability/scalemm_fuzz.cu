@@ -112,8 +112,24 @@ Config draw(uint64_t seed, uint64_t id) {
   auto g = config_rng(seed, id);
   Config c;
   c.id = id;
-  c.ra = kAllRecipes[size_t(uni(g, 0, 6))];
-  c.rb = kAllRecipes[size_t(uni(g, 0, 6))];
+  // 70%: a pair that some device runs natively or through the emulated backend (the paths with most
+  // code); 30%: any of the 49 pairs (the others run on the reference backend).
+  static const std::pair<Recipe, Recipe> accelerated[] = {
+      {Recipe::kTensorwise, Recipe::kTensorwise},     {Recipe::kRowwise, Recipe::kRowwise},
+      {Recipe::kTensorwise, Recipe::kRowwise},        {Recipe::kRowwise, Recipe::kTensorwise},
+      {Recipe::kBlock1x128, Recipe::kBlock1x128},     {Recipe::kBlock1x128, Recipe::kBlock128x128},
+      {Recipe::kBlock128x128, Recipe::kBlock1x128},   {Recipe::kMxfp8, Recipe::kMxfp8},
+      {Recipe::kMxfp8, Recipe::kMxfp8_32x32},         {Recipe::kMxfp8_32x32, Recipe::kMxfp8},
+      {Recipe::kMxfp8_32x32, Recipe::kMxfp8_32x32},   {Recipe::kNvfp4, Recipe::kNvfp4},
+      {Recipe::kMxfp8, Recipe::kNvfp4},               {Recipe::kNvfp4, Recipe::kMxfp8},
+      {Recipe::kMxfp8_32x32, Recipe::kNvfp4},         {Recipe::kNvfp4, Recipe::kMxfp8_32x32}};
+  if (unif(g) < 0.7) {
+    const auto p = pick(g, accelerated);
+    c.ra = p.first, c.rb = p.second;
+  } else {
+    c.ra = kAllRecipes[size_t(uni(g, 0, 6))];
+    c.rb = kAllRecipes[size_t(uni(g, 0, 6))];
+  }
   auto data_dtype = [&](Recipe r) {
     if (r == Recipe::kNvfp4) return DType::kE2M1;
     return unif(g) < 0.7 ? DType::kE4M3 : DType::kE5M2;
@@ -123,8 +139,10 @@ Config draw(uint64_t seed, uint64_t id) {
   c.fa = unif(g) < 0.5 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
   c.fb = unif(g) < 0.5 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
   static const int64_t dims[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 192, 256, 264};
-  c.m = pick(g, dims);
-  c.n = pick(g, dims);
+  // Half the extents from the sizes native kernels take (multiples of 16), half from all of them.
+  static const int64_t aligned[] = {16, 32, 64, 96, 128, 192, 256};
+  c.m = unif(g) < 0.5 ? pick(g, aligned) : pick(g, dims);
+  c.n = unif(g) < 0.5 ? pick(g, aligned) : pick(g, dims);
   const bool fp4 = c.ra == Recipe::kNvfp4 || c.rb == Recipe::kNvfp4;
   const double kmode = unif(g);
   if (kmode < 0.4) c.k = 128 * uni(g, 1, 5);               // whole 128-blocks
@@ -146,8 +164,8 @@ Config draw(uint64_t seed, uint64_t id) {
     c.amax = false;
   }
   const double b = unif(g);
-  c.backend = b < 0.4 ? -1 : b < 0.55 ? int(Backend::kNative) : b < 0.7 ? int(Backend::kConvertNative)
-            : b < 0.85 ? int(Backend::kEmulated) : int(Backend::kReference);
+  c.backend = b < 0.5 ? -1 : b < 0.7 ? int(Backend::kNative) : b < 0.8 ? int(Backend::kConvertNative)
+            : b < 0.92 ? int(Backend::kEmulated) : int(Backend::kReference);
   c.data_seed = g();
   return c;
 }
@@ -733,6 +751,8 @@ void usage() {
               "  --seed S     seed of the run (default 1)\n"
               "  --only ID    run configuration ID of seed S only (the reproduction of a failure)\n"
               "  --max-seconds T  stop drawing after T seconds (the summary says so; exit status 1)\n"
+              "  --plan-sm SM     draw N configurations and only plan them for a simulated sm_SM: the backends\n"
+              "                   they would reach there (no GPU needed)\n"
               "  --host       host memory: the host reference backend against emulation::gemm_host\n");
 }
 
@@ -743,6 +763,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   int64_t only = -1;
   double max_seconds = 0.0;
+  int plan_sm = 0;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -759,10 +780,37 @@ int main(int argc, char** argv) {
     else if (a == "--verbose") verbose = true;
     else if (a == "--host") g_host = true;
     else if (a == "--max-seconds") max_seconds = std::strtod(value(), nullptr);
+    else if (a == "--plan-sm") plan_sm = int(std::strtol(value(), nullptr, 0));
     else {
       usage();
       return a == "--help" || a == "-h" ? 0 : 2;
     }
+  }
+  if (plan_sm > 0) {
+    // The draws and the planner only, on a simulated device (cuBLASLt 13.1): which backends the first
+    // N configurations that run would reach there. No operand is made and nothing runs.
+    const DeviceTarget target = DeviceTarget::simulated(plan_sm, 130100);
+    std::map<std::string, int64_t> count;
+    int64_t run = 0, drawn = 0;
+    for (uint64_t id = 0; run < configs && drawn < 20 * configs; ++id, ++drawn) {
+      const Config c = draw(seed, id);
+      GemmProblem p;
+      p.m = c.m, p.n = c.n, p.k = c.k;
+      p.a_dtype = c.da, p.b_dtype = c.db, p.a_recipe = c.ra, p.b_recipe = c.rb, p.a_format = c.fa, p.b_format = c.fb;
+      p.d_dtype = c.out, p.has_bias = c.bias, p.has_amax = c.amax;
+      PlanOptions o;
+      if (c.backend >= 0) o.force = Backend(c.backend);
+      try {
+        ++count[std::string(to_string(plan(p, target, o).backend))];
+        ++run;
+      } catch (const Error&) {
+        ++count["skipped: forced " + std::string(to_string(Backend(c.backend)))];
+      }
+    }
+    std::printf("planner on simulated sm_%d, seed %" PRIu64 ", %" PRId64 " configurations that run:\n", plan_sm, seed,
+                run);
+    for (auto& kv : count) std::printf("  %-32s %" PRId64 "\n", kv.first.c_str(), kv.second);
+    return 0;
   }
   int ndev = 0;
   cudaDeviceProp prop{};
