@@ -6,7 +6,8 @@
 # Runs the Catch2 executables of BUILD_DIR (default build-gpu, as tools/gpu-check.sh makes it) under
 # each tool with --error-exitcode 1 and prints one summary line per tool: errors found, runs, test
 # failures, runs cut by the time limit. Logs: $OUT/sanitizer-<tool>-<executable>.log (OUT default
-# ./out). Exit status 1 when a tool found an error or a test failed under it.
+# ./out). Exit status 1 unless every entry ran to its end with no error and no failing test (an
+# entry cut by the time limit, a missing executable or a machine without a CUDA device is not clean).
 #
 # Each tool runs a list of "executable|Catch2 test spec" entries (SAN_<TOOL> overrides it, entries
 # separated by ';') within a time budget (SAN_BUDGET_<TOOL> seconds); an entry gets an equal share of
@@ -38,7 +39,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 mkdir -p "$out"
-san=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+# compute-sanitizer: on PATH, else next to nvcc, else under $CUDA_HOME (default /usr/local/cuda).
+san=$(command -v compute-sanitizer || true)
+if [ -z "$san" ] && command -v nvcc > /dev/null; then san="$(dirname "$(command -v nvcc)")/compute-sanitizer"; fi
+if [ -z "$san" ] || [ ! -x "$san" ]; then san="${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"; fi
 
 # Catch2 v2 needs each excluded name pattern quoted when several follow one another.
 no_sweeps='[gpu]~"*2^32*"~"*every code pair*"'
@@ -78,7 +82,7 @@ summary=()
 for tool in ${tools//,/ }; do
   IFS=';' read -ra entries <<< "$(entries_for "$tool")"
   start=$(date +%s)
-  errors=0; runs=0; failed=0; cut=0; missing=0; index=-1
+  errors=0; runs=0; failed=0; cut=0; missing=0; nodevice=0; index=-1
   for e in "${entries[@]}"; do
     index=$((index + 1))
     exe="$build/tests/${e%%|*}"
@@ -88,10 +92,13 @@ for tool in ${tools//,/ }; do
     if [ ! -x "$exe" ]; then
       echo "missing $exe" >> "$out/sanitizer-$tool.missing"; missing=$((missing + 1)); continue
     fi
-    # An equal share of what is left, so that a slow entry cannot starve the ones after it.
-    left=$(( (budget[$tool] - ($(date +%s) - start)) / (${#entries[@]} - index) ))
-    if [ "$left" -le 5 ]; then
-      echo "$tool: no time left for $name ($spec)" | tee -a "$out/sanitizer-$tool.cut"; cut=$((cut + 1)); continue
+    # An equal share of what is left (at least 10 s while that much is left), so that a slow entry
+    # cannot starve the ones after it.
+    remaining=$(( budget[$tool] - ($(date +%s) - start) ))
+    left=$(( remaining / (${#entries[@]} - index) ))
+    [ "$left" -lt 10 ] && left=$(( remaining < 10 ? remaining : 10 ))
+    if [ "$left" -le 2 ]; then
+      echo "$tool: no time left for $name ($spec)" >> "$out/sanitizer-$tool.cut"; cut=$((cut + 1)); continue
     fi
     runs=$((runs + 1))
     extra=()
@@ -101,17 +108,22 @@ for tool in ${tools//,/ }; do
     rc=$?
     found=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | awk '{s += $3} END {print s + 0}')
     errors=$((errors + found))
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    if [ $rc -eq 77 ]; then
+      nodevice=$((nodevice + 1))  # the test main found no usable CUDA device: nothing ran
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
       cut=$((cut + 1)); echo "$tool: $name cut at the time limit ($spec)" >> "$out/sanitizer-$tool.cut"
     elif [ $rc -ne 0 ] && [ "$found" -eq 0 ]; then
       failed=$((failed + 1))  # a test assertion failed under the tool (or the tool itself failed)
     fi
   done
   secs=$(( $(date +%s) - start ))
-  line="compute-sanitizer $tool: $errors errors, $runs runs, $failed with failing tests, $cut cut at the time limit, $missing executables missing, ${secs} s"
+  line="compute-sanitizer $tool: $errors errors, $runs runs, $failed with failing tests, $cut cut at the time limit, $missing executables missing, $nodevice without a CUDA device, ${secs} s"
   summary+=("$line")
   echo "$line"
-  if [ "$errors" -ne 0 ] || [ "$failed" -ne 0 ]; then status=1; fi
+  # Anything short of every entry run to the end with no error is not a clean result.
+  if [ "$errors" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$nodevice" -ne 0 ] || [ "$cut" -ne 0 ] || [ "$missing" -ne 0 ]; then
+    status=1
+  fi
 done
 printf '%s\n' "${summary[@]}" > "$out/sanitizer-summary.txt"
 exit $status
