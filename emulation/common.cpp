@@ -72,14 +72,18 @@ void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   if (!cfg.rowwise && !cfg.columnwise) invalid("neither rowwise nor columnwise output requested");
   const ScaleMode mode = resolve_scale_mode(cfg.recipe, cfg.mode);
   if (cfg.recipe == Recipe::kNvfp4) {
-    if (cfg.data_dtype != DType::kE2M1) invalid("nvfp4 data dtype must be e2m1");
+    if (cfg.data_dtype != DType::kE2M1)
+      invalid("nvfp4 data dtype must be e2m1, got " + std::string(to_string(cfg.data_dtype)));
     if (mode != ScaleMode::kNvfp4TwoLevel) invalid("nvfp4 takes scale mode nvfp4");
-    if (cfg.rowwise && src.cols % 2) invalid("nvfp4 rowwise output needs an even column count (packed pairs)");
-    if (cfg.columnwise && src.rows % 2) invalid("nvfp4 columnwise output needs an even row count (packed pairs)");
+    if (cfg.rowwise && src.cols % 2)
+      invalid("nvfp4 rowwise output needs an even column count (packed pairs), got " + std::to_string(src.cols));
+    if (cfg.columnwise && src.rows % 2)
+      invalid("nvfp4 columnwise output needs an even row count (packed pairs), got " + std::to_string(src.rows));
     if (!out.global_scale) invalid("nvfp4 needs outputs.global_scale for the global decode scale");
   } else {
     if (cfg.data_dtype != DType::kE4M3 && cfg.data_dtype != DType::kE5M2)
-      invalid(std::string(to_string(cfg.recipe)) + " data dtype must be e4m3 or e5m2");
+      invalid(std::string(to_string(cfg.recipe)) + " data dtype must be e4m3 or e5m2, got " +
+              std::string(to_string(cfg.data_dtype)));
     if (is_mx(cfg.recipe) && mode != ScaleMode::kE8M0Floor && mode != ScaleMode::kE8M0Rceil)
       invalid("mx recipes take scale mode e8m0-floor or e8m0-rceil, got " + std::string(to_string(mode)));
     if (!is_mx(cfg.recipe) && mode != ScaleMode::kAmax && mode != ScaleMode::kAmaxPow2)
@@ -90,8 +94,12 @@ void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
             " computes an amax per row or block, not per tensor; pass amax only with tensorwise or nvfp4");
   if (!(cfg.eps >= 0.0f)) invalid("eps must be >= 0");
   const bool any = src.rows * src.cols > 0;
-  if (cfg.rowwise && any && (!out.data || !out.scales)) invalid("rowwise output needs data and scales");
-  if (cfg.columnwise && any && (!out.data_t || !out.scales_t)) invalid("columnwise output needs data_t and scales_t");
+  if (cfg.rowwise && any && (!out.data || !out.scales))
+    invalid(std::string("rowwise output needs data and scales, got ") + (out.data ? "data" : "data = null") + ", " +
+            (out.scales ? "scales" : "scales = null"));
+  if (cfg.columnwise && any && (!out.data_t || !out.scales_t))
+    invalid(std::string("columnwise output needs data_t and scales_t, got ") + (out.data_t ? "data_t" : "data_t = null") +
+            ", " + (out.scales_t ? "scales_t" : "scales_t = null"));
 }
 
 namespace {

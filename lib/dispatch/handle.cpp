@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backends/backend.hpp"
@@ -97,6 +98,12 @@ struct Handle::Impl {
   std::mutex mu;  // guards the maps below
   std::unordered_map<GemmProblem, Plan, ProblemHash> plans;  // node-based: references stay valid
   std::map<Stream, std::unique_ptr<StreamArena>> arenas;
+  // Addresses already found to be device-accessible (device, managed or pinned host memory). Under
+  // unified addressing such an address stays device memory while the context lives, so a warm call
+  // (and a call inside a graph capture after a warm-up) asks CUDA nothing about its pointers.
+  std::unordered_set<const void*> device_pointers;
+
+  Diagnostics check_pointer_spaces(const GemmArgs& args, Stream stream);
 
   const Plan& cached_plan(const GemmProblem& p) {
     std::lock_guard<std::mutex> lock(mu);
@@ -120,6 +127,62 @@ struct Handle::Impl {
     return *slot;
   }
 };
+
+// A host pointer given as device memory makes a kernel fault (a sticky error that ends the process's
+// CUDA context); a device pointer given as host memory crashes the host reference. Both are reported
+// as invalid arguments before anything runs.
+Diagnostics Handle::Impl::check_pointer_spaces(const GemmArgs& args, Stream stream) {
+  Diagnostics out;
+  const std::pair<const char*, const void*> pointers[] = {
+      {"a", args.a.data}, {"scale_a", args.a.scale}, {"b", args.b.data}, {"scale_b", args.b.scale},
+      {"d", args.d},      {"bias", args.bias},       {"d_scale", args.d_scale}, {"d_amax", args.d_amax}};
+  constexpr int kCount = int(sizeof(pointers) / sizeof(pointers[0]));
+  const bool device = args.space == MemorySpace::kDevice;
+  if (!device && !target.has_gpu()) return out;  // no GPU: every pointer is host memory
+  bool known[kCount] = {};
+  if (device) {  // a warm call: every address seen before, one lock, no CUDA query
+    std::lock_guard<std::mutex> lock(mu);
+    bool all = true;
+    for (int i = 0; i < kCount; ++i) {
+      known[i] = !pointers[i].second || device_pointers.count(pointers[i].second) != 0;
+      all = all && known[i];
+    }
+    if (all) return out;
+    // A new address during a graph capture is left unchecked rather than queried: the capture must
+    // not depend on which calls the driver counts as safe while capturing.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capturing) != cudaSuccess) {
+      cudaGetLastError();
+      return out;
+    }
+    if (capturing != cudaStreamCaptureStatusNone) return out;
+  }
+  for (int i = 0; i < kCount; ++i) {
+    const auto& [name, p] = pointers[i];
+    if (!p || known[i]) continue;
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();  // not a sticky error: the query failed, the pointer stays unchecked
+      continue;
+    }
+    const bool host_only = attr.type == cudaMemoryTypeUnregistered;
+    const bool device_only = attr.type == cudaMemoryTypeDevice;
+    if (device && host_only) {
+      out.push_back({name, "pointer-memory-space", std::string(name) + " points to pageable host memory, but the call says device memory",
+                     "device memory (cudaMalloc, managed or pinned host memory)", "pageable host memory",
+                     "Copy the buffer to the device, or pass space = host with every pointer in host memory."});
+    } else if (!device && device_only) {
+      out.push_back({name, "pointer-memory-space", std::string(name) + " points to device memory, but the call says host memory",
+                     "host memory", "device memory",
+                     "Pass space = device with every pointer in device memory, or copy the buffer to the host."});
+    } else if (device) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (device_pointers.size() >= 16384) device_pointers.clear();
+      device_pointers.insert(p);
+    }
+  }
+  return out;
+}
 
 Handle::Handle(HandleOptions options) : impl_(new Impl) {
   impl_->options = options;
@@ -150,6 +213,7 @@ Plan Handle::plan(const GemmArgs& args) { return impl_->cached_plan(GemmProblem:
 
 void Handle::gemm(const GemmArgs& args, Stream stream) {
   throw_if_any(validate(args), StatusCode::kInvalidArgument);
+  throw_if_any(impl_->check_pointer_spaces(args, stream), StatusCode::kInvalidArgument);
   const Plan& plan = impl_->cached_plan(GemmProblem::from(args));
   if (args.space == MemorySpace::kHost) {  // the host reference, synchronously: no stream resources
     dispatch::execute(args, plan, backends::RunContext{});

@@ -1,5 +1,6 @@
 // GemmProblem, DeviceTarget and argument validation.
 #include <sstream>
+#include <tuple>
 
 #include "dispatch/capabilities.hpp"
 #include "scalemm/device.hpp"
@@ -131,6 +132,28 @@ Diagnostics validate(const GemmArgs& a) {
   if (a.m < 1) add(out, "m", "positive-extent", "M must be at least 1", ">= 1", std::to_string(a.m), "");
   if (a.n < 1) add(out, "n", "positive-extent", "N must be at least 1", ">= 1", std::to_string(a.n), "");
   if (a.k < 1) add(out, "k", "positive-extent", "K must be at least 1", ">= 1", std::to_string(a.k), "");
+  if (!out.empty()) return out;
+  // Element counts must fit the 64-bit offsets every layout computes (a larger M, N or K is a
+  // corrupted size, and its offsets would wrap around).
+  constexpr int64_t kMaxElements = int64_t(1) << 50;
+  for (auto [name, rows, cols] : {std::tuple<const char*, int64_t, int64_t>{"m", a.m, a.k}, {"n", a.n, a.k}, {"m", a.m, a.n}})
+    if (rows > kMaxElements / cols) {
+      add(out, name, "extent-overflow", "the operand or output has too many elements",
+          "M*K, N*K and M*N at most 2^50", std::to_string(rows) + " x " + std::to_string(cols), "Check the sizes passed.");
+      return out;
+    }
+  // Enum values outside their range (a C++ caller casting an integer) would index layout tables.
+  for (auto [name, op] : {std::pair<const char*, const GemmOperand*>{"a", &a.a}, {"b", &a.b}}) {
+    if (uint8_t(op->recipe) < uint8_t(Recipe::kTensorwise) || uint8_t(op->recipe) > uint8_t(Recipe::kNvfp4))
+      add(out, name, "recipe-enum", "recipe is not a scalemm::Recipe value", "1..7",
+          std::to_string(int(op->recipe)), "");
+    if (uint8_t(op->scale_format) > uint8_t(ScaleFormat::kCublasLt))
+      add(out, name, "scale-format-enum", "scale format is not a scalemm::ScaleFormat value", "0 (compact) or 1 (cublaslt)",
+          std::to_string(int(op->scale_format)), "");
+  }
+  if (uint8_t(a.space) > uint8_t(MemorySpace::kDevice))
+    add(out, "space", "memory-space-enum", "memory space is not a scalemm::MemorySpace value", "0 (host) or 1 (device)",
+        std::to_string(int(a.space)), "");
   if (!out.empty()) return out;
   check_operand(out, "a", "scale_a", a.a, a.m, a.k, a.space);
   check_operand(out, "b", "scale_b", a.b, a.n, a.k, a.space);
