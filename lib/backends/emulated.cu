@@ -339,8 +339,13 @@ class Emulated final : public BackendImpl {
     if (!t.has_gpu()) return {false, "no CUDA device"};
     std::string why;
     if (!dispatch::exact_in_bf16(p, &why)) return {false, why};
-    if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF16 && p.d_dtype != DType::kF32)
-      return {false, "output " + std::string(to_string(p.d_dtype)) + " is not bf16/f16/f32"};  // FP8: staged
+    // cuBLASLt's BF16 GEMM writes a bf16 or f32 D, and takes a bf16 bias only with a bf16 D
+    // (f16 D: NOT_SUPPORTED, f32 D with a bf16 bias: INVALID_VALUE, cuBLASLt 13.1 on sm_90).
+    if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF32)
+      return {false, "cuBLASLt's BF16 GEMM writes bf16 or f32, not " + std::string(to_string(p.d_dtype))};
+    if (p.has_bias && p.d_dtype != DType::kBF16)
+      return {false, "cuBLASLt's BF16 GEMM takes a bf16 bias only with a bf16 output, got " +
+                         std::string(to_string(p.d_dtype))};
     if (p.k % 8 != 0)
       return {false, "the exact BF16 dequantization writes 16-byte rows: K must be a multiple of 8, got K=" +
                          std::to_string(p.k)};

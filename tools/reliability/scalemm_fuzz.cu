@@ -631,7 +631,10 @@ bool Fuzzer::run(const Config& c, Stats& st) {
   void* ref = ref_.need(count * 4);
   try {
     if (g_host) emulation::gemm_host(qa, qb, ref, opt);
-    else emulation::gemm_device(qa, qb, ref, opt, ws_.need(ws_bytes), ws_.cap, reinterpret_cast<Stream>(s));
+    else {
+      void* w = ws_.need(ws_bytes);  // before reading ws_.cap: need() may grow it
+      emulation::gemm_device(qa, qb, ref, opt, w, ws_.cap, reinterpret_cast<Stream>(s));
+    }
   } catch (const Error& e) {
     fail(c, st, std::string("the reference threw: ") + e.what());
     return true;
