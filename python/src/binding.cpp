@@ -191,7 +191,7 @@ GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, int64_t
     throw_if_any(Diagnostics{diag}, StatusCode::kInvalidLayout);
   };
   const bool lt_a = g.a.scale_format == ScaleFormat::kCublasLt, lt_b = g.b.scale_format == ScaleFormat::kCublasLt;
-  const std::string pad16 = " In cublaslt format each group's buffer starts on a 16-byte boundary (zero bytes pad it).";
+  const std::string pad16 = " In cublaslt format each group's buffer is padded with zero bytes to a multiple of 16.";
   if (mg) {
     check(sa, g.a, m, grouped_scale_offsets(g).back(), "scale_a",
           "m-grouped A scales are each group's (M_g, K) scale buffer, concatenated in group order",
