@@ -311,6 +311,52 @@ def test_torch_custom_op_fake_shapes():
         assert d.shape == (2, 10, 16) and d.dtype == torch.float32
 
 
+def _torch_m_inputs(torch, ra, rb, sizes, n, k):
+    a, b, sa, sb, _, _ = m_grouped_inputs(np.random.default_rng(seed(f"torch {ra} x {rb}")), ra, rb, sizes, n, k)
+
+    def t(x):
+        x = np.ascontiguousarray(x)
+        if x.dtype == np.float32:
+            return torch.from_numpy(x)
+        u = torch.from_numpy(x.view(np.uint8))
+        return u.view(torch.float8_e4m3fn) if x.dtype.name == "float8_e4m3fn" else u
+
+    return t(a), t(b), t(sa), t(sb)
+
+
+def test_torch_compile_fullgraph_cpu():
+    """scalemm.scaled_grouped_mm in a compiled function (m- and k-grouped): the custom op, no break."""
+    torch = _torch()
+    ra, rb, sizes = "block1x128", "block128x128", [5, 0, 9, 2]
+    a, b, sa, sb = _torch_m_inputs(torch, ra, rb, sizes, 16, 256)
+    g = torch.Generator().manual_seed(0)
+    xq, xs = scalemm.quantize(torch.randn(12, 384, generator=g), "mxfp8")
+    yq, ys = scalemm.quantize(torch.randn(20, 384, generator=g), "mxfp8")
+    k_sizes = [128, 0, 224, 32]
+
+    def f(a, b, sa, sb, xq, yq, xs, ys):
+        dm = scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, recipe_a=ra, recipe_b=rb, out_dtype="f32")
+        dk = scalemm.scaled_grouped_mm(xq, yq, xs, ys, k_sizes, group_dim="k", recipe_a="mxfp8", recipe_b="mxfp8",
+                                       out_dtype="f32")
+        return dm, dk
+
+    want = f(a, b, sa, sb, xq, yq, xs, ys)
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(a, b, sa, sb, xq, yq, xs, ys)
+    assert got[0].shape == (16, 16) and got[1].shape == (4, 12, 20)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_torch_custom_op_passes_opcheck_on_cpu():
+    torch = _torch()
+    a, b, sa, sb = _torch_m_inputs(torch, "rowwise", "rowwise", [3, 0, 4], 8, 64)
+    # test_schema is left out: its checker multiplies FP8 tensors, which torch's CPU kernels cannot.
+    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(torch.ops.scalemm.scaled_grouped_mm.default,
+                          (a, b, sa, sb, [3, 0, 4], "m", "rowwise", "rowwise", "f32", "compact", "auto", None, None,
+                           1.0, 1.0), test_utils=utils)
+
+
 def _gpu():
     torch = _torch()
     if not (torch.cuda.is_available() and scalemm.has_gpu()):
