@@ -365,6 +365,21 @@ def _gpu():
     return torch
 
 
+def _bytes_cat(torch, tensors, stack=False):
+    """torch.cat / torch.stack through uint8 views (FP8 and E8M0 tensors lack some CUDA kernels)."""
+    u = [t.reshape(-1).view(torch.uint8) if not stack else t.view(torch.uint8) for t in tensors]
+    out = torch.stack(u) if stack else torch.cat(u)
+    return out.view(tensors[0].dtype)
+
+
+def _cuda_m_operands(torch, a_parts, sa_parts, b_parts, sb_parts):
+    """A (sum M_g, K) and its flat scales from the non-empty groups; B (G, N, K) and its stacked scales."""
+    a = _bytes_cat(torch, [p for p in a_parts if p is not None])
+    a = a.view(-1, a_parts[next(i for i, p in enumerate(a_parts) if p is not None)].shape[1])
+    scale_a = _bytes_cat(torch, [s for s in sa_parts if s is not None])
+    return a, _bytes_cat(torch, b_parts, stack=True), scale_a, _bytes_cat(torch, sb_parts, stack=True)
+
+
 def _cuda_m_inputs(torch, ra, rb, sizes, n, k):
     gen = torch.Generator(device="cuda").manual_seed(0)
     m = sum(sizes)
@@ -391,10 +406,7 @@ def test_gpu_m_grouped_bit_identical_to_per_group_scaled_mm(ra, rb):
     torch = _gpu()
     sizes, n, k = [0, 1, 7, 130, 0, 33], 64, 256
     a_parts, sa_parts, b_parts, sb_parts = _cuda_m_inputs(torch, ra, rb, sizes, n, k)
-    a = torch.cat([p for p in a_parts if p is not None])
-    scale_a = torch.cat([s.reshape(-1) for s in sa_parts if s is not None])
-    b = torch.stack(b_parts)
-    scale_b = torch.stack(sb_parts)
+    a, b, scale_a, scale_b = _cuda_m_operands(torch, a_parts, sa_parts, b_parts, sb_parts)
     d = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, recipe_a=ra, recipe_b=rb)
     assert d.is_cuda and d.shape == (sum(sizes), n) and d.dtype == torch.bfloat16
     r0 = 0
@@ -434,9 +446,7 @@ def test_gpu_compile_fullgraph():
     ra, rb = "block1x128", "block128x128"
     sizes, n, k = [5, 0, 64, 3], 32, 256
     a_parts, sa_parts, b_parts, sb_parts = _cuda_m_inputs(torch, ra, rb, sizes, n, k)
-    a = torch.cat([p for p in a_parts if p is not None])
-    scale_a = torch.cat([s.reshape(-1) for s in sa_parts if s is not None])
-    b, scale_b = torch.stack(b_parts), torch.stack(sb_parts)
+    a, b, scale_a, scale_b = _cuda_m_operands(torch, a_parts, sa_parts, b_parts, sb_parts)
 
     def f(a, b, scale_a, scale_b):
         return scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, recipe_a=ra, recipe_b=rb)
