@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _scalemm as _C
 from ._arrays import DTYPE_CODE, View, empty, hand_back, stream_of, view
-from ._errors import invalid
+from ._errors import UnsupportedError, invalid
 
 RECIPES = dict(_C.recipe_names())  # "tensorwise" -> 1, ...
 _RECIPE_ALIASES = {"mxfp8_32x32": "mxfp8-32x32", "blockwise1x128": "block1x128", "blockwise128x128": "block128x128"}
@@ -295,8 +295,6 @@ def group_size_list(group_sizes) -> list:
     torch tensor (int32/int64). A device tensor is refused by name: the library reads host sizes."""
     if _is_torch_call(group_sizes):
         if group_sizes.device.type != "cpu":
-            from ._errors import UnsupportedError
-
             raise UnsupportedError(
                 f"group_sizes: a device-side group_sizes tensor is not supported yet: expected a host array or "
                 f"list of the G group sizes, got a tensor on {group_sizes.device}. Pass group_sizes.tolist() or "
@@ -320,8 +318,6 @@ def group_size_list(group_sizes) -> list:
             out.append(int(x))
         return out
     if hasattr(group_sizes, "__cuda_array_interface__") or type(group_sizes).__module__.split(".")[0] == "cupy":
-        from ._errors import UnsupportedError
-
         raise UnsupportedError("group_sizes: a device-side group_sizes array is not supported yet: expected a host "
                                "array or list of the G group sizes. Copy the sizes to the host (a list or a NumPy "
                                "array) before the call.")

@@ -160,6 +160,14 @@ GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, int64_t
   g.d_dtype = DType(d_dtype);
   g.alpha = alpha;
   g.space = space_of(space);
+  if (g.group_dim == GroupDim::kM && m == 0) {
+    // Every group empty (no rows routed): nothing is read from A or written to D, whose empty arrays
+    // may report a null address; the library's checks want pointers.
+    alignas(16) static uint8_t placeholder[16];
+    if (!g.a.data) g.a.data = placeholder;
+    if (!g.a.scale) g.a.scale = placeholder;
+    if (!g.d) g.d = placeholder;
+  }
   throw_if_any(validate(g), StatusCode::kInvalidArgument);
 
   const bool mg = g.group_dim == GroupDim::kM;
@@ -173,6 +181,7 @@ GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, int64_t
       expect *= s.shape[i];
       elems *= s.shape[i];
     }
+    if (elems == 0) contiguous = true;  // no elements: any strides
     const int64_t bytes = elems * (s.dtype == int(DType::kF32) ? 4 : 1);
     if (contiguous && bytes == want) return;
     if (!mg) {  // the whole tensor's scales in their own shape: the layout contract names what is wrong

@@ -201,6 +201,17 @@ def test_explain_grouped():
     assert "reference" in forced, forced
 
 
+def test_m_grouped_with_every_group_empty():
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed("all empty"))
+    _, b, _, sb, _, _ = m_grouped_inputs(rng, "block1x128", "block128x128", [0, 0], 8, 128)
+    a = np.zeros((0, 128), dtype=ml_dtypes.float8_e4m3fn)
+    d = scalemm.scaled_grouped_mm(a, b, np.zeros(0, np.float32), sb, [0, 0], recipe_a="block1x128",
+                                  recipe_b="block128x128")
+    assert d.shape == (0, 8)
+
+
 # ---- the size rules, by name ------------------------------------------------------------------------------
 
 def _small_m(rng, sizes_built=(3, 3)):
