@@ -373,8 +373,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     group_sizes: the G sizes M_g or K_g on the host (list, tuple, NumPy or CPU torch integer array);
     empty groups are allowed. Scales: m-grouped A is each group's scale buffer concatenated in group
     order, B the experts' buffers stacked (G, ...); k-grouped A and B are the whole tensors' scales;
-    in "cublaslt" format every group's buffer starts 16-byte aligned. Any contiguous array of the
-    right byte size is accepted (a flat 1-D buffer is simplest). NVFP4 takes (scales, global) with
+    in "cublaslt" format each group's buffer is zero-padded to a multiple of 16 bytes. Any
+    contiguous array of the right byte size is accepted (a flat 1-D buffer is simplest). NVFP4 takes (scales, global) with
     one global decode scale per operand. Each group runs the dense planner (`backend` forces it as in
     scaled_mm), so a group's rows are bit-identical to scaled_mm on that group.
     """
