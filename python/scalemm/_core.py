@@ -374,9 +374,10 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     empty groups are allowed. Scales: m-grouped A is each group's scale buffer concatenated in group
     order, B the experts' buffers stacked (G, ...); k-grouped A and B are the whole tensors' scales;
     in "cublaslt" format each group's buffer is zero-padded to a multiple of 16 bytes. Any
-    contiguous array of the right byte size is accepted (a flat 1-D buffer is simplest). NVFP4 takes (scales, global) with
-    one global decode scale per operand. Each group runs the dense planner (`backend` forces it as in
-    scaled_mm), so a group's rows are bit-identical to scaled_mm on that group.
+    contiguous array of the right byte size is accepted (a flat 1-D buffer is simplest). NVFP4
+    takes (scales, global) with one global decode scale per operand. Each group runs the dense
+    planner (`backend` forces it as in scaled_mm), so a group's rows are bit-identical to scaled_mm
+    on that group.
     """
     t = _torch_entry
     if t is None and _is_torch_call(a):

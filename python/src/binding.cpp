@@ -423,9 +423,9 @@ NB_MODULE(_scalemm, m) {
       .def("explain_grouped",
            [](Handle& h, int dim, const std::vector<int64_t>& sizes, int64_t mm, int64_t n, int64_t k, const Operand& a,
               const Operand& b, int d_dtype, float alpha, int space) {
-             static uint8_t placeholder[16];  // explain() reads no buffer; validate() wants a D pointer
-             const GroupedGemmArgs g = make_grouped(dim, sizes, mm, n, k, a, b, reinterpret_cast<uintptr_t>(placeholder),
-                                                    d_dtype, alpha, space);
+             alignas(16) static uint8_t placeholder[16];  // explain() reads no buffer; validate() wants a D pointer
+             const uintptr_t d = reinterpret_cast<uintptr_t>(placeholder);
+             const GroupedGemmArgs g = make_grouped(dim, sizes, mm, n, k, a, b, d, d_dtype, alpha, space);
              return h.explain(g);
            });
 
