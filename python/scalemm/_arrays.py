@@ -75,6 +75,8 @@ class View:
         self.dtype, self.space, self.device, self.owner = dtype, space, device, owner
 
     def contiguous(self) -> bool:
+        if 0 in self.shape:  # no elements: any strides (NumPy and torch report 0 or arbitrary ones)
+            return True
         expect = 1
         for n, s in zip(reversed(self.shape), reversed(self.strides)):
             if n != 1 and s != expect:

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _scalemm as _C
 from ._arrays import DTYPE_CODE, View, empty, hand_back, stream_of, view
-from ._errors import GroupedGemmNotImplementedError, invalid
+from ._errors import UnsupportedError, invalid
 
 RECIPES = dict(_C.recipe_names())  # "tensorwise" -> 1, ...
 _RECIPE_ALIASES = {"mxfp8_32x32": "mxfp8-32x32", "blockwise1x128": "block1x128", "blockwise128x128": "block128x128"}
@@ -150,7 +150,8 @@ def _global_value(g, argument: str) -> float:
     return float(a[0])
 
 
-def _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias, dtype_a, dtype_b):
+def _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b):
+    """Recipes, scale format, views and element types of both operands (same device, device 0)."""
     ra = recipe_code(recipe_a, "recipe_a")
     rb = recipe_code(recipe_b, "recipe_b")
     fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
@@ -164,15 +165,25 @@ def _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias,
                       "Restrict the process to the GPU with CUDA_VISIBLE_DEVICES.")
     ta = _operand_dtype(va, ra, dtype_a, "a", "dtype_a")
     tb = _operand_dtype(vb, rb, dtype_b, "b", "dtype_b")
+    return ra, rb, fmt, va, vb, ta, tb
+
+
+def _operand_tuples(va, vb, ta, tb, ra, rb, fmt, scale_a, scale_b):
+    """The library's (data, dtype, recipe, scale, scale dtype, shape, strides, format, global) pairs."""
+    sa, ca, sha, sta, ga = _scale_operand(scale_a, ra, va.space, "scale_a", fmt)
+    sb, cb, shb, stb, gb = _scale_operand(scale_b, rb, va.space, "scale_b", fmt)
+    return ((va.ptr, DTYPE_CODE[ta], ra, sa.ptr, ca, sha, sta, fmt, ga),
+            (vb.ptr, DTYPE_CODE[tb], rb, sb.ptr, cb, shb, stb, fmt, gb))
+
+
+def _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias, dtype_a, dtype_b):
+    ra, rb, fmt, va, vb, ta, tb = _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
     m, ka = _data_shape(va, ta, "a", "M")
     n, kb = _data_shape(vb, tb, "b", "N")
     if ka != kb:
         raise invalid("b", "A (M, K) and B (N, K) share K (D = A B^T)", f"K = {ka}", f"K = {kb}",
                       "B is given as (N, K), the weight of a linear layer; transpose a (K, N) B first.")
-    sa, ca, sha, sta, ga = _scale_operand(scale_a, ra, va.space, "scale_a", fmt)
-    sb, cb, shb, stb, gb = _scale_operand(scale_b, rb, va.space, "scale_b", fmt)
-    op_a = (va.ptr, DTYPE_CODE[ta], ra, sa.ptr, ca, sha, sta, fmt, ga)
-    op_b = (vb.ptr, DTYPE_CODE[tb], rb, sb.ptr, cb, shb, stb, fmt, gb)
+    op_a, op_b = _operand_tuples(va, vb, ta, tb, ra, rb, fmt, scale_a, scale_b)
     bias_ptr, bias_keep = 0, None
     if bias is not None:
         bias_keep = _bias_bf16(bias, va, n)
@@ -233,7 +244,7 @@ def _load_torch_entry():
 
     from . import torch as st
 
-    _torch_entry = (torch.Tensor, st.scaled_mm, st._traced_quantize)
+    _torch_entry = (torch.Tensor, st.scaled_mm, st._traced_quantize, st.scaled_grouped_mm)
     return _torch_entry
 
 
@@ -256,28 +267,142 @@ def _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale
 
 
 def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
-            backend="auto", dtype_a=None, dtype_b=None) -> str:
+            backend="auto", dtype_a=None, dtype_b=None, group_sizes=None, group_dim="m") -> str:
     """The plan scaled_mm would run for these arguments (backend, why, conversions), without running it.
 
-    Takes exactly scaled_mm's arguments and validates them the same way."""
+    Takes exactly scaled_mm's arguments and validates them the same way. With group_sizes (and
+    group_dim), scaled_grouped_mm's arguments instead: the plan of each distinct group shape."""
     od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
     h = handle(backend)
+    if group_sizes is not None:
+        if bias is not None:
+            raise invalid("bias", "grouped GEMMs take no bias", "None", "a bias array")
+        va, dim, sizes, m, n, k, op_a, op_b, _shape = _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim,
+                                                                      recipe_a, recipe_b, scale_format, dtype_a,
+                                                                      dtype_b)
+        return h.explain_grouped(dim, sizes, m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space)
     va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
     _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space)
     return text
 
 
-def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", recipe_a=None, recipe_b=None,
-                      out_dtype="bf16", scale_format="compact", bias=None, backend="auto", dtype_a=None, dtype_b=None):
-    """Grouped (MoE) scaled GEMM. Not available yet: the library has no grouped dispatch."""
-    if group_dim not in ("m", "k"):
-        raise invalid("group_dim", "the grouped dimension", '"m" (row groups, MoE forward) or "k" (weight '
-                      'gradient)', repr(group_dim))
-    raise GroupedGemmNotImplementedError(
-        "scaled_grouped_mm: grouped GEMMs have no dispatch in this version of scalemm (only the reference "
-        "emulator has grouped GEMMs, in C++: emulation::grouped_gemm_rows_host/_device); call scaled_mm per "
-        "group until then")
+GROUP_DIMS = {"m": 0, "k": 1}
+
+
+def group_size_list(group_sizes) -> list:
+    """The G group sizes as Python ints: from a list/tuple of ints, a 1-D NumPy integer array or a host
+    torch tensor (int32/int64). A device tensor is refused by name: the library reads host sizes."""
+    if _is_torch_call(group_sizes):
+        if group_sizes.device.type != "cpu":
+            raise UnsupportedError(
+                f"group_sizes: a device-side group_sizes tensor is not supported yet: expected a host array or "
+                f"list of the G group sizes, got a tensor on {group_sizes.device}. Pass group_sizes.tolist() or "
+                f"group_sizes.cpu() (one synchronisation, outside any graph capture).")
+        if str(group_sizes.dtype) not in ("torch.int32", "torch.int64"):
+            raise invalid("group_sizes", "group sizes are integers", "an int32 or int64 tensor", str(group_sizes.dtype))
+        if group_sizes.dim() != 1:
+            raise invalid("group_sizes", "one size per group", "a 1-D tensor", f"shape {tuple(group_sizes.shape)}")
+        return [int(x) for x in group_sizes.tolist()]
+    if isinstance(group_sizes, np.ndarray):
+        if group_sizes.dtype.kind not in "iu":
+            raise invalid("group_sizes", "group sizes are integers", "an int32 or int64 array", str(group_sizes.dtype))
+        if group_sizes.ndim != 1:
+            raise invalid("group_sizes", "one size per group", "a 1-D array", f"shape {group_sizes.shape}")
+        return [int(x) for x in group_sizes]
+    if isinstance(group_sizes, (list, tuple)):
+        out = []
+        for i, x in enumerate(group_sizes):
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+                raise invalid(f"group_sizes[{i}]", "group sizes are integers", "an int", repr(x))
+            out.append(int(x))
+        return out
+    if hasattr(group_sizes, "__cuda_array_interface__") or type(group_sizes).__module__.split(".")[0] == "cupy":
+        raise UnsupportedError("group_sizes: a device-side group_sizes array is not supported yet: expected a host "
+                               "array or list of the G group sizes. Copy the sizes to the host (a list or a NumPy "
+                               "array) before the call.")
+    raise invalid("group_sizes", "the G group sizes", "a list, tuple, 1-D NumPy integer array or host torch tensor",
+                  type(group_sizes).__name__)
+
+
+def _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, scale_format, dtype_a,
+                    dtype_b):
+    """(view of a, group dim code, sizes, m, n, k, operands, D shape) of a grouped call."""
+    dim = _choice(GROUP_DIMS, group_dim, "group_dim", 'grouped dimension ("m": row groups, MoE forward; "k": '
+                  "weight gradient)")
+    sizes = group_size_list(group_sizes)
+    if not sizes:
+        raise invalid("group_sizes", "a grouped GEMM needs at least one group", "G >= 1 sizes", "none")
+    ra, rb, fmt, va, vb, ta, tb = _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
+    m, ka = _data_shape(va, ta, "a", "sum M_g" if dim == 0 else "M")
+    g = len(sizes)
+    if dim == 0:
+        if len(vb.shape) != 3:
+            raise invalid("b", "m-grouped B holds one (N, K) operand per group", f"shape ({g}, N, K)",
+                          f"shape {vb.shape}")
+        if vb.shape[0] != g:
+            raise invalid("b", "m-grouped B holds one (N, K) operand per group", f"{g} experts (len(group_sizes))",
+                          f"{vb.shape[0]}")
+        if not vb.contiguous():
+            raise invalid("b", "operand data must be row-major with K contiguous", "a contiguous (G, N, K) array",
+                          f"strides {vb.strides}", "Call .contiguous() (torch) or numpy.ascontiguousarray.")
+        n, kb = vb.shape[1], vb.shape[2] * (2 if tb == "e2m1x2" else 1)
+        out_shape = (m, n)
+    else:
+        n, kb = _data_shape(vb, tb, "b", "N")
+        out_shape = (g, m, n)
+    if ka != kb:
+        what = "A (sum M_g, K) and B (G, N, K) share K" if dim == 0 else "A (M, sum K_g) and B (N, sum K_g) share K"
+        raise invalid("b", what, f"K = {ka}", f"K = {kb}")
+    op_a, op_b = _operand_tuples(va, vb, ta, tb, ra, rb, fmt, scale_a, scale_b)
+    return va, dim, sizes, m, n, ka, op_a, op_b, out_shape
+
+
+def grouped_out_shape(a_shape, b_shape, groups: int, group_dim: str):
+    """D's shape by the contract: m-grouped (sum M_g, N), k-grouped (G, M, N)."""
+    return (a_shape[0], b_shape[1]) if group_dim == "m" else (groups, a_shape[0], b_shape[0])
+
+
+def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", recipe_a, recipe_b, out_dtype="bf16",
+                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None):
+    """Grouped (MoE) scaled GEMM: many GEMMs of one recipe pair (include/scalemm/grouped.hpp).
+
+    group_dim="m" (MoE forward, dgrad): a (sum M_g, K) with group g's rows consecutive, b (G, N, K),
+    D (sum M_g, N). group_dim="k" (weight gradient): a (M, sum K_g), b (N, sum K_g), D (G, M, N) with
+    D[g] = A[:, K_g columns] B[:, K_g columns]^T; every K_g on the K-block boundary of both recipes.
+    group_sizes: the G sizes M_g or K_g on the host (list, tuple, NumPy or CPU torch integer array);
+    empty groups are allowed. Scales: m-grouped A is each group's scale buffer concatenated in group
+    order, B the experts' buffers stacked (G, ...); k-grouped A and B are the whole tensors' scales;
+    in "cublaslt" format each group's buffer is zero-padded to a multiple of 16 bytes. Any
+    contiguous array of the right byte size is accepted (a flat 1-D buffer is simplest). NVFP4
+    takes (scales, global) with one global decode scale per operand. Each group runs the dense
+    planner (`backend` forces it as in scaled_mm), so a group's rows are bit-identical to scaled_mm
+    on that group.
+    """
+    t = _torch_entry
+    if t is None and _is_torch_call(a):
+        t = _load_torch_entry()
+    if t is not None and isinstance(a, t[0]):
+        return t[3](a, b, scale_a, scale_b, group_sizes, group_dim=group_dim, recipe_a=recipe_a, recipe_b=recipe_b,
+                    out_dtype=out_dtype, scale_format=scale_format, backend=backend, dtype_a=dtype_a,
+                    dtype_b=dtype_b)
+    return _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
+                                   scale_format, backend, dtype_a, dtype_b)
+
+
+def _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
+                            scale_format, backend, dtype_a, dtype_b):
+    od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    h = handle(backend)
+    va, dim, sizes, m, n, k, op_a, op_b, out_shape = _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim,
+                                                                     recipe_a, recipe_b, scale_format, dtype_a,
+                                                                     dtype_b)
+    d = empty(va, out_shape, od)
+    from ._arrays import ptr_of
+
+    h.grouped_gemm(dim, sizes, m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space,
+                   stream_of(va))
+    return hand_back(va, d)
 
 
 def _source(x, argument: str):

@@ -59,7 +59,8 @@ class InternalError(Error, RuntimeError):
 
 
 class GroupedGemmNotImplementedError(UnsupportedError, NotImplementedError):
-    """scaled_grouped_mm: the library has no grouped GEMM dispatch yet."""
+    """No longer raised: scaled_grouped_mm runs grouped GEMMs. Kept so that code importing it (or
+    catching it around scaled_grouped_mm) keeps working."""
 
 
 BY_CODE = [None, InvalidArgumentError, InvalidLayoutError, UnsupportedError, CudaError, CublasError,

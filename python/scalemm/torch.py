@@ -2,6 +2,8 @@
 
     torch.ops.scalemm.scaled_mm     D = A B^T (what scalemm.scaled_mm runs for torch tensors under
                                     torch.compile; eager calls skip the dispatcher for speed)
+    torch.ops.scalemm.scaled_grouped_mm
+                                    the grouped (MoE) GEMM, group sizes as a list of ints in the graph
     torch.ops.scalemm.quantize      (data, scales, data_t, scales_t) of a (rows, K) tensor
     Float8BlockwiseLinear           1x128 activations, 128x128 weights (DeepSeek-V3 / torchao's prototype)
     MXLinear                        MXFP8: 1x32 activations, 32x32 weights (emulated exactly on Hopper)
@@ -15,7 +17,7 @@ to a capturing stream raises UnsupportedError instead of breaking the capture).
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -132,6 +134,41 @@ def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", s
         return torch.ops.scalemm.scaled_mm(a, b, sa, sb, recipe_a, recipe_b, od, scale_format, bias, backend,
                                            dtype_a, dtype_b, ga, gb)
     return _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b)
+
+
+# ---- scaled_grouped_mm ------------------------------------------------------------------------------------
+
+@torch.library.custom_op("scalemm::scaled_grouped_mm", mutates_args=())
+def _scaled_grouped_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                          group_sizes: List[int], group_dim: str, recipe_a: str, recipe_b: str, out_dtype: str,
+                          scale_format: str, backend: str, dtype_a: Optional[str], dtype_b: Optional[str],
+                          global_a: float, global_b: float) -> torch.Tensor:
+    sa = (scale_a, global_a) if recipe_a == "nvfp4" else scale_a
+    sb = (scale_b, global_b) if recipe_b == "nvfp4" else scale_b
+    return _core._scaled_grouped_mm_impl(a, b, sa, sb, list(group_sizes), group_dim, recipe_a, recipe_b, out_dtype,
+                                         scale_format, backend, dtype_a, dtype_b)
+
+
+@_scaled_grouped_mm_op.register_fake
+def _(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a,
+      dtype_b, global_a, global_b):
+    shape = _core.grouped_out_shape(a.shape, b.shape, len(group_sizes), group_dim)
+    return a.new_empty(shape, dtype=_OUT[_out_name(out_dtype)])
+
+
+def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", recipe_a, recipe_b, out_dtype="bf16",
+                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None):
+    """scalemm.scaled_grouped_mm for torch tensors: the custom op while tracing (torch.compile, tensor
+    subclasses, dispatch modes), a direct call otherwise. group_sizes must be host integers."""
+    if _is_compiling() or type(a) is not torch.Tensor or _dispatch_modes():
+        sizes = group_sizes if isinstance(group_sizes, (list, tuple)) else _core.group_size_list(group_sizes)
+        sa, ga = _split_global(scale_a, recipe_a)
+        sb, gb = _split_global(scale_b, recipe_b)
+        od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)
+        return torch.ops.scalemm.scaled_grouped_mm(a, b, sa, sb, [int(x) for x in sizes], group_dim, recipe_a,
+                                                   recipe_b, od, scale_format, backend, dtype_a, dtype_b, ga, gb)
+    return _core._scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b,
+                                         out_dtype, scale_format, backend, dtype_a, dtype_b)
 
 
 # ---- quantize --------------------------------------------------------------------------------------------
@@ -273,4 +310,4 @@ class MXLinear(_ScaledLinear):
     _act, _wgt = "mxfp8", "mxfp8-32x32"
 
 
-__all__ = ["scaled_mm", "quantize", "Float8BlockwiseLinear", "MXLinear"]
+__all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "Float8BlockwiseLinear", "MXLinear"]

@@ -20,6 +20,7 @@
 
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
 #include "scalemm/layouts/convert.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
@@ -136,6 +137,82 @@ GemmArgs make_args(int64_t m, int64_t n, int64_t k, const Operand& a, const Oper
       diags.insert(diags.end(), db.begin(), db.end());
     }
     throw_if_any(diags, StatusCode::kInvalidLayout);
+  }
+  return g;
+}
+
+// A grouped call (grouped.hpp). The size rules (G, negative sizes, their sum, K-block boundaries of
+// k-grouped sizes) are the library's validate(); the scale buffers are concatenations of per-group
+// buffers, so they are judged here by their byte size (contiguous, any shape) against the contract's
+// offsets; k-grouped scales, being the whole tensor's, may also be given in their natural shape.
+GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, int64_t m, int64_t n, int64_t k,
+                             const Operand& a, const Operand& b, uintptr_t d, int d_dtype, float alpha, int space) {
+  GroupedGemmArgs g;
+  g.group_dim = dim == 1 ? GroupDim::kK : GroupDim::kM;
+  g.groups = int64_t(sizes.size());
+  g.group_sizes = sizes.data();
+  g.m = m, g.n = n, g.k = k;
+  const ScaleArg sa{std::get<3>(a), std::get<4>(a), std::get<5>(a), std::get<6>(a)};
+  const ScaleArg sb{std::get<3>(b), std::get<4>(b), std::get<5>(b), std::get<6>(b)};
+  g.a = operand(std::get<0>(a), std::get<1>(a), std::get<2>(a), sa, std::get<7>(a), std::get<8>(a));
+  g.b = operand(std::get<0>(b), std::get<1>(b), std::get<2>(b), sb, std::get<7>(b), std::get<8>(b));
+  g.d = ptr(d);
+  g.d_dtype = DType(d_dtype);
+  g.alpha = alpha;
+  g.space = space_of(space);
+  if (g.group_dim == GroupDim::kM && m == 0) {
+    // Every group empty (no rows routed): nothing is read from A or written to D, whose empty arrays
+    // may report a null address; the library's checks want pointers.
+    alignas(16) static uint8_t placeholder[16];
+    if (!g.a.data) g.a.data = placeholder;
+    if (!g.a.scale) g.a.scale = placeholder;
+    if (!g.d) g.d = placeholder;
+  }
+  throw_if_any(validate(g), StatusCode::kInvalidArgument);
+
+  const bool mg = g.group_dim == GroupDim::kM;
+  const int64_t G = g.groups;
+  auto check = [&](const ScaleArg& s, const GemmOperand& o, int64_t rows, int64_t want, const char* argument,
+                   const std::string& what, const std::string& fix) {
+    int64_t elems = 1, expect = 1;
+    bool contiguous = true;
+    for (size_t i = s.shape.size(); i-- > 0;) {
+      if (s.shape[i] != 1 && s.strides[i] != expect) contiguous = false;
+      expect *= s.shape[i];
+      elems *= s.shape[i];
+    }
+    if (elems == 0) contiguous = true;  // no elements: any strides
+    const int64_t bytes = elems * (s.dtype == int(DType::kF32) ? 4 : 1);
+    if (contiguous && bytes == want) return;
+    if (!mg) {  // the whole tensor's scales in their own shape: the layout contract names what is wrong
+      const layouts::ScaleLayout l(o.recipe, rows, k, o.scale_format);
+      throw_if_any(check_scale(s.ptr, s.dtype, s.shape, s.strides, l, space, argument, false),
+                   StatusCode::kInvalidLayout);
+      return;
+    }
+    Diagnostic diag;
+    diag.argument = argument;
+    diag.rule = "grouped-scale-buffer";
+    diag.message = what;
+    diag.expected = "a contiguous buffer of " + std::to_string(want) + " bytes";
+    diag.actual = std::string(contiguous ? "" : "a non-contiguous buffer of ") + std::to_string(bytes) + " bytes";
+    diag.fix = fix;
+    throw_if_any(Diagnostics{diag}, StatusCode::kInvalidLayout);
+  };
+  const bool lt_a = g.a.scale_format == ScaleFormat::kCublasLt, lt_b = g.b.scale_format == ScaleFormat::kCublasLt;
+  const std::string pad16 = " In cublaslt format each group's buffer is padded with zero bytes to a multiple of 16.";
+  if (mg) {
+    check(sa, g.a, m, grouped_scale_offsets(g).back(), "scale_a",
+          "m-grouped A scales are each group's (M_g, K) scale buffer, concatenated in group order",
+          "Concatenate the groups' scales (flattened) in group order." + std::string(lt_a ? pad16 : ""));
+    check(sb, g.b, n, G * grouped_b_scale_stride(g), "scale_b",
+          "m-grouped B scales are one (N, K) operand's scale buffer per expert, stacked",
+          "Stack the experts' scales: (G, *one operand's scales)." + std::string(lt_b ? pad16 : ""));
+  } else {
+    check(sa, g.a, m, layouts::ScaleLayout(g.a.recipe, m, k, g.a.scale_format).bytes(), "scale_a",
+          "k-grouped A scales are the whole (M, sum K_g) tensor's", "");
+    check(sb, g.b, n, layouts::ScaleLayout(g.b.recipe, n, k, g.b.scale_format).bytes(), "scale_b",
+          "k-grouped B scales are the whole (N, sum K_g) tensor's", "");
   }
   return g;
 }
@@ -323,6 +400,33 @@ NB_MODULE(_scalemm, m) {
              throw_if_any(validate(g), StatusCode::kInvalidArgument);  // as gemm() would
              const Plan p = h.plan(g);
              return nb::make_tuple(std::string(to_string(p.backend)), p.explain());
+           })
+      // Grouped GEMMs (grouped.hpp): group_dim 0 = m, 1 = k; the sizes are host integers.
+      .def("grouped_gemm",
+           [](Handle& h, int dim, const std::vector<int64_t>& sizes, int64_t mm, int64_t n, int64_t k, const Operand& a,
+              const Operand& b, uintptr_t d, int d_dtype, float alpha, int space, uintptr_t stream) {
+             const GroupedGemmArgs g = make_grouped(dim, sizes, mm, n, k, a, b, d, d_dtype, alpha, space);
+             if (space == 0) {
+               nb::gil_scoped_release release;
+               h.grouped_gemm(g, stream_of(stream));
+               return;
+             }
+             // Each group runs as a dense call: first calls of a shape allocate, as for gemm().
+             std::string problem = "grouped " + std::string(to_string(g.group_dim)) + " " + std::to_string(mm) + "x" +
+                                   std::to_string(n) + "x" + std::to_string(k) + " sizes";
+             for (int64_t s : sizes) problem += " " + std::to_string(s);
+             auto& seen = seen_problems()[problem + " @" + std::to_string(reinterpret_cast<uintptr_t>(&h))];
+             check_capture(seen, stream, problem);
+             h.grouped_gemm(g, stream_of(stream));
+             seen.insert(stream);
+           })
+      .def("explain_grouped",
+           [](Handle& h, int dim, const std::vector<int64_t>& sizes, int64_t mm, int64_t n, int64_t k, const Operand& a,
+              const Operand& b, int d_dtype, float alpha, int space) {
+             alignas(16) static uint8_t placeholder[16];  // explain() reads no buffer; validate() wants a D pointer
+             const uintptr_t d = reinterpret_cast<uintptr_t>(placeholder);
+             const GroupedGemmArgs g = make_grouped(dim, sizes, mm, n, k, a, b, d, d_dtype, alpha, space);
+             return h.explain(g);
            });
 
   nb::class_<Prepared>(m, "Prepared")

@@ -160,12 +160,6 @@ def test_explain_names_the_backend():
     assert "reference" in text
 
 
-def test_grouped_is_a_named_not_implemented():
-    with pytest.raises(NotImplementedError) as e:
-        scalemm.scaled_grouped_mm(None, None, None, None, [1], recipe_a="mxfp8", recipe_b="mxfp8")
-    assert isinstance(e.value, scalemm.Error) and e.value.status == "SCALEMM_STATUS_UNSUPPORTED"
-
-
 def test_scale_shapes_match_the_library_layouts():
     from scalemm import _core, _scalemm
 
