@@ -9,7 +9,8 @@
 //  * m-grouped A: each group's own scale buffer for its (M_g, K) rows, concatenated in group order
 //    (layouts::grouped_offsets). For per-row recipes in compact format (rowwise, block1x128, mxfp8,
 //    nvfp4) that is exactly the whole tensor's compact scales; block128x128 and mxfp8-32x32 start a
-//    new block grid at each group; tensorwise has one scale per group, (G,).
+//    new block grid at each group; tensorwise has one scale per group. An empty group's buffer is
+//    empty, for every recipe.
 //  * m-grouped B: stacked per expert, (G, *one (N, K) operand's buffer); tensorwise (G,).
 //  * k-grouped A and B: the whole tensor's scales, (M, sum K_g) and (N, sum K_g): every K_g falls on
 //    the K-block boundaries of both recipes, so each group's blocks are a column range of them.
