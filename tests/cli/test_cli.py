@@ -992,6 +992,17 @@ def gemm_grouped_rejects():
     assert not os.path.exists(out)
 
 
+@case("layout explain --group-sizes gives each group's scale buffer, 16-byte aligned in cublaslt format")
+def explain_grouped():
+    p = run("layout", "explain", "--recipe", "block128x128", "--rows", 137, "--cols", 640, "--group-sizes",
+            "7,0,1,129", "--format", "cublaslt", "--json", expect=0)
+    j = json.loads(p.stdout)
+    assert [g["byte_offset"] for g in j["groups"]] == [0, 32, 32, 64] and j["bytes"] == 128, j
+    assert [g["rows"] for g in j["groups"]] == [[0, 7], [7, 7], [7, 8], [8, 137]], j
+    p = run("layout", "explain", "--recipe", "mxfp8", "--rows", 8, "--cols", 64, "--group-sizes", "3,4")
+    assert p.returncode != 0 and "add up to 7" in p.stderr, p.stderr
+
+
 def main():
     global BIN
     BIN = sys.argv[1]

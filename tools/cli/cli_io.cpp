@@ -152,4 +152,36 @@ void check_output_path(const std::string& path, const char* option) {
                 head + "the folder " + dir.string() + " is not writable; choose another path");
 }
 
+/// --group-sizes: "3,0,5" or a 1-D .npy of int32/int64.
+std::vector<int64_t> parse_group_sizes(const std::string& s) {
+  std::vector<int64_t> out;
+  if (s.size() > 4 && s.compare(s.size() - 4, 4, ".npy") == 0) {
+    const io::NpyArray arr = io::read_npy(s);
+    if (arr.shape.size() != 1 || (arr.descr != "<i4" && arr.descr != "<i8"))
+      throw Error(StatusCode::kInvalidArgument, "--group-sizes: " + s + " must be a 1-D int32 or int64 array, got " +
+                                                    arr.describe());
+    for (int64_t i = 0; i < arr.shape[0]; ++i)
+      out.push_back(arr.descr == "<i4" ? int64_t(arr.as<int32_t>()[i]) : arr.as<int64_t>()[i]);
+    return out;
+  }
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, comma - at);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size())
+      throw Error(StatusCode::kInvalidArgument, "--group-sizes: expected whole numbers separated by commas (e.g. "
+                                                "3,0,5) or a .npy of int32/int64, got '" + s + "'");
+    out.push_back(v);
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace scalemm::cli

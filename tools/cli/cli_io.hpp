@@ -61,4 +61,7 @@ inline constexpr int64_t kMaxExtent = int64_t(1) << 31;
 /// writable, or it is a folder), so that a command refuses before doing its work, not after.
 void check_output_path(const std::string& path, const char* option);
 
+/// --group-sizes: "3,0,5" or a 1-D .npy of int32/int64 (throws Error(kInvalidArgument) naming the option).
+std::vector<int64_t> parse_group_sizes(const std::string& s);
+
 }  // namespace scalemm::cli

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "scalemm/grouped.hpp"
 #include "cli_io.hpp"
 #include "layout_view.hpp"
 #include "scalemm/io/npy.hpp"
@@ -133,6 +134,51 @@ void print_map(std::ostream& os, const ScaleLayout& l, int64_t max_lines) {
     os << '\n';
   }
   if (lines * width < l.size()) os << "  ... " << l.size() - lines * width << " more positions\n";
+}
+
+// The scale buffers of an m-grouped A (grouped.hpp): each group's own buffer, in group order.
+void run_explain_grouped(const LayoutArgs& a, const std::string& sizes_text, const std::string& format, bool json) {
+  const std::vector<int64_t> sizes = parse_group_sizes(sizes_text);
+  GroupedGemmArgs g;
+  g.groups = int64_t(sizes.size());
+  g.group_sizes = sizes.data();
+  g.m = a.rows, g.n = 1, g.k = a.cols;
+  g.a.recipe = parse_recipe_or_throw(a.recipe, "--recipe");
+  g.a.scale_format = parse_scale_format_or_throw(format, "--format");
+  int64_t sum = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) throw Error(StatusCode::kInvalidArgument, "--group-sizes: a group size cannot be negative, got " + std::to_string(s));
+    sum += s;
+  }
+  if (sum != a.rows)
+    throw Error(StatusCode::kInvalidArgument, "--group-sizes: the sizes add up to " + std::to_string(sum) +
+                                                  ", expected --rows = " + std::to_string(a.rows) +
+                                                  " (the rows of the grouped operand)");
+  const std::vector<int64_t> offs = grouped_scale_offsets(g);
+  nlohmann::json groups = nlohmann::json::array();
+  std::ostringstream os;
+  os << to_string(g.a.recipe) << " scales of an m-grouped A, " << a.rows << " rows in " << sizes.size()
+     << " groups, K=" << a.cols << ", " << format << " format: each group's own buffer, in group order"
+     << (g.a.scale_format == ScaleFormat::kCublasLt ? ", each starting on a 16-byte boundary" : "") << "\n";
+  int64_t r0 = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const ScaleLayout l(g.a.recipe, sizes[i], a.cols, g.a.scale_format);
+    groups.push_back({{"group", i}, {"rows", {r0, r0 + sizes[i]}}, {"byte_offset", offs[i]}, {"bytes", l.bytes()},
+                      {"layout", l.shape_stride_string()}});
+    os << "  group " << i << ": rows [" << r0 << ", " << r0 + sizes[i] << "), bytes [" << offs[i] << ", "
+       << offs[i] + l.bytes() << "), " << l.shape_stride_string() << "\n";
+    r0 += sizes[i];
+  }
+  os << "  total " << offs.back() << " bytes (B of an m-grouped call: G buffers of one (N, K) operand, "
+     << "each starting on a 16-byte boundary in cublaslt format)\n";
+  if (json) {
+    std::cout << nlohmann::json{{"recipe", std::string(to_string(g.a.recipe))}, {"format", format},
+                                {"rows", a.rows}, {"k", a.cols}, {"groups", groups}, {"bytes", offs.back()}}
+                     .dump(2)
+              << '\n';
+    return;
+  }
+  std::cout << os.str();
 }
 
 void run_explain(const LayoutArgs& a, bool json) {
@@ -389,7 +435,16 @@ void register_layout_commands(CLI::App& app) {
   auto* explain = layout->add_subcommand("explain", "Compact and cuBLASLt layouts of one operand's scales");
   add_layout_args(explain, explain_args);
   explain->add_flag("--json", explain_json, "Print the description as JSON");
-  explain->callback([] { run_explain(explain_args, explain_json); });
+  static std::string explain_groups, explain_format = "compact";
+  explain->add_option("--group-sizes", explain_groups,
+                      "Rows of each group of an m-grouped operand (\"3,0,5\" or a .npy): print each group's scale "
+                      "buffer (docs/grouped.md)");
+  explain->add_option("--format", explain_format, "With --group-sizes: compact|cublaslt (default compact)")
+      ->check(CLI::IsMember({"compact", "cublaslt"}));
+  explain->callback([] {
+    if (!explain_groups.empty()) run_explain_grouped(explain_args, explain_groups, explain_format, explain_json);
+    else run_explain(explain_args, explain_json);
+  });
 
   static LayoutArgs render_args;
   static std::string render_format = "cublaslt";
