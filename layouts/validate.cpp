@@ -193,6 +193,8 @@ ContentReport check_content_limited(const ScaleLayout& l, const void* scales, in
   const DType dt = l.scale_dtype();
   const int eb = l.scale_bytes();
   const bool replicated = l.format == ScaleFormat::kCublasLt && l.recipe == Recipe::kMxfp8_32x32;
+  // An empty buffer (K = 0 or rows = 0) has nothing to check: do not walk its 2^31 empty rows.
+  if (l.size() == 0 || limit <= 0) return rep;
   auto hit = [&](int rule, int64_t o) {
     rep.count[rule]++;
     if (uint64_t(o) < rep.first_offset[rule]) rep.first_offset[rule] = uint64_t(o);

@@ -602,6 +602,24 @@ TEST_CASE("GEMM-side conditions near INT64_MAX name the padding without overflow
   CHECK(small[0].fix == "Pad K with zero columns to 528.");
 }
 
+// Found by tests/fuzz/fuzz_layout_validate (a libFuzzer timeout): with K = 0 the buffer is empty,
+// but the content check and the conversions walked every one of the (up to 2^31) empty stored rows.
+TEST_CASE("an empty scale buffer of many rows validates and converts at once", "[layouts][validate]") {
+  for (Recipe r : kAllRecipes) {
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt}) {
+      CAPTURE(to_string(r), to_string(f));
+      const ScaleLayout l(r, int64_t(1) << 40, 0, f);
+      if (l.size() != 0) continue;  // tensorwise and rowwise keep their scales with K = 0
+      uint8_t dummy[16] = {};
+      TensorRef t = TensorRef::contiguous(dummy, l.scale_dtype(), {0});
+      CHECK(validate_scale(t, l, "scale").empty());
+      CHECK(!check_content(l, dummy).any);
+      convert(l, dummy, l.with_format(f == ScaleFormat::kCompact ? ScaleFormat::kCublasLt : ScaleFormat::kCompact),
+              dummy);
+    }
+  }
+}
+
 // ---- seeded random properties -------------------------------------------------------------------------
 TEST_CASE("random shapes: conversions round-trip, keep padding zero and validate clean", "[layouts][property]") {
   const uint32_t seed = scalemm::testing::seed();
