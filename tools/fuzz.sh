@@ -72,8 +72,10 @@ for t in "${targets[@]}"; do
   log="$build/$t.log"
   t0=$(date +%s)
   set +e
-  # -close_fd_mask=1: the CLI target prints `layout explain` output to stdout.
-  (cd "$build" && "./$t" -runs="$runs" -max_len=4096 -timeout=30 -rss_limit_mb=4096 -close_fd_mask=1 \
+  # The CLI target prints `layout explain` output and usage errors: close its stdout and stderr
+  # (libFuzzer keeps its own copy of stderr for reports).
+  mask=0; [ "$t" = fuzz_cli_args ] && mask=3
+  (cd "$build" && "./$t" -runs="$runs" -max_len=4096 -timeout=30 -rss_limit_mb=4096 -close_fd_mask=$mask \
      -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" ${FUZZ_ARGS:-} \
      "$build/corpus/$t" "$root/tests/fuzz/corpus/$t") > "$log" 2>&1
   rc=$?

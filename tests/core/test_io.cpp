@@ -105,3 +105,39 @@ TEST_CASE("truncated .npy prefixes and data are I/O errors", "[core][io]") {
   }
   CHECK(parse_code(good) == StatusCode::kOk);
 }
+
+namespace {
+std::string call_json(const std::string& m, const std::string& alpha = "1.0", const std::string& extra = "") {
+  return "{\"m\": " + m + ", \"n\": 32, \"k\": 64, \"alpha\": " + alpha +
+         ", \"a\": {\"recipe\": \"tensorwise\", \"dtype\": \"e4m3\", \"scale_format\": \"compact\"}"
+         ", \"b\": {\"recipe\": \"tensorwise\", \"dtype\": \"e4m3\", \"scale_format\": \"compact\"}"
+         ", \"d_dtype\": \"bf16\"" + extra + "}";
+}
+StatusCode call_code(const std::string& text) {
+  try {
+    io::parse_call_record(text, "call.json");
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return StatusCode::kOk;
+}
+}  // namespace
+
+// Found by tests/fuzz/fuzz_call_json: "m": 1.3e35 reached get<int64_t>() of a double out of range
+// (undefined behaviour, UBSan float-cast-overflow); a float field of 1e39 became inf, which to_json
+// writes as null, so a dumped call could not be read back.
+TEST_CASE("call.json dims must be JSON integers and floats must fit a float", "[core][io]") {
+  CHECK(call_code(call_json("16")) == StatusCode::kOk);
+  for (const char* m : {"1.33e35", "-1e300", "2.5", "16.0", "18446744073709551615", "\"16\"", "null"}) {
+    CAPTURE(m);
+    CHECK(call_code(call_json(m)) == StatusCode::kIoError);
+  }
+  for (const char* alpha : {"1e39", "-1e300", "\"1\"", "null"}) {
+    CAPTURE(alpha);
+    CHECK(call_code(call_json("16", alpha)) == StatusCode::kIoError);
+  }
+  CHECK(call_code(call_json("16", "1.0", ", \"d_scale\": 1e40")) == StatusCode::kIoError);
+  CHECK(call_code(call_json("16", "3.4e38", ", \"d_scale\": 0.5")) == StatusCode::kOk);
+  const io::CallRecord r = io::parse_call_record(call_json("16", "-2"), "call.json");
+  CHECK(io::parse_call_record(io::to_json(r), "again").alpha == -2.0f);
+}

@@ -6,7 +6,7 @@
 // replay, info and demo subcommands need the CUDA library and are not part of this target) and
 // parsed with every callback replaced by a no-op: parsing, validators and option conversions run,
 // nothing is read, written or computed. When the arguments select `layout explain` with small
-// extents, the real callback runs too (on a second app, output to stdout: run with -close_fd_mask=1).
+// extents, the real callback runs too (on a second app, output to stdout: tools/fuzz.sh runs it with -close_fd_mask=3).
 // The accepted ends are the CLI's own exit paths of main.cpp: CLI::ParseError (help, version and
 // usage errors), scalemm::cli::Exit and scalemm::Error. Any other exception escapes and is a finding.
 #include <CLI/CLI.hpp>
