@@ -35,6 +35,7 @@ void store(void* p, int64_t i, T v) {
 template <typename T, typename Op>
 void run_copy(const Op& op, const void* src, void* dst) {
   const ScaleLayout& to = op.to;
+  if (to.size() == 0) return;  // K = 0 or rows = 0: nothing to write, however many empty rows
   for (int64_t p = 0; p < to.padded_rows(); ++p)
     for (int64_t kb = 0; kb < to.padded_kblocks(); ++kb) {
       const int64_t s = op.src(p, kb);

@@ -193,6 +193,8 @@ ContentReport check_content_limited(const ScaleLayout& l, const void* scales, in
   const DType dt = l.scale_dtype();
   const int eb = l.scale_bytes();
   const bool replicated = l.format == ScaleFormat::kCublasLt && l.recipe == Recipe::kMxfp8_32x32;
+  // An empty buffer (K = 0 or rows = 0) has nothing to check: do not walk its 2^31 empty rows.
+  if (l.size() == 0 || limit <= 0) return rep;
   auto hit = [&](int rule, int64_t o) {
     rep.count[rule]++;
     if (uint64_t(o) < rep.first_offset[rule]) rep.first_offset[rule] = uint64_t(o);
@@ -334,6 +336,11 @@ Diagnostics validate_scale(const TensorRef& t, const ScaleLayout& l, std::string
 
 namespace {
 bool is_fp8(Recipe r) { return r != Recipe::kNvfp4; }
+// "Pad k with zero columns to 48." — the next multiple of `m`, or its name alone where v is so close
+// to INT64_MAX that round_up would overflow.
+std::string padded_to(int64_t v, int64_t m) {
+  return v > INT64_MAX - m ? "a multiple of " + str(m) : str(round_up(v, m));
+}
 bool is_mx(Recipe r) { return r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32; }
 bool pair_supported(Recipe a, Recipe b) {
   if (is_mx(a) && is_mx(b)) return true;
@@ -363,10 +370,10 @@ Diagnostics validate_gemm(Recipe ra, Recipe rb, int64_t m, int64_t n, int64_t k)
   const bool fp4 = ra == Recipe::kNvfp4 || rb == Recipe::kNvfp4;
   if (fp4 && k > 0 && k % 32 != 0)
     out.push_back(make("k", rules::kFp4KMultiple32, "packed FP4 GEMMs need K a multiple of 32", "0 mod 32",
-                       str(k) + " (" + str(k % 32) + " mod 32)", "Pad K with zero columns to " + str(round_up(k, 32)) + "."));
+                       str(k) + " (" + str(k % 32) + " mod 32)", "Pad K with zero columns to " + padded_to(k, 32) + "."));
   if ((is_fp8(ra) || is_fp8(rb)) && !fp4 && k > 0 && k % 16 != 0)
     out.push_back(make("k", rules::kFp8KMultiple16, "FP8 GEMMs need K a multiple of 16 (16-byte rows)", "0 mod 16",
-                       str(k) + " (" + str(k % 16) + " mod 16)", "Pad K with zero columns to " + str(round_up(k, 16)) + "."));
+                       str(k) + " (" + str(k % 16) + " mod 16)", "Pad K with zero columns to " + padded_to(k, 16) + "."));
   for (int op = 0; op < 2; ++op) {
     const Recipe r = op == 0 ? ra : rb;
     const int64_t outer = op == 0 ? m : n;
@@ -375,11 +382,11 @@ Diagnostics validate_gemm(Recipe ra, Recipe rb, int64_t m, int64_t n, int64_t k)
     if (r == Recipe::kBlock1x128)
       out.push_back(make(dim, rules::kVec128Outer4,
                          std::string("VEC128_32F scales need the outer dimension (") + dim + ") a multiple of 4",
-                         "0 mod 4", str(outer), "Pad " + std::string(dim) + " to " + str(round_up(outer, 4)) + " rows."));
+                         "0 mod 4", str(outer), "Pad " + std::string(dim) + " to " + padded_to(outer, 4) + " rows."));
     if (r == Recipe::kBlock128x128)
       out.push_back(make(dim, rules::kBlk128Outer4,
                          std::string("BLK128x128_32F scales need the outer dimension (") + dim + ") a multiple of 4",
-                         "0 mod 4", str(outer), "Pad " + std::string(dim) + " to " + str(round_up(outer, 4)) + " rows."));
+                         "0 mod 4", str(outer), "Pad " + std::string(dim) + " to " + padded_to(outer, 4) + " rows."));
   }
   return out;
 }

@@ -1,6 +1,9 @@
 #include "scalemm/io/call_record.hpp"
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -30,6 +33,30 @@ std::string to_json(const CallRecord& r) {
   return j.dump(2) + '\n';
 }
 
+namespace {
+
+// m, n, k: JSON integers only. get<int64_t>() of a JSON float out of int64 range (1e35) is undefined
+// behaviour in the conversion, and 2.5 would be truncated silently.
+int64_t get_dim(const nlohmann::json& j, const char* name) {
+  const auto& v = j.at(name);
+  if (!v.is_number_integer()) throw Error(StatusCode::kIoError, std::string(name) + " must be an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    throw Error(StatusCode::kIoError, std::string(name) + " is out of range");
+  return v.get<int64_t>();
+}
+
+// alpha, global_scale, d_scale: JSON numbers that fit a finite float (1e39 would become inf, which
+// to_json cannot write back).
+float get_float(const nlohmann::json& v, const std::string& name) {
+  if (!v.is_number()) throw Error(StatusCode::kIoError, name + " must be a number");
+  const double d = v.get<double>();
+  if (!(std::fabs(d) <= double(std::numeric_limits<float>::max())))
+    throw Error(StatusCode::kIoError, name + " = " + v.dump() + " is outside the range of a float");
+  return static_cast<float>(d);
+}
+
+}  // namespace
+
 CallRecord parse_call_record(const std::string& text, const std::string& source) {
   nlohmann::json j;
   try {
@@ -39,20 +66,21 @@ CallRecord parse_call_record(const std::string& text, const std::string& source)
   }
   CallRecord r;
   try {
-    r.m = j.at("m").get<int64_t>();
-    r.n = j.at("n").get<int64_t>();
-    r.k = j.at("k").get<int64_t>();
-    r.alpha = j.at("alpha").get<float>();
+    r.m = get_dim(j, "m");
+    r.n = get_dim(j, "n");
+    r.k = get_dim(j, "k");
+    r.alpha = get_float(j.at("alpha"), "alpha");
     for (auto [name, op] : {std::pair<const char*, CallRecord::Operand*>{"a", &r.a}, {"b", &r.b}}) {
       const auto& o = j.at(name);
       op->recipe = parse_recipe_or_throw(o.at("recipe").get<std::string>(), std::string(name) + ".recipe");
       op->dtype = parse_dtype_or_throw(o.at("dtype").get<std::string>(), std::string(name) + ".dtype");
       op->scale_format =
           parse_scale_format_or_throw(o.at("scale_format").get<std::string>(), std::string(name) + ".scale_format");
-      op->global_scale = o.value("global_scale", 1.0f);
+      op->global_scale = o.contains("global_scale") ? get_float(o.at("global_scale"), std::string(name) + ".global_scale")
+                                                    : 1.0f;
     }
     r.d_dtype = parse_dtype_or_throw(j.at("d_dtype").get<std::string>(), "d_dtype");
-    if (j.contains("d_scale")) r.d_scale = j.at("d_scale").get<float>();
+    if (j.contains("d_scale")) r.d_scale = get_float(j.at("d_scale"), "d_scale");
     r.bias = j.value("bias", false);
     r.backend = j.value("backend", "");
     r.plan = j.value("plan", "");

@@ -1,5 +1,6 @@
 #include "scalemm/io/npy.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -17,11 +18,11 @@ int descr_size(const std::string& d) {
   if (d.size() < 3) return 0;
   const char kind = d[1];
   if (kind != 'f' && kind != 'u' && kind != 'i' && kind != 'b') return 0;
-  try {
-    return std::stoi(d.substr(2));
-  } catch (...) {
-    return 0;
-  }
+  // Digits only, 1 to 16 bytes: std::stoi alone would take "-4" or "4x" and a negative size would
+  // turn the byte count negative.
+  if (d.size() > 4 || d.find_first_not_of("0123456789", 2) != std::string::npos) return 0;
+  const int n = std::stoi(d.substr(2));
+  return n >= 1 && n <= 16 ? n : 0;
 }
 
 // Value of `key` in the header dict, as raw text up to the next top-level comma or brace.
@@ -75,28 +76,36 @@ std::string NpyArray::describe() const {
   return os.str();
 }
 
-NpyArray read_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "cannot open for reading");
-  char magic[8];
-  if (!f.read(magic, 8) || std::string(magic, 6) != "\x93NUMPY") fail(path, "not a .npy file (bad magic)");
-  const int major = static_cast<unsigned char>(magic[6]);
-  uint32_t hlen = 0;
+namespace {
+
+// The fixed part of a .npy file before the header text: magic, version, header length.
+struct Preamble {
+  size_t size = 0;       ///< bytes of magic + version + length field (10 or 12)
+  uint32_t header = 0;   ///< bytes of header text that follow
+};
+
+// Reads the preamble from the first `n` bytes at `p` (n may be short: the file's size is checked).
+Preamble parse_preamble(const unsigned char* p, size_t n, const std::string& path) {
+  if (n < 8 || std::string(reinterpret_cast<const char*>(p), 6) != "\x93NUMPY") fail(path, "not a .npy file (bad magic)");
+  const int major = p[6];
+  Preamble pre;
   if (major == 1) {
-    unsigned char b[2];
-    if (!f.read(reinterpret_cast<char*>(b), 2)) fail(path, "truncated header");
-    hlen = b[0] | (b[1] << 8);
+    if (n < 10) fail(path, "truncated header");
+    pre.size = 10;
+    pre.header = p[8] | (p[9] << 8);
   } else if (major == 2 || major == 3) {
-    unsigned char b[4];
-    if (!f.read(reinterpret_cast<char*>(b), 4)) fail(path, "truncated header");
-    hlen = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
+    if (n < 12) fail(path, "truncated header");
+    pre.size = 12;
+    pre.header = p[8] | (p[9] << 8) | (p[10] << 16) | (uint32_t(p[11]) << 24);
   } else {
     fail(path, "unsupported .npy version " + std::to_string(major));
   }
-  std::string header(hlen, '\0');
-  if (!f.read(header.data(), hlen)) fail(path, "truncated header");
+  return pre;
+}
 
-  NpyArray a;
+// Parses the header dict into descr and shape; returns the byte count of the data it declares.
+// `available` is the number of bytes after the header.
+int64_t parse_header(const std::string& header, int64_t available, const std::string& path, NpyArray& a) {
   std::string descr = dict_value(header, "descr");
   if (descr.size() < 2) fail(path, "header has no descr");
   a.descr = descr.substr(1, descr.size() - 2);
@@ -107,7 +116,8 @@ NpyArray read_npy(const std::string& path) {
   if (dict_value(header, "fortran_order").rfind("True", 0) == 0)
     fail(path, "Fortran-order arrays are not supported; save with np.ascontiguousarray");
   std::string shape = dict_value(header, "shape");
-  if (shape.empty() || shape.front() != '(') fail(path, "header has no shape");
+  while (!shape.empty() && shape.back() == ' ') shape.pop_back();
+  if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')') fail(path, "header has no shape");
   std::stringstream ss(shape.substr(1, shape.size() - 2));
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -128,15 +138,44 @@ NpyArray read_npy(const std::string& path) {
   }
   if (count > (int64_t(1) << 62) / a.item_size()) fail(path, "shape " + shape + " is too large");
   const int64_t bytes = count * a.item_size();
-  {
-    const auto here = f.tellg();
-    f.seekg(0, std::ios::end);
-    const int64_t available = static_cast<int64_t>(f.tellg() - here);
-    f.seekg(here);
-    if (bytes > available)
-      fail(path, "truncated data: the header declares " + std::to_string(bytes) + " bytes for " + a.describe() +
-                     ", the file holds " + std::to_string(available));
-  }
+  if (bytes > available)
+    fail(path, "truncated data: the header declares " + std::to_string(bytes) + " bytes for " + a.describe() +
+                   ", the file holds " + std::to_string(available));
+  return bytes;
+}
+
+}  // namespace
+
+NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& source) {
+  const Preamble pre = parse_preamble(bytes, size, source);
+  if (pre.header > size - pre.size) fail(source, "truncated header");
+  const std::string header(reinterpret_cast<const char*>(bytes) + pre.size, pre.header);
+  const size_t start = pre.size + pre.header;
+  NpyArray a;
+  const int64_t n = parse_header(header, static_cast<int64_t>(size - start), source, a);
+  a.data.assign(bytes + start, bytes + start + n);
+  return a;
+}
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, "cannot open for reading");
+  f.seekg(0, std::ios::end);
+  const auto end = f.tellg();
+  f.seekg(0);
+  if (!f || end < 0) fail(path, "cannot read");
+  const int64_t file_size = static_cast<int64_t>(end);
+  unsigned char prefix[12] = {};
+  const size_t got = static_cast<size_t>(std::min<int64_t>(file_size, 12));
+  if (!f.read(reinterpret_cast<char*>(prefix), static_cast<std::streamsize>(got))) fail(path, "truncated header");
+  const Preamble pre = parse_preamble(prefix, got, path);
+  // The header length comes from the file: check it against the file's size before allocating.
+  if (int64_t(pre.size) + int64_t(pre.header) > file_size) fail(path, "truncated header");
+  f.seekg(static_cast<std::streamoff>(pre.size));
+  std::string header(pre.header, '\0');
+  if (!f.read(header.data(), pre.header)) fail(path, "truncated header");
+  NpyArray a;
+  const int64_t bytes = parse_header(header, file_size - int64_t(pre.size) - int64_t(pre.header), path, a);
   a.data.resize(static_cast<size_t>(bytes));
   if (bytes && !f.read(reinterpret_cast<char*>(a.data.data()), bytes))
     fail(path, "truncated data: expected " + std::to_string(bytes) + " bytes for " + a.describe());

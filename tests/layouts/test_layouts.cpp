@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "scalemm/layouts/convert.hpp"
@@ -578,6 +579,45 @@ TEST_CASE("GEMM-side conditions of each contract are checked", "[layouts][valida
   CHECK(has_rule(validate_gemm(Recipe::kMxfp8, Recipe::kNvfp4, 128, 128, 256), rules::kRecipePair));
   CHECK(validate_gemm(Recipe::kMxfp8, Recipe::kMxfp8_32x32, 128, 128, 256).empty());
   CHECK(has_rule(validate_gemm(Recipe::kRowwise, Recipe::kRowwise, 0, 128, 256), rules::kDims));
+}
+
+// Found by tests/fuzz/fuzz_layout_validate: the "pad to" hint computed round_up(k, 16) for K near
+// INT64_MAX, a signed overflow (UBSan), and printed a negative number.
+TEST_CASE("GEMM-side conditions near INT64_MAX name the padding without overflowing", "[layouts][validate]") {
+  const int64_t big = INT64_MAX - 2;  // odd: not a multiple of 4, 16 or 32
+  for (auto [ra, rb, rule] : {std::tuple{Recipe::kTensorwise, Recipe::kTensorwise, rules::kFp8KMultiple16},
+                              std::tuple{Recipe::kNvfp4, Recipe::kNvfp4, rules::kFp4KMultiple32}}) {
+    const Diagnostics d = validate_gemm(ra, rb, 64, 64, big);
+    REQUIRE(has_rule(d, rule));
+    for (const auto& g : d)
+      if (g.rule == rule) CHECK(g.fix.find("to a multiple of") != std::string::npos);
+  }
+  const Diagnostics d = validate_gemm(Recipe::kBlock1x128, Recipe::kBlock128x128, big, big, 256);
+  CHECK(has_rule(d, rules::kVec128Outer4));
+  CHECK(has_rule(d, rules::kBlk128Outer4));
+  for (const auto& g : d) CHECK(g.fix.find('-') == std::string::npos);
+  // Ordinary values keep the exact number.
+  const Diagnostics small = validate_gemm(Recipe::kTensorwise, Recipe::kTensorwise, 64, 64, 520);
+  REQUIRE(has_rule(small, rules::kFp8KMultiple16));
+  CHECK(small[0].fix == "Pad K with zero columns to 528.");
+}
+
+// Found by tests/fuzz/fuzz_layout_validate (a libFuzzer timeout): with K = 0 the buffer is empty,
+// but the content check and the conversions walked every one of the (up to 2^31) empty stored rows.
+TEST_CASE("an empty scale buffer of many rows validates and converts at once", "[layouts][validate]") {
+  for (Recipe r : kAllRecipes) {
+    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt}) {
+      CAPTURE(to_string(r), to_string(f));
+      const ScaleLayout l(r, int64_t(1) << 40, 0, f);
+      if (l.size() != 0) continue;  // tensorwise and rowwise keep their scales with K = 0
+      uint8_t dummy[16] = {};
+      TensorRef t = TensorRef::contiguous(dummy, l.scale_dtype(), {0});
+      CHECK(validate_scale(t, l, "scale").empty());
+      CHECK(!check_content(l, dummy).any);
+      convert(l, dummy, l.with_format(f == ScaleFormat::kCompact ? ScaleFormat::kCublasLt : ScaleFormat::kCompact),
+              dummy);
+    }
+  }
 }
 
 // ---- seeded random properties -------------------------------------------------------------------------

@@ -30,6 +30,10 @@ struct NpyArray {
 /// Fortran order, big-endian, truncated data, unsupported dtype).
 NpyArray read_npy(const std::string& path);
 
+/// Parses the bytes of a whole .npy file held in memory (`source` names it in errors); the same
+/// checks and errors as read_npy.
+NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& source);
+
 /// Writes a .npy file (version 1.0) atomically: to a temporary file beside `path`, then renamed, so a
 /// failed write never leaves a half-written file. Throws Error(kIoError).
 void write_npy(const std::string& path, const NpyArray& array);

@@ -121,10 +121,12 @@ void grouped(std::mt19937_64& g) {
       gpu::convert_grouped(rc, K, offs.data(), G, offs.back(), ScaleFormat::kCompact, src.data(),
                            ScaleFormat::kCublasLt, got.data(), nullptr);
       const std::string what = std::string(to_string(rc)) + " G=" + std::to_string(G) + " K=" + std::to_string(K);
-      check(std::memcmp(got.data(), want.data(), want.size()) == 0 && got[want.size()] == 0xCD, "grouped " + what);
+      // want is empty when every group is: memcmp with its null data() is undefined even for 0 bytes (UBSan).
+      check((want.empty() || std::memcmp(got.data(), want.data(), want.size()) == 0) && got[want.size()] == 0xCD,
+            "grouped " + what);
       gpu::convert_grouped(rc, K, offs.data(), G, 0, ScaleFormat::kCublasLt, got.data(), ScaleFormat::kCompact,
                            back.data(), nullptr);
-      check(std::memcmp(back.data(), src.data(), src.size()) == 0, "grouped back " + what);
+      check(src.empty() || std::memcmp(back.data(), src.data(), src.size()) == 0, "grouped back " + what);
     }
 }
 

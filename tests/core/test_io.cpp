@@ -1,0 +1,143 @@
+// The .npy and call.json readers on malformed input (cases found while writing tests/fuzz/ and by
+// its targets; each names what it guards against).
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "scalemm/io/call_record.hpp"
+#include "scalemm/io/npy.hpp"
+#include "scalemm/status.hpp"
+
+using namespace scalemm;
+
+namespace {
+
+// A version 1.0 .npy file with the given header dict text and data bytes.
+std::vector<uint8_t> npy_bytes(const std::string& dict, const std::vector<uint8_t>& data, int major = 1) {
+  std::string header = dict;
+  const size_t pre = major == 1 ? 10 : 12;
+  header.append((64 - (pre + header.size() + 1) % 64) % 64, ' ');
+  header.push_back('\n');
+  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', uint8_t(major), 0};
+  const size_t n = header.size();
+  out.push_back(uint8_t(n & 0xFF));
+  out.push_back(uint8_t(n >> 8));
+  if (major != 1) {
+    out.push_back(uint8_t(n >> 16));
+    out.push_back(uint8_t(n >> 24));
+  }
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+StatusCode parse_code(const std::vector<uint8_t>& bytes) {
+  try {
+    io::parse_npy(bytes.data(), bytes.size(), "t.npy");
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return StatusCode::kOk;
+}
+
+}  // namespace
+
+TEST_CASE("parse_npy reads what write_npy writes and read_npy agrees with it", "[core][io]") {
+  io::NpyArray a;
+  a.descr = "<f4";
+  a.shape = {2, 3};
+  a.data.resize(24);
+  for (size_t i = 0; i < a.data.size(); ++i) a.data[i] = uint8_t(i);
+  const std::string path = "test_io_roundtrip.npy";
+  io::write_npy(path, a);
+  std::ifstream f(path, std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const io::NpyArray b = io::parse_npy(bytes.data(), bytes.size(), path);
+  const io::NpyArray c = io::read_npy(path);
+  std::remove(path.c_str());
+  CHECK(b.descr == "<f4");
+  CHECK(b.shape == a.shape);
+  CHECK(b.data == a.data);
+  CHECK(c.data == a.data);
+}
+
+TEST_CASE("a .npy dtype size must be a plain positive byte count", "[core][io]") {
+  // std::stoi took "-4" (a negative item size, then a negative byte count) and "4x".
+  for (const char* descr : {"<f-4", "<f4x", "<u+1", "<i 4", "<f0", "<f99"}) {
+    CAPTURE(descr);
+    const auto bytes = npy_bytes(std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (2,), }",
+                                 std::vector<uint8_t>(64, 0));
+    CHECK(parse_code(bytes) == StatusCode::kIoError);
+  }
+  const auto ok = npy_bytes("{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }", {1, 0, 2, 0});
+  CHECK(parse_code(ok) == StatusCode::kOk);
+}
+
+TEST_CASE("a .npy header length larger than the file is refused before allocating", "[core][io]") {
+  // Version 2.0 carries a 32-bit header length: a 12-byte file declaring a 4 GB header made
+  // read_npy allocate 4 GB before noticing that the file ends.
+  const std::vector<uint8_t> bytes = {0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0xF0, 0xFF, 0xFF, 0xFF};
+  CHECK(parse_code(bytes) == StatusCode::kIoError);
+  const std::string path = "test_io_huge_header.npy";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  }
+  try {
+    io::read_npy(path);
+    FAIL("read_npy accepted a truncated header");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kIoError);
+    CHECK(std::string(e.what()).find("truncated header") != std::string::npos);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("truncated .npy prefixes and data are I/O errors", "[core][io]") {
+  const auto good = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", std::vector<uint8_t>(12, 0));
+  for (size_t n = 0; n < good.size(); ++n) {
+    CAPTURE(n);
+    const std::vector<uint8_t> cut(good.begin(), good.begin() + long(n));
+    CHECK(parse_code(cut) == StatusCode::kIoError);
+  }
+  CHECK(parse_code(good) == StatusCode::kOk);
+}
+
+namespace {
+std::string call_json(const std::string& m, const std::string& alpha = "1.0", const std::string& extra = "") {
+  return "{\"m\": " + m + ", \"n\": 32, \"k\": 64, \"alpha\": " + alpha +
+         ", \"a\": {\"recipe\": \"tensorwise\", \"dtype\": \"e4m3\", \"scale_format\": \"compact\"}"
+         ", \"b\": {\"recipe\": \"tensorwise\", \"dtype\": \"e4m3\", \"scale_format\": \"compact\"}"
+         ", \"d_dtype\": \"bf16\"" + extra + "}";
+}
+StatusCode call_code(const std::string& text) {
+  try {
+    io::parse_call_record(text, "call.json");
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return StatusCode::kOk;
+}
+}  // namespace
+
+// Found by tests/fuzz/fuzz_call_json: "m": 1.3e35 reached get<int64_t>() of a double out of range
+// (undefined behaviour, UBSan float-cast-overflow); a float field of 1e39 became inf, which to_json
+// writes as null, so a dumped call could not be read back.
+TEST_CASE("call.json dims must be JSON integers and floats must fit a float", "[core][io]") {
+  CHECK(call_code(call_json("16")) == StatusCode::kOk);
+  for (const char* m : {"1.33e35", "-1e300", "2.5", "16.0", "18446744073709551615", "\"16\"", "null"}) {
+    CAPTURE(m);
+    CHECK(call_code(call_json(m)) == StatusCode::kIoError);
+  }
+  for (const char* alpha : {"1e39", "-1e300", "\"1\"", "null"}) {
+    CAPTURE(alpha);
+    CHECK(call_code(call_json("16", alpha)) == StatusCode::kIoError);
+  }
+  CHECK(call_code(call_json("16", "1.0", ", \"d_scale\": 1e40")) == StatusCode::kIoError);
+  CHECK(call_code(call_json("16", "3.4e38", ", \"d_scale\": 0.5")) == StatusCode::kOk);
+  const io::CallRecord r = io::parse_call_record(call_json("16", "-2"), "call.json");
+  CHECK(io::parse_call_record(io::to_json(r), "again").alpha == -2.0f);
+}
