@@ -247,6 +247,16 @@ nlohmann::json output_summary(const std::vector<float>& v) {
 
 void run_grouped(const GemmCli& g);
 
+/// Refuses the call when `diags` is not empty: the diagnostics on stderr (or as JSON), exit 1,
+/// nothing written.
+void refuse_if_any(const Diagnostics& diags, const char* what, bool json) {
+  if (diags.empty()) return;
+  if (json) refuse_json(what, diags);
+  std::fprintf(stderr, "scalemm gemm: %s (%zu problem(s)); nothing written\n", what, diags.size());
+  print_diagnostics(stderr, diags);
+  throw Exit{kExitInvalidInput};
+}
+
 void run_gemm(const GemmCli& g) {
   if (!g.group_sizes.empty()) {
     run_grouped(g);
@@ -267,12 +277,7 @@ void run_gemm(const GemmCli& g) {
   Diagnostics diags;
   data_diagnostics(diags, a, "a", ta, g.k);
   data_diagnostics(diags, b, "b", tb, g.k);
-  if (!diags.empty()) {
-    if (g.json) refuse_json("invalid operands", diags);
-    std::fprintf(stderr, "scalemm gemm: invalid operands (%zu problem(s)); nothing written\n", diags.size());
-    print_diagnostics(stderr, diags);
-    throw Exit{kExitInvalidInput};
-  }
+  refuse_if_any(diags, "invalid operands", g.json);
   HostCall call;
   const int64_t m = a.shape[0], n = b.shape[0];
   const layouts::ScaleLayout la(ra, m, g.k, fmt), lb(rb, n, g.k, fmt);
@@ -303,12 +308,7 @@ void run_gemm(const GemmCli& g) {
     const Diagnostics v = validate(args);
     diags.insert(diags.end(), v.begin(), v.end());
   }
-  if (!diags.empty()) {
-    if (g.json) refuse_json("invalid inputs", diags);
-    std::fprintf(stderr, "scalemm gemm: invalid inputs (%zu problem(s)); nothing written\n", diags.size());
-    print_diagnostics(stderr, diags);
-    throw Exit{kExitInvalidInput};
-  }
+  refuse_if_any(diags, "invalid inputs", g.json);
   const bool gpu = have_gpu();
   const std::string problem = GemmProblem::from(args).to_string();
   const std::string machine = DeviceTarget::current().to_string() + (gpu ? "" : " (host reference emulator)");
@@ -416,12 +416,7 @@ void run_grouped(const GemmCli& g) {
       b.shape = {b.shape[0] * b.shape[1], b.shape[2]};
   }
   if (diags.empty()) data_diagnostics(diags, b, "b", tb, g.k);
-  if (!diags.empty()) {
-    if (g.json) refuse_json("invalid operands", diags);
-    std::fprintf(stderr, "scalemm gemm: invalid operands (%zu problem(s)); nothing written\n", diags.size());
-    print_diagnostics(stderr, diags);
-    throw Exit{kExitInvalidInput};
-  }
+  refuse_if_any(diags, "invalid operands", g.json);
   GroupedGemmArgs ga;
   ga.group_dim = dim;
   ga.groups = groups;
@@ -461,12 +456,7 @@ void run_grouped(const GemmCli& g) {
   ga.b = {b.data.data(), tb, rb, sb.data(), fmt, 1.0f};
   ga.d = out_bytes_host.data();
   if (diags.empty()) diags = validate(ga);
-  if (!diags.empty()) {
-    if (g.json) refuse_json("invalid inputs", diags);
-    std::fprintf(stderr, "scalemm gemm: invalid inputs (%zu problem(s)); nothing written\n", diags.size());
-    print_diagnostics(stderr, diags);
-    throw Exit{kExitInvalidInput};
-  }
+  refuse_if_any(diags, "invalid inputs", g.json);
   const bool gpu = have_gpu();
   HandleOptions options;
   options.plan.force = force;
