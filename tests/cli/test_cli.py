@@ -1003,6 +1003,23 @@ def explain_grouped():
     assert p.returncode != 0 and "add up to 7" in p.stderr, p.stderr
 
 
+@case("layout render --group-sizes draws each group's buffer under its caption")
+def render_grouped():
+    t = Tmp()
+    out = t.path("g.svg")
+    run("layout", "render", "--recipe", "block1x128", "--rows", 9, "--cols", 384, "--group-sizes", "3,0,6",
+        "--format", "cublaslt", "--out", out, expect=0)
+    root = ET.parse(out).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    groups = [e.text for e in root.iter(ns + "text") if e.get("class") == "group"]
+    assert groups == ["group 0: rows [0, 3), bytes [0, 48)", "group 1: rows [3, 3), bytes [48, 48) (empty)",
+                      "group 2: rows [3, 9), bytes [48, 144)"], groups
+    cells = [e for e in root.iter(ns + "rect") if e.get("class") == "cell"]
+    assert len(cells) == 4 * 3 + 8 * 3, len(cells)  # VEC128: roundup(rows, 4) x 3 K-blocks per group
+    labels = {e.text for e in root.iter(ns + "text")}
+    assert "8:2" in labels and "offset" in labels, sorted(labels)[:20]
+
+
 def main():
     global BIN
     BIN = sys.argv[1]

@@ -376,6 +376,113 @@ void run_render(const LayoutArgs& a, const std::string& format, const std::strin
               static_cast<long long>(l.size()));
 }
 
+// The scale buffers of an m-grouped A as one picture: each group's own buffer in group order, under a
+// caption with its rows and byte range; cells show the operand's (global) row and the K-block.
+void run_render_grouped(const LayoutArgs& a, const std::string& sizes_text, const std::string& format,
+                        const std::string& out) {
+  check_output_path(out, "--out");
+  const std::vector<int64_t> sizes = parse_group_sizes(sizes_text);
+  GroupedGemmArgs g;
+  g.groups = int64_t(sizes.size());
+  g.group_sizes = sizes.data();
+  g.k = a.cols;
+  g.a.recipe = parse_recipe_or_throw(a.recipe, "--recipe");
+  g.a.scale_format = parse_scale_format_or_throw(format, "--format");
+  int64_t sum = 0;
+  for (int64_t v : sizes) {
+    if (v < 0) throw Error(StatusCode::kInvalidArgument, "--group-sizes: a group size cannot be negative, got " + std::to_string(v));
+    sum += v;
+  }
+  if (sum != a.rows)
+    throw Error(StatusCode::kInvalidArgument, "--group-sizes: the sizes add up to " + std::to_string(sum) +
+                                                  ", expected --rows = " + std::to_string(a.rows));
+  const std::vector<int64_t> offs = grouped_scale_offsets(g);
+  const int font = 10, title_font = 13, line_h = 14, ch = 18, margin = 20, width = 32;
+  const int64_t cw = std::max<int64_t>(44, text_px(std::to_string(std::max<int64_t>(a.rows - 1, 0)) + ":" +
+                                                        std::to_string(layouts::ceil_div(a.cols, 16)), font) + 8);
+  const int64_t offset_w = text_px("offset 000000", font);
+  const int64_t grid_w = offset_w + width * cw;
+  const int64_t max_cells = 4096;  // per group
+  std::ostringstream body;
+  int64_t y = margin;
+  const std::string title = std::string(to_string(g.a.recipe)) + " scales of an m-grouped A: " + std::to_string(a.rows) +
+                            " rows in " + std::to_string(sizes.size()) + " groups, K=" + std::to_string(a.cols) + ", " +
+                            format + " format";
+  y += 16;
+  body << "<text x=\"" << margin << "\" y=\"" << y << "\" font-size=\"" << title_font << "\">" << xml_escape(title)
+       << "</text>\n";
+  const std::string note = "Each group's own buffer, in group order" +
+                           std::string(g.a.scale_format == ScaleFormat::kCublasLt ? ", each starting on a 16-byte boundary"
+                                                                                    : "") +
+                           "; a cell shows the operand row and K-block (row:kblock), grey = zero padding; the offset "
+                           "column gives the element position in the whole buffer.";
+  for (const auto& t : wrap_text(note, size_t(double(grid_w) / (kGlyphEm * font)))) {
+    y += line_h;
+    body << "<text x=\"" << margin << "\" y=\"" << y << "\" xml:space=\"preserve\">" << xml_escape(t) << "</text>\n";
+  }
+  y += line_h + 4;
+  body << "<text x=\"" << margin << "\" y=\"" << y << "\" font-weight=\"bold\">offset</text>\n";
+  for (int64_t i = 0; i < width; ++i)
+    body << "<text x=\"" << margin + offset_w + i * cw + 3 << "\" y=\"" << y << "\" fill=\"#666666\">+" << i
+         << "</text>\n";
+  int64_t r0 = 0;
+  const int64_t elem_bytes = layouts::ScaleLayout(g.a.recipe, 1, a.cols, g.a.scale_format).scale_bytes();
+  for (size_t gi = 0; gi < sizes.size(); ++gi) {
+    const ScaleLayout l(g.a.recipe, sizes[gi], a.cols, g.a.scale_format);
+    y += 22;
+    body << "<text x=\"" << margin << "\" y=\"" << y << "\" font-weight=\"bold\" class=\"group\">group " << gi
+         << ": rows [" << r0 << ", " << r0 + sizes[gi] << "), bytes [" << offs[gi] << ", " << offs[gi] + l.bytes()
+         << ")" << (l.size() == 0 ? " (empty)" : "") << "</text>\n";
+    const int64_t shown = std::min(l.size(), max_cells);
+    const auto cells = buffer_cells(l, shown);
+    const int64_t base = offs[gi] / elem_bytes;
+    const int64_t lines = (shown + width - 1) / width;
+    y += 6;
+    for (int64_t line = 0; line < lines; ++line) {
+      const int64_t ly = y + line * ch;
+      body << "<text x=\"" << margin << "\" y=\"" << ly + 13 << "\">" << base + line * width << "</text>\n";
+      for (int64_t i = 0; i < width && line * width + i < shown; ++i) {
+        Cell c = cells[size_t(line * width + i)];
+        const int64_t cx = margin + offset_w + i * cw;
+        const std::string colour = cell_colour(l, c);
+        if (c.row >= 0) c.row += r0;
+        body << "<rect class=\"cell\" x=\"" << cx << "\" y=\"" << ly << "\" width=\"" << cw - 2 << "\" height=\""
+             << ch - 2 << "\" fill=\"" << colour << "\"/>\n";
+        if (c.row >= 0)
+          body << "<text x=\"" << cx + 3 << "\" y=\"" << ly + 12 << "\">" << c.row << ':' << c.kb << "</text>\n";
+      }
+    }
+    y += lines * ch;
+    if (shown < l.size()) {
+      y += line_h;
+      body << "<text x=\"" << margin << "\" y=\"" << y << "\">... " << l.size() - shown << " more positions</text>\n";
+    }
+    r0 += sizes[gi];
+  }
+  const int64_t w = margin * 2 + std::max(grid_w, text_px(title, title_font));
+  const int64_t h = y + margin;
+  std::ostringstream svg;
+  svg << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
+      << ' ' << h << "\" font-family=\"DejaVu Sans Mono, monospace\" font-size=\"" << font << "\">\n"
+      << "<title>" << xml_escape(title) << "</title>\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\" class=\"background\"/>\n"
+      << body.str() << "</svg>\n";
+  const std::string tmp = out + ".tmp-scalemm";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) throw Error(StatusCode::kIoError, "--out: cannot open " + out + " for writing; choose another path");
+    f << svg.str();
+    if (!f) throw Error(StatusCode::kIoError, "--out: writing " + out + " failed (is the disk full?)");
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(StatusCode::kIoError, "--out: cannot move the rendered file into place at " + out);
+  }
+  std::printf("wrote %s: %zu groups, %lld bytes of scales\n", out.c_str(), sizes.size(),
+              static_cast<long long>(offs.back()));
+}
+
 void run_check(const LayoutArgs& a, const std::string& format, const std::string& path, bool json) {
   const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
   const io::NpyArray arr = io::read_npy(path);
@@ -454,7 +561,14 @@ void register_layout_commands(CLI::App& app) {
   render->add_option("--format", render_format, "compact|cublaslt (default cublaslt)")
       ->check(CLI::IsMember({"compact", "cublaslt"}));
   render->add_option("--out", render_out, "Output .svg path")->required();
-  render->callback([] { run_render(render_args, render_format, render_out); });
+  static std::string render_groups;
+  render->add_option("--group-sizes", render_groups,
+                     "Rows of each group of an m-grouped operand (\"3,0,5\" or a .npy): draw each group's scale "
+                     "buffer (docs/grouped.md)");
+  render->callback([] {
+    if (!render_groups.empty()) run_render_grouped(render_args, render_groups, render_format, render_out);
+    else run_render(render_args, render_format, render_out);
+  });
 
   static LayoutArgs check_args;
   static std::string check_format, check_scales;
