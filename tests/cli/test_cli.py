@@ -1020,6 +1020,336 @@ def render_grouped():
     assert "8:2" in labels and "offset" in labels, sorted(labels)[:20]
 
 
+# ---- bad-input catalogue ----------------------------------------------------------------------------
+# docs/reliability.md, "Bad-input catalogue": each row breaks one valid call in one way. The harness
+# checks the exit code (docs/cli.md: 1 invalid input, 2 usage error), that stderr holds each needle (the
+# argument or file, the rule, the expected and actual values), that the process was not killed by a
+# signal, that no file appeared or changed in the row's folder (no output, no temporary file), and, for
+# rows with --out, that an output file poisoned beforehand keeps its bytes.
+
+POISON = b"\xff" * 64
+
+
+def _npy_bytes(arr):
+    import io
+    f = io.BytesIO()
+    np.save(f, arr)
+    return f.getvalue()
+
+
+def _npy_header_len(raw):
+    return 10 + int.from_bytes(raw[8:10], "little")
+
+
+def _write(t, name, data):
+    with open(t.path(name), "wb") as f:
+        f.write(data)
+    return t.path(name)
+
+
+def _with_shape(raw, old, new):
+    """The .npy bytes with the header's shape text replaced (same header length: padded with spaces)."""
+    n = _npy_header_len(raw)
+    hdr = raw[10:n].replace(old.encode(), new.encode())
+    hdr = hdr.rstrip(b"\n ")
+    hdr = hdr + b" " * (n - 10 - len(hdr) - 1) + b"\n"
+    assert len(hdr) == n - 10, "the new shape does not fit in the header"
+    return raw[:10] + hdr + raw[n:]
+
+
+def _cat_gemm(t, ra="mxfp8", rb="mxfp8", m=32, n=24, k=128):
+    """A valid gemm call (which the row then breaks): (files, scale grids, argv builder)."""
+    files, _, _, grids = gemm_inputs(t, np.random.default_rng(31), ra, rb, m, n, k, "e4m3", "e4m3")
+
+    def argv(kk=k, out=None, **over):
+        f = dict(files)
+        f.update({"--" + key.replace("_", "-"): v for key, v in over.items()})
+        return gemm_args(ra, rb, kk, f, out or t.path("d.npy"), None, None, "--backend", "reference")
+    return files, grids, argv
+
+
+def _cat_replay(t, **change):
+    d = make_dump(t, np.random.default_rng(32))
+    path = os.path.join(d, "call.json")
+    with open(path) as f:
+        call = json.load(f)
+    for key, v in change.items():
+        if v is None:
+            del call[key]
+        else:
+            call[key] = v
+    with open(path, "w") as f:
+        json.dump(call, f)
+    return ["replay", d]
+
+
+def _cat_grouped(t, sizes_text, dim="m"):
+    rng = np.random.default_rng(33)
+    if dim == "m":
+        sizes, n, k = [3, 5], 16, 64
+        a, _ = random_operand(rng, "mxfp8", 8, k)
+        b = np.stack([random_operand(rng, "mxfp8", n, k)[0] for _ in sizes])
+        sa, _ = grouped_scale_file("mxfp8", sizes, k, "compact", rng)
+        sb, _ = grouped_scale_file("mxfp8", [n] * 2, k, "compact", rng)
+        recipe = "mxfp8"
+    else:
+        m, n, k, recipe = 8, 16, 384, "block1x128"
+        a, _ = random_operand(rng, recipe, m, k)
+        b, _ = random_operand(rng, recipe, n, k)
+        sa = random_scales(rng, recipe, grid_shape(recipe, m, k))
+        sb = random_scales(rng, recipe, grid_shape(recipe, n, k))
+    return ["gemm", "--recipe-a", recipe, "--recipe-b", recipe, "--k", k, "--out", t.path("d.npy"), "--backend",
+            "reference", "--group-dim", dim, "--group-sizes", sizes_text, "--a", t.save("a.npy", a),
+            "--b", t.save("b.npy", b), "--scale-a", t.save("sa.npy", sa), "--scale-b", t.save("sb.npy", sb)]
+
+
+def _row_truncated_header(t):
+    _, _, argv = _cat_gemm(t)
+    bad = _write(t, "cut.npy", _npy_bytes(np.zeros((32, 128), np.uint8))[:40])
+    return argv(a=bad), 1, ["SCALEMM_STATUS_IO_ERROR", "cut.npy", "truncated header"]
+
+
+def _row_header_lies_shape(t):
+    files, _, argv = _cat_gemm(t)
+    raw = _npy_bytes(np.load(files["--b"]))
+    bad = _write(t, "lies.npy", _with_shape(raw, "(24, 128)", "(48, 128)"))
+    return argv(b=bad), 1, ["lies.npy", "truncated data", "declares 6144 bytes for uint8[48, 128]", "holds 3072"]
+
+
+def _row_data_cut_short(t):
+    files, _, argv = _cat_gemm(t)
+    bad = _write(t, "short.npy", _npy_bytes(np.load(files["--a"]))[:-100])
+    return argv(a=bad), 1, ["short.npy", "truncated data", "declares 4096 bytes", "holds 3996"]
+
+
+def _row_bad_magic(t):
+    _, _, argv = _cat_gemm(t)
+    bad = _write(t, "junk.npy", b"not a numpy file at all")
+    return argv(scale_a=bad), 1, ["junk.npy", "not a .npy file (bad magic)"]
+
+
+def _row_empty_file(t):
+    _, _, argv = _cat_gemm(t)
+    return argv(scale_b=_write(t, "empty.npy", b"")), 1, ["empty.npy", "bad magic"]
+
+
+def _row_shape_too_large(t):
+    files, _, argv = _cat_gemm(t)
+    raw = _npy_bytes(np.load(files["--a"]))
+    bad = _write(t, "huge.npy", _with_shape(raw, "(32, 128)", "(99999999999, 99999999999)"))
+    return argv(a=bad), 1, ["huge.npy", "shape (99999999999, 99999999999) is too large"]
+
+
+def _row_fortran_order(t):
+    files, _, argv = _cat_gemm(t)
+    bad = t.save("fortran.npy", np.asfortranarray(np.load(files["--a"])))
+    return argv(a=bad), 1, ["fortran.npy", "Fortran-order arrays are not supported"]
+
+
+def _row_big_endian(t):
+    files, _, argv = _cat_gemm(t, "rowwise", "rowwise")
+    bad = t.save("be.npy", np.load(files["--scale-a"]).astype(">f4"))
+    return argv(scale_a=bad), 1, ["be.npy", "big-endian data (>f4) is not supported"]
+
+
+def _row_data_dtype(t):
+    files, _, argv = _cat_gemm(t)
+    bad = t.save("a16.npy", np.load(files["--a"]).astype(np.uint16))
+    return argv(a=bad), 1, ["[data-dtype] a:", "expected: uint8", "actual:   uint16"]
+
+
+def _row_scale_dtype(t):
+    _, (sa, _), argv = _cat_gemm(t)
+    bad = t.save("sf32.npy", sa.astype(np.float32))
+    return argv(scale_a=bad), 1, ["[scale-dtype] scale_a:", "expected: e8m0", "actual:   f32"]
+
+
+def _row_scale_shape(t):
+    _, (_, sb), argv = _cat_gemm(t)
+    bad = t.save("sb3.npy", sb[:, :3].copy())
+    return argv(scale_b=bad), 1, ["[scale-shape] scale_b:", "expected: (24, 4)", "actual:   [24, 3]"]
+
+
+def _row_scale_count(t):
+    _, (sa, _), argv = _cat_gemm(t, "rowwise", "rowwise")
+    bad = t.save("sa31.npy", sa.reshape(-1)[:31].copy())
+    return argv(scale_a=bad), 1, ["[scale-element-count] scale_a:", "expected: 32", "actual:   31"]
+
+
+def _row_e8m0_nan(t):
+    _, (sa, _), argv = _cat_gemm(t)
+    bad = sa.copy()
+    bad[3, 2] = 0xFF
+    return argv(scale_a=t.save("nan.npy", bad)), 1, ["[e8m0-nan] scale_a:", "data row 3, K-block 2"]
+
+
+def _row_f32_negative(t):
+    _, (sa, _), argv = _cat_gemm(t, "rowwise", "rowwise")
+    bad = sa.copy()
+    bad.reshape(-1)[31] = -2.0
+    return argv(scale_a=t.save("neg.npy", bad)), 1, ["[f32-scale-non-positive] scale_a:", "data row 31"]
+
+
+def _row_f32_nan(t):
+    _, (_, sb), argv = _cat_gemm(t, "block1x128", "block128x128", 32, 24, 256)
+    bad = sb.copy()
+    bad.reshape(-1)[1] = np.nan
+    return argv(scale_b=t.save("fnan.npy", bad)), 1, ["[f32-scale-non-finite] scale_b:"]
+
+
+def _row_unknown_recipe(t):
+    _, _, argv = _cat_gemm(t)
+    args = argv()
+    args[args.index("--recipe-a") + 1] = "mxfp9"
+    return args, 2, ["--recipe-a", "unknown recipe 'mxfp9'", "expected one of: tensorwise"]
+
+
+def _row_k_off_width(t):
+    _, _, argv = _cat_gemm(t)
+    return argv(kk=64), 1, ["[data-shape] a:", "expected: (M, 64)", "actual:   uint8[32, 128]", "[data-shape] b:"]
+
+
+def _row_fp8_out_without_d_scale(t):
+    _, _, argv = _cat_gemm(t)
+    return argv() + ["--out-dtype", "e4m3"], 1, ["d_scale", "fp8-out-d-scale"]
+
+
+def _row_missing_input(t):
+    _, _, argv = _cat_gemm(t)
+    return argv(b=t.path("missing.npy")), 1, ["missing.npy"]
+
+
+def _row_out_parent_is_a_file(t):
+    files, _, argv = _cat_gemm(t)
+    out = os.path.join(files["--a"], "d.npy")
+    return argv(out=out), 1, ["--out", "cannot write " + out]
+
+
+def _row_replay_m(t):
+    return _cat_replay(t, m=64), 1, ["[data-shape] a: a.npy has M rows", "expected: 64", "actual:   uint8[32, 128]",
+                                      "[scale-element-count] scale_a"]
+
+
+def _row_replay_k(t):
+    return _cat_replay(t, k=256), 1, ["[data-shape] a:", "expected: (M, 256)", "[data-shape] b:"]
+
+
+def _row_replay_n(t):
+    return _cat_replay(t, n=25), 1, ["[data-shape] b: b.npy has N rows", "expected: 25", "actual:   uint8[24, 128]"]
+
+
+def _row_replay_m_not_integer(t):
+    return _cat_replay(t, m=32.5), 1, ["call.json", "m must be an integer"]
+
+
+def _row_replay_m_negative(t):
+    return _cat_replay(t, m=-1), 1, ["call.json", "m, n, k must be in [1, 2^31]", "got m=-1"]
+
+
+def _row_replay_missing_k(t):
+    return _cat_replay(t, k=None), 1, ["call.json", "'k' not found"]
+
+
+def _row_replay_unknown_recipe(t):
+    args = _cat_replay(t)
+    path = os.path.join(args[1], "call.json")
+    with open(path) as f:
+        call = json.load(f)
+    call["a"]["recipe"] = "mxfp9"
+    with open(path, "w") as f:
+        json.dump(call, f)
+    return args, 1, ["call.json", "a.recipe: unknown recipe 'mxfp9'"]
+
+
+def _row_group_sum(t):
+    return _cat_grouped(t, "3,4"), 1, ["group-size-sum"]
+
+
+def _row_group_negative(t):
+    return _cat_grouped(t, "9,-1"), 1, ["group-size-negative"]
+
+
+def _row_group_not_a_number(t):
+    return _cat_grouped(t, "3,x"), 2, ["--group-sizes", "whole numbers"]
+
+
+def _row_group_k_off_block(t):
+    return _cat_grouped(t, "100,0,284", "k"), 1, ["group_sizes[0]", "group-k-block", "K_g = 128"]
+
+
+# (name, row) in the order of docs/reliability.md; rows marked "also" repeat a check of an older case.
+CLI_CATALOGUE = [
+    ("gemm: .npy header cut short", _row_truncated_header),
+    ("gemm: .npy header declares more rows than the file holds", _row_header_lies_shape),
+    ("gemm: .npy data cut short", _row_data_cut_short),
+    ("gemm: not a .npy file (bad magic)", _row_bad_magic),
+    ("gemm: empty scale file", _row_empty_file),
+    ("gemm: .npy header declares a 10^22-element shape", _row_shape_too_large),
+    ("gemm: Fortran-order data", _row_fortran_order),
+    ("gemm: big-endian fp32 scales", _row_big_endian),
+    ("gemm: data saved as uint16 (also gemm_rejects_invalid: float32)", _row_data_dtype),
+    ("gemm: mxfp8 scales saved as float32", _row_scale_dtype),
+    ("gemm: scale grid one K-block short", _row_scale_shape),
+    ("gemm: rowwise scales one element short", _row_scale_count),
+    ("gemm: NaN E8M0 scale (also gemm_rejects_invalid)", _row_e8m0_nan),
+    ("gemm: negative fp32 scale", _row_f32_negative),
+    ("gemm: NaN fp32 scale", _row_f32_nan),
+    ("gemm: unknown recipe name (also usage_errors)", _row_unknown_recipe),
+    ("gemm: --k off the data's width (also gemm_rejects_invalid)", _row_k_off_width),
+    ("gemm: FP8 output without --d-scale (also gemm_fp8_output)", _row_fp8_out_without_d_scale),
+    ("gemm: missing input file (also gemm_rejects_invalid)", _row_missing_input),
+    ("gemm: --out under a regular file", _row_out_parent_is_a_file),
+    ("replay: call.json m disagrees with a.npy", _row_replay_m),
+    ("replay: call.json k disagrees with the data", _row_replay_k),
+    ("replay: call.json n disagrees with b.npy", _row_replay_n),
+    ("replay: call.json m not an integer", _row_replay_m_not_integer),
+    ("replay: call.json m negative", _row_replay_m_negative),
+    ("replay: call.json without k", _row_replay_missing_k),
+    ("replay: call.json with an unknown recipe", _row_replay_unknown_recipe),
+    ("grouped gemm: group sizes do not add up to M (also gemm_grouped_rejects)", _row_group_sum),
+    ("grouped gemm: negative group size (also gemm_grouped_rejects)", _row_group_negative),
+    ("grouped gemm: --group-sizes not numbers (also gemm_grouped_rejects)", _row_group_not_a_number),
+    ("grouped gemm: K_g off the 128 block (also gemm_grouped_k)", _row_group_k_off_block),
+]
+
+
+def _snapshot(folder):
+    snap = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                snap[os.path.relpath(path, folder)] = f.read()
+    return snap
+
+
+@case("bad-input catalogue: every CLI row exits with its code, names the input and writes nothing")
+def catalogue_cli():
+    failures = []
+    for name, row in CLI_CATALOGUE:
+        t = Tmp()
+        args, expect, needles = row(t)
+        try:
+            for poisoned in (False, True):
+                out = args[args.index("--out") + 1] if "--out" in args else None
+                if poisoned and (out is None or not os.path.isdir(os.path.dirname(out))):
+                    continue
+                if poisoned:
+                    with open(out, "wb") as f:
+                        f.write(POISON)
+                before = _snapshot(t.dir)
+                p = run(*args)  # asserts that no signal ended it
+                assert p.returncode == expect, f"exit {p.returncode}, wanted {expect}\n{p.stderr}"
+                for needle in needles:
+                    assert needle in p.stderr, f"stderr lacks {needle!r}:\n{p.stderr}"
+                after = _snapshot(t.dir)
+                assert after == before, f"files changed: {sorted(set(after) ^ set(before))} or contents"
+        except AssertionError as e:
+            failures.append(f"{name}: {e}")
+    assert not failures, f"{len(failures)} of {len(CLI_CATALOGUE)} rows failed:\n" + "\n".join(failures)
+    print(f"{len(CLI_CATALOGUE)} rows pass")
+
+
 def main():
     global BIN
     BIN = sys.argv[1]
