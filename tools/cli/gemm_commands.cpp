@@ -249,6 +249,15 @@ void run_grouped(const GemmCli& g);
 
 /// Refuses the call when `diags` is not empty: the diagnostics on stderr (or as JSON), exit 1,
 /// nothing written.
+/// A backend that cannot run the call (a forced one, say) refuses it like invalid input: exit 1,
+/// nothing written. Other errors propagate.
+[[noreturn]] void refuse_unsupported(const Error& e, bool json) {
+  if (e.code() != StatusCode::kUnsupported) throw e;
+  if (json) refuse_json(e.what(), {});
+  std::fprintf(stderr, "scalemm gemm: %s\nnothing written\n", e.what());
+  throw Exit{kExitInvalidInput};
+}
+
 void refuse_if_any(const Diagnostics& diags, const char* what, bool json) {
   if (diags.empty()) return;
   if (json) refuse_json(what, diags);
@@ -323,10 +332,7 @@ void run_gemm(const GemmCli& g) {
   try {
     r = run_call(call, td, force, gpu);
   } catch (const Error& e) {
-    if (e.code() != StatusCode::kUnsupported) throw;
-    if (g.json) refuse_json(e.what(), {});
-    std::fprintf(stderr, "scalemm gemm: %s\nnothing written\n", e.what());
-    throw Exit{kExitInvalidInput};
+    refuse_unsupported(e, g.json);
   }
   const double run_ms = ms_since(t_run);
   if (!g.json) std::printf("plan: %s\n", r.plan.explain().c_str());
@@ -483,10 +489,7 @@ void run_grouped(const GemmCli& g) {
                  "copy D to the host");
     }
   } catch (const Error& e) {
-    if (e.code() != StatusCode::kUnsupported) throw;
-    if (g.json) refuse_json(e.what(), {});
-    std::fprintf(stderr, "scalemm gemm: %s\nnothing written\n", e.what());
-    throw Exit{kExitInvalidInput};
+    refuse_unsupported(e, g.json);
   }
   const double run_ms = ms_since(t0);
   io::NpyArray d;

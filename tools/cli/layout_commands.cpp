@@ -136,6 +136,35 @@ void print_map(std::ostream& os, const ScaleLayout& l, int64_t max_lines) {
   if (lines * width < l.size()) os << "  ... " << l.size() - lines * width << " more positions\n";
 }
 
+// --group-sizes of `layout explain|render`: non-negative rows adding up to --rows.
+void check_group_rows(const std::vector<int64_t>& sizes, int64_t rows) {
+  int64_t sum = 0;
+  for (int64_t v : sizes) {
+    if (v < 0)
+      throw Error(StatusCode::kInvalidArgument, "--group-sizes: a group size cannot be negative, got " + std::to_string(v));
+    sum += v;
+  }
+  if (sum != rows)
+    throw Error(StatusCode::kInvalidArgument, "--group-sizes: the sizes add up to " + std::to_string(sum) +
+                                                  ", expected --rows = " + std::to_string(rows) +
+                                                  " (the rows of the grouped operand)");
+}
+
+// Writes a rendered picture atomically: a temporary file beside `out`, then renamed into place.
+void write_rendered(const std::string& out, const std::string& text) {
+  const std::string tmp = out + ".tmp-scalemm";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) throw Error(StatusCode::kIoError, "--out: cannot open " + out + " for writing; choose another path");
+    f << text;
+    if (!f) throw Error(StatusCode::kIoError, "--out: writing " + out + " failed (is the disk full?)");
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(StatusCode::kIoError, "--out: cannot move the rendered file into place at " + out);
+  }
+}
+
 // The scale buffers of an m-grouped A (grouped.hpp): each group's own buffer, in group order.
 void run_explain_grouped(const LayoutArgs& a, const std::string& sizes_text, const std::string& format, bool json) {
   const std::vector<int64_t> sizes = parse_group_sizes(sizes_text);
@@ -145,15 +174,7 @@ void run_explain_grouped(const LayoutArgs& a, const std::string& sizes_text, con
   g.m = a.rows, g.n = 1, g.k = a.cols;
   g.a.recipe = parse_recipe_or_throw(a.recipe, "--recipe");
   g.a.scale_format = parse_scale_format_or_throw(format, "--format");
-  int64_t sum = 0;
-  for (int64_t s : sizes) {
-    if (s < 0) throw Error(StatusCode::kInvalidArgument, "--group-sizes: a group size cannot be negative, got " + std::to_string(s));
-    sum += s;
-  }
-  if (sum != a.rows)
-    throw Error(StatusCode::kInvalidArgument, "--group-sizes: the sizes add up to " + std::to_string(sum) +
-                                                  ", expected --rows = " + std::to_string(a.rows) +
-                                                  " (the rows of the grouped operand)");
+  check_group_rows(sizes, a.rows);
   const std::vector<int64_t> offs = grouped_scale_offsets(g);
   nlohmann::json groups = nlohmann::json::array();
   std::ostringstream os;
@@ -361,17 +382,7 @@ void run_render(const LayoutArgs& a, const std::string& format, const std::strin
     }
   }
   svg << "</svg>\n";
-  const std::string tmp = out + ".tmp-scalemm";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) throw Error(StatusCode::kIoError, "--out: cannot open " + out + " for writing; choose another path");
-    f << svg.str();
-    if (!f) throw Error(StatusCode::kIoError, "--out: writing " + out + " failed (is the disk full?)");
-  }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(StatusCode::kIoError, "--out: cannot move the rendered file into place at " + out);
-  }
+  write_rendered(out, svg.str());
   std::printf("wrote %s: %lld of %lld buffer positions\n", out.c_str(), static_cast<long long>(shown),
               static_cast<long long>(l.size()));
 }
@@ -388,14 +399,7 @@ void run_render_grouped(const LayoutArgs& a, const std::string& sizes_text, cons
   g.k = a.cols;
   g.a.recipe = parse_recipe_or_throw(a.recipe, "--recipe");
   g.a.scale_format = parse_scale_format_or_throw(format, "--format");
-  int64_t sum = 0;
-  for (int64_t v : sizes) {
-    if (v < 0) throw Error(StatusCode::kInvalidArgument, "--group-sizes: a group size cannot be negative, got " + std::to_string(v));
-    sum += v;
-  }
-  if (sum != a.rows)
-    throw Error(StatusCode::kInvalidArgument, "--group-sizes: the sizes add up to " + std::to_string(sum) +
-                                                  ", expected --rows = " + std::to_string(a.rows));
+  check_group_rows(sizes, a.rows);
   const std::vector<int64_t> offs = grouped_scale_offsets(g);
   const int font = 10, title_font = 13, line_h = 14, ch = 18, margin = 20, width = 32;
   const int64_t cw = std::max<int64_t>(44, text_px(std::to_string(std::max<int64_t>(a.rows - 1, 0)) + ":" +
@@ -468,17 +472,7 @@ void run_render_grouped(const LayoutArgs& a, const std::string& sizes_text, cons
       << "<title>" << xml_escape(title) << "</title>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\" class=\"background\"/>\n"
       << body.str() << "</svg>\n";
-  const std::string tmp = out + ".tmp-scalemm";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) throw Error(StatusCode::kIoError, "--out: cannot open " + out + " for writing; choose another path");
-    f << svg.str();
-    if (!f) throw Error(StatusCode::kIoError, "--out: writing " + out + " failed (is the disk full?)");
-  }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(StatusCode::kIoError, "--out: cannot move the rendered file into place at " + out);
-  }
+  write_rendered(out, svg.str());
   std::printf("wrote %s: %zu groups, %lld bytes of scales\n", out.c_str(), sizes.size(),
               static_cast<long long>(offs.back()));
 }
