@@ -111,16 +111,20 @@ GemmOperand operand(uintptr_t data, int dtype, int recipe, const ScaleArg& s, in
 using Operand = std::tuple<uintptr_t, int, int, uintptr_t, int, std::vector<int64_t>, std::vector<int64_t>, int, float>;
 //                         data       dtype recipe scale  sdtype shape                 strides                fmt  global
 
+ScaleArg scale_arg(const Operand& o) { return {std::get<3>(o), std::get<4>(o), std::get<5>(o), std::get<6>(o)}; }
+GemmOperand operand(const Operand& o, const ScaleArg& s) {
+  return operand(std::get<0>(o), std::get<1>(o), std::get<2>(o), s, std::get<7>(o), std::get<8>(o));
+}
+
 GemmArgs make_args(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b, uintptr_t d, int d_dtype,
                    uintptr_t bias, float alpha, int space, bool check) {
   GemmArgs g;
   g.m = m;
   g.n = n;
   g.k = k;
-  const ScaleArg sa{std::get<3>(a), std::get<4>(a), std::get<5>(a), std::get<6>(a)};
-  const ScaleArg sb{std::get<3>(b), std::get<4>(b), std::get<5>(b), std::get<6>(b)};
-  g.a = operand(std::get<0>(a), std::get<1>(a), std::get<2>(a), sa, std::get<7>(a), std::get<8>(a));
-  g.b = operand(std::get<0>(b), std::get<1>(b), std::get<2>(b), sb, std::get<7>(b), std::get<8>(b));
+  const ScaleArg sa = scale_arg(a), sb = scale_arg(b);
+  g.a = operand(a, sa);
+  g.b = operand(b, sb);
   g.d = ptr(d);
   g.d_dtype = DType(d_dtype);
   g.bias = ptr(bias);
@@ -152,10 +156,9 @@ GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, int64_t
   g.groups = int64_t(sizes.size());
   g.group_sizes = sizes.data();
   g.m = m, g.n = n, g.k = k;
-  const ScaleArg sa{std::get<3>(a), std::get<4>(a), std::get<5>(a), std::get<6>(a)};
-  const ScaleArg sb{std::get<3>(b), std::get<4>(b), std::get<5>(b), std::get<6>(b)};
-  g.a = operand(std::get<0>(a), std::get<1>(a), std::get<2>(a), sa, std::get<7>(a), std::get<8>(a));
-  g.b = operand(std::get<0>(b), std::get<1>(b), std::get<2>(b), sb, std::get<7>(b), std::get<8>(b));
+  const ScaleArg sa = scale_arg(a), sb = scale_arg(b);
+  g.a = operand(a, sa);
+  g.b = operand(b, sb);
   g.d = ptr(d);
   g.d_dtype = DType(d_dtype);
   g.alpha = alpha;

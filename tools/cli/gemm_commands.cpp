@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -247,6 +248,16 @@ nlohmann::json output_summary(const std::vector<float>& v) {
 
 void run_grouped(const GemmCli& g);
 
+/// The recipes, data types, scale format and output type that --recipe-a/-b, --a-dtype/--b-dtype,
+/// --scale-format and --out-dtype name (dense and grouped calls alike).
+std::tuple<Recipe, Recipe, DType, DType, ScaleFormat, DType> parse_types(const GemmCli& g) {
+  const Recipe ra = parse_recipe_or_throw(g.recipe_a, "--recipe-a");
+  const Recipe rb = parse_recipe_or_throw(g.recipe_b, "--recipe-b");
+  return {ra, rb, operand_dtype(ra, g.a_dtype, g.a_dtype_opt, "--a-dtype"),
+          operand_dtype(rb, g.b_dtype, g.b_dtype_opt, "--b-dtype"),
+          parse_scale_format_or_throw(g.scale_format, "--scale-format"), parse_dtype_or_throw(g.out_dtype, "--out-dtype")};
+}
+
 /// Refuses the call when `diags` is not empty: the diagnostics on stderr (or as JSON), exit 1,
 /// nothing written.
 /// A backend that cannot run the call (a forced one, say) refuses it like invalid input: exit 1,
@@ -272,12 +283,7 @@ void run_gemm(const GemmCli& g) {
     return;
   }
   const auto t_start = std::chrono::steady_clock::now();
-  const Recipe ra = parse_recipe_or_throw(g.recipe_a, "--recipe-a");
-  const Recipe rb = parse_recipe_or_throw(g.recipe_b, "--recipe-b");
-  const DType ta = operand_dtype(ra, g.a_dtype, g.a_dtype_opt, "--a-dtype");
-  const DType tb = operand_dtype(rb, g.b_dtype, g.b_dtype_opt, "--b-dtype");
-  const ScaleFormat fmt = parse_scale_format_or_throw(g.scale_format, "--scale-format");
-  const DType td = parse_dtype_or_throw(g.out_dtype, "--out-dtype");
+  const auto [ra, rb, ta, tb, fmt, td] = parse_types(g);
   std::optional<Backend> force;
   if (g.backend != "auto") force = parse_backend(g.backend);
   check_output_path(g.out, "--out");  // before the GEMM, not after it
@@ -395,12 +401,7 @@ std::vector<uint8_t> grouped_scales(const std::string& path, const char* arg, DT
 }
 
 void run_grouped(const GemmCli& g) {
-  const Recipe ra = parse_recipe_or_throw(g.recipe_a, "--recipe-a");
-  const Recipe rb = parse_recipe_or_throw(g.recipe_b, "--recipe-b");
-  const DType ta = operand_dtype(ra, g.a_dtype, g.a_dtype_opt, "--a-dtype");
-  const DType tb = operand_dtype(rb, g.b_dtype, g.b_dtype_opt, "--b-dtype");
-  const ScaleFormat fmt = parse_scale_format_or_throw(g.scale_format, "--scale-format");
-  const DType td = parse_dtype_or_throw(g.out_dtype, "--out-dtype");
+  const auto [ra, rb, ta, tb, fmt, td] = parse_types(g);
   if (g.group_dim != "m" && g.group_dim != "k")
     throw Error(StatusCode::kInvalidArgument, "--group-dim: expected m or k, got '" + g.group_dim + "'");
   const GroupDim dim = g.group_dim == "m" ? GroupDim::kM : GroupDim::kK;
