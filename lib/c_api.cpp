@@ -52,6 +52,9 @@ SCALEMM_SAME(SCALEMM_BACKEND_REFERENCE, scalemm::Backend::kReference);
 static_assert(scalemm::kBackendCount == SCALEMM_BACKEND_REFERENCE + 1, "a backend without a C value");
 SCALEMM_SAME(SCALEMM_GROUP_DIM_M, scalemm::GroupDim::kM);
 SCALEMM_SAME(SCALEMM_GROUP_DIM_K, scalemm::GroupDim::kK);
+SCALEMM_SAME(SCALEMM_GROUPED_BACKEND_AUTO, scalemm::GroupedBackend::kAuto);
+SCALEMM_SAME(SCALEMM_GROUPED_BACKEND_CUTLASS, scalemm::GroupedBackend::kCutlass);
+SCALEMM_SAME(SCALEMM_GROUPED_BACKEND_PER_GROUP, scalemm::GroupedBackend::kPerGroup);
 SCALEMM_SAME(SCALEMM_MEMORY_HOST, scalemm::MemorySpace::kHost);
 SCALEMM_SAME(SCALEMM_MEMORY_DEVICE, scalemm::MemorySpace::kDevice);
 #undef SCALEMM_SAME
@@ -75,6 +78,9 @@ template <> struct Range<scalemm::MemorySpace> {
 };
 template <> struct Range<scalemm::GroupDim> {
   static constexpr int lo = int(scalemm::GroupDim::kM), hi = int(scalemm::GroupDim::kK);
+};
+template <> struct Range<scalemm::GroupedBackend> {
+  static constexpr int lo = int(scalemm::GroupedBackend::kAuto), hi = int(scalemm::GroupedBackend::kPerGroup);
 };
 template <> struct Range<scalemm::Autotune> {
   static constexpr int lo = int(scalemm::Autotune::kFromEnvironment), hi = int(scalemm::Autotune::kOn);
@@ -169,6 +175,14 @@ scalemm::GroupedGemmArgs grouped_from(const scalemm_grouped_gemm_t* g) {
   a.d_dtype = checked_enum<scalemm::DType>(g->d_dtype, "grouped_gemm.d_dtype");
   a.alpha = g->alpha;
   a.space = checked_enum<scalemm::MemorySpace>(g->memory_space, "grouped_gemm.memory_space");
+  if (g->struct_size >= offsetof(scalemm_grouped_gemm_t, backend) + sizeof(int32_t)) {
+    a.group_sizes_device = g->group_sizes_device;
+    require(g->group_sizes_int64 == 0 || g->group_sizes_int64 == 1,
+            "grouped_gemm.group_sizes_int64: expected 0 (int32) or 1 (int64), got " + std::to_string(g->group_sizes_int64));
+    a.group_sizes_int64 = g->group_sizes_int64 == 1;
+    a.device_status = g->device_status;
+    a.backend = checked_enum<scalemm::GroupedBackend>(g->backend, "grouped_gemm.backend");
+  }
   return a;
 }
 

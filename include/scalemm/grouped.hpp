@@ -35,16 +35,39 @@ enum class GroupDim : uint8_t {
 };
 std::string_view to_string(GroupDim g);
 
+/// Which grouped backend runs a call. kAuto takes the CUTLASS grouped kernel whenever it can run the
+/// call (blockwise FP8 on sm_90, bf16 output), else the per-group backend; the others insist, and a
+/// call the chosen one cannot run is refused (kUnsupported) with the reason.
+enum class GroupedBackend : uint8_t {
+  kAuto = 0,
+  kCutlass = 1,   ///< one launch of CUTLASS's Hopper pointer-array kernel for all groups
+  kPerGroup = 2,  ///< one dense call per non-empty group (every recipe pair; bit-identical to dense calls)
+};
+std::string_view to_string(GroupedBackend b);
+
 struct GroupedGemmArgs {
   GroupDim group_dim = GroupDim::kM;
   int64_t groups = 0;                 ///< G >= 1
   const int64_t* group_sizes = nullptr;  ///< G sizes in host memory: M_g (m-grouped) or K_g (k-grouped)
+  /// Or the G sizes in device memory (int32 or int64; leave group_sizes null): the router's token
+  /// counts as they are. The CUTLASS grouped backend reads them on the device, with no host
+  /// synchronisation; any other backend copies them to the host first (one stream synchronisation,
+  /// said in explain(), refused inside a graph capture). Sizes that turn out invalid on the device
+  /// (negative, not summing to m or k, a K_g off a K-block boundary) make the call write nothing and
+  /// set *device_status.
+  const void* group_sizes_device = nullptr;
+  bool group_sizes_int64 = false;     ///< element type of group_sizes_device: int64 (true) or int32
+  /// Optional device word for calls with device-side sizes: set to 0 when the sizes were valid, else
+  /// to 1 + the index of the first bad group (G + 1 when only their sum is wrong). Read it whenever
+  /// the stream is next synchronised anyway.
+  int32_t* device_status = nullptr;
   int64_t m = 0, n = 0, k = 0;        ///< m-grouped: m = sum M_g, k = K; k-grouped: k = sum K_g
   GemmOperand a, b;                   ///< as for a dense call; B of an m-grouped call holds G experts
   void* d = nullptr;
   DType d_dtype = DType::kBF16;       ///< bf16, f16 or f32
   float alpha = 1.0f;
   MemorySpace space = MemorySpace::kDevice;
+  GroupedBackend backend = GroupedBackend::kAuto;
 };
 
 /// Checks everything that does not need a backend: G, the sizes (non-negative, summing to m or k),

@@ -155,17 +155,30 @@ typedef enum scalemm_group_dim_t {
   SCALEMM_GROUP_DIM_K = 1
 } scalemm_group_dim_t;
 
+/* Which grouped backend runs a call (0.4): AUTO takes the CUTLASS kernel when it can run the call. */
+typedef enum scalemm_grouped_backend_t {
+  SCALEMM_GROUPED_BACKEND_AUTO = 0,
+  SCALEMM_GROUPED_BACKEND_CUTLASS = 1,   /* one launch for all groups (blockwise FP8, sm_90, bf16 out) */
+  SCALEMM_GROUPED_BACKEND_PER_GROUP = 2  /* one dense call per non-empty group */
+} scalemm_grouped_backend_t;
+
 typedef struct scalemm_grouped_gemm_t {
   size_t struct_size;           /* sizeof(scalemm_grouped_gemm_t) */
   int32_t group_dim;            /* scalemm_group_dim_t */
   int64_t groups;               /* G >= 1 */
-  const int64_t* group_sizes;   /* G sizes (M_g or K_g) in host memory */
+  const int64_t* group_sizes;   /* G sizes (M_g or K_g) in host memory, or NULL with group_sizes_device */
   int64_t m, n, k;              /* m-grouped: m = sum M_g; k-grouped: k = sum K_g */
   scalemm_operand_t a, b;
   void* d;
   int32_t d_dtype;
   float alpha;
   int32_t memory_space;         /* scalemm_memory_space_t: all pointers but group_sizes live there */
+  /* Added in 0.4 (a struct_size that ends before them leaves them unset): */
+  const void* group_sizes_device;  /* G sizes in device memory (the router's counts), or NULL: read on the
+                                      device by the CUTLASS grouped kernel, no host synchronisation */
+  int32_t group_sizes_int64;       /* element type of group_sizes_device: 1 = int64, 0 = int32 */
+  int32_t* device_status;          /* optional device word: 0, or 1 + the first bad group (G + 1: bad sum) */
+  int32_t backend;                 /* scalemm_grouped_backend_t */
 } scalemm_grouped_gemm_t;
 
 /* Validates every group, then runs each non-empty group on `stream` (one cached plan per distinct

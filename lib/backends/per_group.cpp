@@ -1,6 +1,11 @@
-// The per-group grouped backend: a grouped GEMM (grouped.hpp) as one dense call per non-empty group,
-// each planned (cached per distinct group shape) and run by the dense backends, so every group is
-// bit-identical to the same dense call and every recipe pair the dense call accepts works grouped.
+// Grouped GEMMs (grouped.hpp): validation, the choice between the two grouped backends, and the
+// per-group backend itself.
+//  * The CUTLASS grouped kernel (backends/cutlass_grouped.cu) runs blockwise FP8 on sm_90 in one launch,
+//    with host or device-side sizes; it is taken whenever it can run the call.
+//  * Otherwise the per-group backend runs one dense call per non-empty group, each planned (cached per
+//    distinct group shape) and run by the dense backends, so every group is bit-identical to the same
+//    dense call and every recipe pair the dense call accepts works grouped. It needs the sizes on the
+//    host: device-side sizes are copied over first (one synchronisation, refused during a capture).
 //  * m-grouped groups are views into A, B, their scales and D: nothing is copied.
 //  * k-grouped groups gather their K columns of A and B and their K-blocks of the scales into the
 //    stream's staging scratch first (one 2-D copy per operand, one launch for both scale buffers);
@@ -13,6 +18,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "backends/cutlass_grouped.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/grouped.hpp"
@@ -75,11 +81,32 @@ Diagnostics validate(const GroupedGemmArgs& a) {
   if (a.group_dim != GroupDim::kM && a.group_dim != GroupDim::kK)
     add(out, "group_dim", "group-dim", "the grouped dimension must be m or k", "m or k",
         std::to_string(int(a.group_dim)), "");
+  if (a.backend != GroupedBackend::kAuto && a.backend != GroupedBackend::kCutlass &&
+      a.backend != GroupedBackend::kPerGroup)
+    add(out, "backend", "grouped-backend", "unknown grouped backend", "auto, cutlass or per-group",
+        std::to_string(int(a.backend)), "");
   if (a.groups < 1)
     add(out, "groups", "group-count", "a grouped GEMM needs at least one group", ">= 1", std::to_string(a.groups),
         "Pass G = the number of experts (group_sizes has G entries).");
-  if (!a.group_sizes && a.groups >= 1)
-    add(out, "group_sizes", "null-pointer", "group sizes are null", "G sizes in host memory", "nullptr", "");
+  const bool dev_sizes = a.group_sizes_device != nullptr;
+  if (!a.group_sizes && !dev_sizes && a.groups >= 1)
+    add(out, "group_sizes", "null-pointer", "group sizes are null",
+        "G sizes in host memory (group_sizes) or in device memory (group_sizes_device)", "nullptr", "");
+  if (a.group_sizes && dev_sizes)
+    add(out, "group_sizes_device", "group-sizes-twice", "group sizes are given twice", "group_sizes or group_sizes_device",
+        "both", "Pass the sizes in one place: leave group_sizes null when they live on the device.");
+  if (dev_sizes && a.space == MemorySpace::kHost)
+    add(out, "group_sizes_device", "group-sizes-space", "a host-memory call takes its group sizes from the host",
+        "group_sizes (host)", "group_sizes_device", "Pass the sizes in group_sizes.");
+  if (dev_sizes && a.group_dim == GroupDim::kM &&
+      !(a.a.scale_format == ScaleFormat::kCompact &&
+        (a.a.recipe == Recipe::kRowwise || a.a.recipe == Recipe::kBlock1x128 || a.a.recipe == Recipe::kMxfp8 ||
+         a.a.recipe == Recipe::kNvfp4)))
+    add(out, "scale_a", "group-sizes-device-scales",
+        "with device-side group sizes, A's scales must not depend on the sizes: a per-row recipe in compact format",
+        "rowwise, block1x128, mxfp8 or nvfp4, compact",
+        std::string(to_string(a.a.recipe)) + ", " + std::string(to_string(a.a.scale_format)),
+        "Pass the sizes on the host (group_sizes), or quantize A per row.");
   if (a.n < 1) add(out, "n", "positive-extent", "N must be at least 1", ">= 1", std::to_string(a.n), "");
   if (mg ? a.k < 1 : a.m < 1)
     add(out, mg ? "k" : "m", "positive-extent", std::string(mg ? "K" : "M") + " must be at least 1", ">= 1",
@@ -88,6 +115,14 @@ Diagnostics validate(const GroupedGemmArgs& a) {
     add(out, "d_dtype", "grouped-out-dtype", "grouped output must be bf16, f16 or f32", "bf16, f16 or f32",
         std::string(to_string(a.d_dtype)), "");
   if (!out.empty()) return out;
+  if (dev_sizes) {  // the sizes are checked on the device; the operands as the whole tensors they are
+    GemmArgs c;
+    c.m = a.group_dim == GroupDim::kM ? std::max<int64_t>(a.m, 1) : a.m;
+    c.n = a.n, c.k = a.k;
+    c.a = a.a, c.b = a.b, c.d = a.d, c.d_dtype = a.d_dtype, c.alpha = a.alpha, c.space = a.space;
+    for (auto x : validate(c)) out.push_back(std::move(x));
+    return out;
+  }
 
   int64_t sum = 0;
   const int64_t gran = mg ? 1 : std::max(k_granularity(a.a.recipe), k_granularity(a.b.recipe));
@@ -146,9 +181,159 @@ Diagnostics validate(const GroupedGemmArgs& a) {
   return out;
 }
 
+namespace {
+
+// Why the CUTLASS grouped kernel does not run `a` (empty: it does).
+std::string cutlass_blocker(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) {
+  if (a.backend == GroupedBackend::kPerGroup) return "the call asks for the per-group backend";
+  if (!backends::cutlass_grouped::built())
+    return "not built (CUTLASS's headers were not found at configure time: tools/fetch-cutlass.sh)";
+  if (options.force && *options.force != Backend::kNative)
+    return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
+  return backends::cutlass_grouped::blocker(a, t);
+}
+
+// The per-group backend needs the sizes on the host: one copy and one synchronisation.
+std::vector<int64_t> sizes_to_host(const GroupedGemmArgs& a, const std::string& why, Stream stream) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  detail::cuda_check(cudaStreamIsCapturing(stream, &capturing), "grouped_gemm: capture status");
+  if (capturing != cudaStreamCaptureStatusNone)
+    throw Error(StatusCode::kUnsupported,
+                "group_sizes_device: this call runs on the per-group backend, which needs the sizes on the host, "
+                "and a graph capture cannot wait for them (CUTLASS grouped kernel passed over: " + why +
+                    "). Fix: pass host sizes (group_sizes), or a call the CUTLASS kernel runs.");
+  std::vector<int64_t> sizes(size_t(a.groups));
+  if (a.group_sizes_int64) {
+    detail::cuda_check(cudaMemcpyAsync(sizes.data(), a.group_sizes_device, sizes.size() * 8, cudaMemcpyDeviceToHost,
+                                       stream), "grouped_gemm: copy device-side group sizes");
+  } else {
+    std::vector<int32_t> s32(sizes.size());
+    detail::cuda_check(cudaMemcpyAsync(s32.data(), a.group_sizes_device, s32.size() * 4, cudaMemcpyDeviceToHost, stream),
+                       "grouped_gemm: copy device-side group sizes");
+    detail::cuda_check(cudaStreamSynchronize(stream), "grouped_gemm: wait for device-side group sizes");
+    std::copy(s32.begin(), s32.end(), sizes.begin());
+  }
+  detail::cuda_check(cudaStreamSynchronize(stream), "grouped_gemm: wait for device-side group sizes");
+  return sizes;
+}
+
+// Stages k-grouped group g (columns [k0, k0 + K_g)) into `base` and returns its dense call, writing D[g].
+GemmArgs stage_k_group(const GroupedGemmArgs& a, int64_t g, int64_t k0, char* base, Stream stream) {
+  const bool host = a.space == MemorySpace::kHost;
+  const int64_t kg = a.group_sizes[g];
+  const KStage st = k_stage(a, kg);
+  auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+  char* pa = base;
+  char* pb = pa + al(st.a_bytes);
+  char* psa = pb + al(st.b_bytes);
+  char* psb = psa + al(st.sa_bytes);
+  const size_t a_row = data_row_bytes(a.a.dtype, a.k), b_row = data_row_bytes(a.b.dtype, a.k);
+  const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
+  const size_t a_off = size_t(dtype_storage_bytes(a.a.dtype, k0)), b_off = size_t(dtype_storage_bytes(a.b.dtype, k0));
+  const size_t a_w = data_row_bytes(a.a.dtype, kg), b_w = data_row_bytes(a.b.dtype, kg);
+  const layouts::ScaleLayout ga(a.a.recipe, a.m, kg, ScaleFormat::kCompact), gb(a.b.recipe, a.n, kg, ScaleFormat::kCompact);
+  const int64_t kb0_a = a.a.recipe == Recipe::kTensorwise || a.a.recipe == Recipe::kRowwise ? 0 : k0 / la.block_k();
+  const int64_t kb0_b = a.b.recipe == Recipe::kTensorwise || a.b.recipe == Recipe::kRowwise ? 0 : k0 / lb.block_k();
+  if (host) {
+    for (int64_t r = 0; r < a.m; ++r)
+      std::memcpy(pa + size_t(r) * a_w, static_cast<const char*>(a.a.data) + size_t(r) * a_row + a_off, a_w);
+    for (int64_t r = 0; r < a.n; ++r)
+      std::memcpy(pb + size_t(r) * b_w, static_cast<const char*>(a.b.data) + size_t(r) * b_row + b_off, b_w);
+    layouts::slice_kblocks(la, a.a.scale, kb0_a, ga, psa);
+    layouts::slice_kblocks(lb, a.b.scale, kb0_b, gb, psb);
+  } else {
+    detail::cuda_check(cudaMemcpy2DAsync(pa, a_w, static_cast<const char*>(a.a.data) + a_off, a_row, a_w, size_t(a.m),
+                                         cudaMemcpyDeviceToDevice, stream),
+                       "grouped_gemm: gather A's K columns");
+    detail::cuda_check(cudaMemcpy2DAsync(pb, b_w, static_cast<const char*>(a.b.data) + b_off, b_row, b_w, size_t(a.n),
+                                         cudaMemcpyDeviceToDevice, stream),
+                       "grouped_gemm: gather B's K columns");
+    layouts::gpu::ScaleConversion conv[2] = {{la, ga, a.a.scale, psa, kb0_a}, {lb, gb, a.b.scale, psb, kb0_b}};
+    layouts::gpu::convert_small(conv, 2, stream);
+  }
+  GemmArgs c;
+  c.m = a.m, c.n = a.n, c.k = kg;
+  c.a = a.a, c.a.data = pa, c.a.scale = psa, c.a.scale_format = ScaleFormat::kCompact;
+  c.b = a.b, c.b.data = pb, c.b.scale = psb, c.b.scale_format = ScaleFormat::kCompact;
+  c.d = static_cast<uint8_t*>(a.d) + size_t(g) * size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
+  c.d_dtype = a.d_dtype, c.alpha = a.alpha, c.space = a.space;
+  return c;
+}
+
+size_t k_stage_bytes(const GroupedGemmArgs& a) {
+  size_t need = 0;
+  for (int64_t g = 0; g < a.groups; ++g) need = std::max(need, k_stage(a, a.group_sizes[g]).total());
+  return need;
+}
+
+// SCALEMM_VERIFY for a call the CUTLASS kernel ran: each group against the reference, as a dense call
+// of the native tier's tolerance (synchronous, in both modes: the sizes may first have to be read).
+void verify_cutlass_call(Handle::Impl& impl, const GroupedGemmArgs& in, verify::Mode mode, Stream stream) {
+  std::vector<int64_t> host_sizes;
+  GroupedGemmArgs a = in;
+  if (a.group_sizes_device) {
+    host_sizes = sizes_to_host(a, "", stream);
+    a.group_sizes = host_sizes.data(), a.group_sizes_device = nullptr;
+    if (!validate(a).empty()) return;  // invalid device sizes: the call wrote nothing, device_status says why
+  }
+  Plan plan;
+  plan.backend = Backend::kNative;
+  plan.reasons = {backends::cutlass_grouped::describe(in)};
+  if (a.group_dim == GroupDim::kM) {
+    std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
+    for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];
+    const std::vector<int64_t> offs = grouped_scale_offsets(a);
+    for (int64_t g = 0; g < a.groups; ++g)
+      if (a.group_sizes[g] > 0) verify::check(m_group_call(a, rows, offs, g), plan, mode, stream);
+    return;
+  }
+  dispatch::StagingScratch scratch = dispatch::staging_scratch(impl, stream, k_stage_bytes(a));
+  const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
+  std::vector<uint8_t> dg(d_bytes);
+  int64_t k0 = 0;
+  for (int64_t g = 0; g < a.groups; ++g) {
+    if (a.group_sizes[g] == 0) {  // D[g] must be zero
+      detail::cuda_check(cudaMemcpy(dg.data(), static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes, d_bytes,
+                                    cudaMemcpyDeviceToHost), "verify: read D[g] of an empty group");
+      if (std::any_of(dg.begin(), dg.end(), [](uint8_t v) { return v != 0; }))
+        throw Error(StatusCode::kVerificationFailed,
+                    "grouped_gemm verification: D[" + std::to_string(g) + "] of an empty k-group is not zero");
+      continue;
+    }
+    verify::check(stage_k_group(a, g, k0, scratch.ptr, stream), plan, mode, stream);
+    k0 += a.group_sizes[g];
+  }
+}
+
+}  // namespace
+
 void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   throw_if_any(validate(a), StatusCode::kInvalidArgument);
   const bool host = a.space == MemorySpace::kHost;
+  const std::string why = cutlass_blocker(a, target(), dispatch::handle_options(*impl_).plan);
+  if (why.empty()) {
+    const size_t need = backends::cutlass_grouped::workspace_bytes(a, target());
+    {
+      dispatch::StagingScratch scratch = dispatch::staging_scratch(*impl_, stream, need);
+      backends::cutlass_grouped::run(a, stream, scratch.ptr, need);
+    }
+    const verify::Mode mode = dispatch::handle_verify_mode(*impl_);
+    if (mode != verify::Mode::kOff) verify_cutlass_call(*impl_, a, mode, stream);
+    return;
+  }
+  if (a.backend == GroupedBackend::kCutlass)
+    throw Error(StatusCode::kUnsupported, "backend: the CUTLASS grouped kernel cannot run this call: " + why +
+                                              ". Fix: pass GroupedBackend::kAuto or kPerGroup.");
+  if (a.group_sizes_device) {
+    const std::vector<int64_t> sizes = sizes_to_host(a, why, stream);
+    GroupedGemmArgs h = a;
+    h.group_sizes = sizes.data(), h.group_sizes_device = nullptr, h.device_status = nullptr;
+    throw_if_any(validate(h), StatusCode::kInvalidArgument);
+    if (a.device_status)
+      detail::cuda_check(cudaMemsetAsync(a.device_status, 0, sizeof(int32_t), stream), "grouped_gemm: device_status");
+    grouped_gemm(h, stream);
+    return;
+  }
   if (a.group_dim == GroupDim::kM) {
     std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
     for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];
@@ -157,9 +342,9 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
       if (a.group_sizes[g] > 0) gemm(m_group_call(a, rows, offs, g), stream);
     return;
   }
-  // k-grouped: stage each group's columns, then its dense call writes D[g].
-  size_t need = 0;
-  for (int64_t g = 0; g < a.groups; ++g) need = std::max(need, k_stage(a, a.group_sizes[g]).total());
+  // k-grouped: stage each group's columns, then its dense call writes D[g]. Groups run one after
+  // another on the stream, so one staging buffer serves them all.
+  const size_t need = k_stage_bytes(a);
   std::vector<uint8_t> host_stage;
   dispatch::StagingScratch scratch;
   char* base;
@@ -171,63 +356,38 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     base = scratch.ptr;
   }
   const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
-  const size_t a_row = data_row_bytes(a.a.dtype, a.k), b_row = data_row_bytes(a.b.dtype, a.k);
-  const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
   int64_t k0 = 0;
   for (int64_t g = 0; g < a.groups; ++g) {
-    const int64_t kg = a.group_sizes[g];
-    uint8_t* dg = static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes;
-    if (kg == 0) {  // an empty reduction: D[g] = 0
+    if (a.group_sizes[g] == 0) {  // an empty reduction: D[g] = 0
+      uint8_t* dg = static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes;
       if (host) std::memset(dg, 0, d_bytes);
       else detail::cuda_check(cudaMemsetAsync(dg, 0, d_bytes, stream), "grouped_gemm: zero D[g] of an empty group");
       continue;
     }
-    const KStage st = k_stage(a, kg);
-    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
-    char* pa = base;
-    char* pb = pa + al(st.a_bytes);
-    char* psa = pb + al(st.b_bytes);
-    char* psb = psa + al(st.sa_bytes);
-    const size_t a_off = size_t(dtype_storage_bytes(a.a.dtype, k0)), b_off = size_t(dtype_storage_bytes(a.b.dtype, k0));
-    const size_t a_w = data_row_bytes(a.a.dtype, kg), b_w = data_row_bytes(a.b.dtype, kg);
-    const layouts::ScaleLayout ga(a.a.recipe, a.m, kg, ScaleFormat::kCompact), gb(a.b.recipe, a.n, kg, ScaleFormat::kCompact);
-    const int64_t kb0_a = a.a.recipe == Recipe::kTensorwise || a.a.recipe == Recipe::kRowwise ? 0 : k0 / la.block_k();
-    const int64_t kb0_b = a.b.recipe == Recipe::kTensorwise || a.b.recipe == Recipe::kRowwise ? 0 : k0 / lb.block_k();
-    if (host) {
-      for (int64_t r = 0; r < a.m; ++r)
-        std::memcpy(pa + size_t(r) * a_w, static_cast<const char*>(a.a.data) + size_t(r) * a_row + a_off, a_w);
-      for (int64_t r = 0; r < a.n; ++r)
-        std::memcpy(pb + size_t(r) * b_w, static_cast<const char*>(a.b.data) + size_t(r) * b_row + b_off, b_w);
-      layouts::slice_kblocks(la, a.a.scale, kb0_a, ga, psa);
-      layouts::slice_kblocks(lb, a.b.scale, kb0_b, gb, psb);
-    } else {
-      detail::cuda_check(cudaMemcpy2DAsync(pa, a_w, static_cast<const char*>(a.a.data) + a_off, a_row, a_w, size_t(a.m),
-                                           cudaMemcpyDeviceToDevice, stream),
-                         "grouped_gemm: gather A's K columns");
-      detail::cuda_check(cudaMemcpy2DAsync(pb, b_w, static_cast<const char*>(a.b.data) + b_off, b_row, b_w, size_t(a.n),
-                                           cudaMemcpyDeviceToDevice, stream),
-                         "grouped_gemm: gather B's K columns");
-      layouts::gpu::ScaleConversion conv[2] = {{la, ga, a.a.scale, psa, kb0_a}, {lb, gb, a.b.scale, psb, kb0_b}};
-      layouts::gpu::convert_small(conv, 2, stream);
-    }
-    GemmArgs c;
-    c.m = a.m, c.n = a.n, c.k = kg;
-    c.a = a.a, c.a.data = pa, c.a.scale = psa, c.a.scale_format = ScaleFormat::kCompact;
-    c.b = a.b, c.b.data = pb, c.b.scale = psb, c.b.scale_format = ScaleFormat::kCompact;
-    c.d = dg, c.d_dtype = a.d_dtype, c.alpha = a.alpha, c.space = a.space;
-    gemm(c, stream);
-    k0 += kg;
+    gemm(stage_k_group(a, g, k0, base, stream), stream);
+    k0 += a.group_sizes[g];
   }
 }
 
 std::string Handle::explain(const GroupedGemmArgs& a) {
   throw_if_any(validate(a), StatusCode::kInvalidArgument);
+  std::ostringstream os;
+  os << "grouped (" << to_string(a.group_dim) << "), G=" << a.groups << ", ";
+  const std::string why = cutlass_blocker(a, target(), dispatch::handle_options(*impl_).plan);
+  if (why.empty()) {
+    os << "CUTLASS grouped backend: " << backends::cutlass_grouped::describe(a);
+    return os.str();
+  }
+  if (a.group_sizes_device) {
+    os << "per-group backend (CUTLASS grouped kernel passed over: " << why << "): the device-side sizes are copied"
+       << " to the host at each call (one stream synchronisation), then each non-empty group runs its dense plan";
+    return os.str();
+  }
   // One plan per distinct group shape (what the plan cache holds), with the groups that share it.
   std::map<int64_t, std::vector<int64_t>> by_size;
   for (int64_t g = 0; g < a.groups; ++g) by_size[a.group_sizes[g]].push_back(g);
-  std::ostringstream os;
-  os << "grouped (" << to_string(a.group_dim) << "), G=" << a.groups << ", per-group backend: one dense call per"
-     << " non-empty group, " << by_size.size() << " distinct group shape(s)";
+  os << "per-group backend: one dense call per non-empty group, " << by_size.size() << " distinct group shape(s)"
+     << " (CUTLASS grouped kernel passed over: " << why << ")";
   for (const auto& [size, gs] : by_size) {
     os << "\n" << (a.group_dim == GroupDim::kM ? "M_g=" : "K_g=") << size << " (groups";
     for (size_t i = 0; i < gs.size() && i < 8; ++i) os << ' ' << gs[i];
@@ -247,5 +407,18 @@ std::string Handle::explain(const GroupedGemmArgs& a) {
   }
   return os.str();
 }
+
+#if !SCALEMM_HAVE_CUTLASS
+// Without CUTLASS's headers the grouped kernel is absent; the per-group backend runs every call.
+namespace backends::cutlass_grouped {
+bool built() { return false; }
+std::string blocker(const GroupedGemmArgs&, const DeviceTarget&) { return "not built"; }
+size_t workspace_bytes(const GroupedGemmArgs&, const DeviceTarget&) { return 0; }
+void run(const GroupedGemmArgs&, Stream, char*, size_t) {
+  throw Error(StatusCode::kInternal, "cutlass_grouped: not built");
+}
+std::string describe(const GroupedGemmArgs&) { return "not built"; }
+}  // namespace backends::cutlass_grouped
+#endif
 
 }  // namespace scalemm

@@ -15,6 +15,15 @@ int64_t group_buffer_bytes(const layouts::ScaleLayout& l) {
 
 std::string_view to_string(GroupDim g) { return g == GroupDim::kK ? "k" : "m"; }
 
+std::string_view to_string(GroupedBackend b) {
+  switch (b) {
+    case GroupedBackend::kAuto: return "auto";
+    case GroupedBackend::kCutlass: return "cutlass";
+    case GroupedBackend::kPerGroup: return "per-group";
+  }
+  return "unknown";
+}
+
 std::vector<int64_t> grouped_scale_offsets(const GroupedGemmArgs& a) {
   std::vector<int64_t> offs(size_t(a.groups) + 1, 0);
   for (int64_t g = 0; g < a.groups; ++g)

@@ -209,6 +209,9 @@ dispatch::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream st
   return s;
 }
 
+const HandleOptions& dispatch::handle_options(const Handle::Impl& impl) { return impl.options; }
+verify::Mode dispatch::handle_verify_mode(const Handle::Impl& impl) { return impl.verify_mode; }
+
 Plan Handle::plan(const GemmArgs& args) { return impl_->cached_plan(GemmProblem::from(args)); }
 
 void Handle::gemm(const GemmArgs& args, Stream stream) {

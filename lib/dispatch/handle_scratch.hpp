@@ -1,11 +1,13 @@
-// Staging memory of a stream for calls that prepare their operands before the dense path runs
-// (the k-grouped gather of backends/per_group.cpp). Separate from the plans' scratch, which each
-// dense call takes under its own lock.
+// Staging memory of a stream for calls that prepare their operands before the dense path runs (the
+// k-grouped gather of backends/per_group.cpp) or that carry their own arguments (the CUTLASS grouped
+// kernel's per-group arrays). Separate from the plans' scratch, which each dense call takes under its
+// own lock.
 #pragma once
 
 #include <cstddef>
 #include <mutex>
 
+#include "dispatch/verify.hpp"
 #include "scalemm/gemm.hpp"
 
 namespace scalemm::dispatch {
@@ -17,5 +19,9 @@ struct StagingScratch {
   char* ptr = nullptr;
 };
 StagingScratch staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes);
+
+/// The handle's settings that grouped calls follow as dense calls do.
+const HandleOptions& handle_options(const Handle::Impl& impl);
+verify::Mode handle_verify_mode(const Handle::Impl& impl);
 
 }  // namespace scalemm::dispatch

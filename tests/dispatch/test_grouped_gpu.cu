@@ -1,11 +1,14 @@
 // Grouped GEMMs on the GPU: every recipe pair and both groupings against each group's exact product,
-// bit-identity with the same dense calls, and a forward + dgrad + wgrad grouped step captured in one
-// CUDA graph and replayed.
+// bit-identity of the per-group backend with the same dense calls, the CUTLASS grouped kernel (exact
+// products, device-side sizes, sizes changing between graph replays, invalid device sizes), and a
+// forward + dgrad + wgrad grouped step captured in one CUDA graph and replayed.
 #include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "device_buffer.hpp"
 #include "grouped_inputs.hpp"
@@ -37,6 +40,28 @@ std::vector<float> download_f32(const Dev& d, size_t count) {
 }
 
 bool pair_allowed(Recipe ra, Recipe rb) { return (ra == Recipe::kNvfp4) == (rb == Recipe::kNvfp4); }
+
+std::vector<uint8_t> download(const Dev& d) {
+  std::vector<uint8_t> h(d.bytes);
+  CUDA_OK(cudaMemcpy(h.data(), d.p, d.bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// bf16 bits of x, rounded to nearest even (x finite).
+uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+// Elements of a bf16 D that differ from the exact products rounded to bf16.
+int64_t bf16_mismatches(const Dev& d, const std::vector<double>& expected) {
+  std::vector<uint16_t> got(expected.size());
+  CUDA_OK(cudaMemcpy(got.data(), d.p, got.size() * 2, cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != bf16_bits(float(expected[i]));
+  return bad;
+}
 
 }  // namespace
 
@@ -90,7 +115,8 @@ TEST_CASE("grouped GEMMs on the GPU are bit-identical to the same dense calls (G
     Dev grouped(bytes), dense(bytes);
     CUDA_OK(cudaMemset(grouped.p, 0xFF, bytes));
     CUDA_OK(cudaMemset(dense.p, 0xFF, bytes));
-    const GroupedGemmArgs ga = dg.args(grouped.p, DType::kBF16);
+    GroupedGemmArgs ga = dg.args(grouped.p, DType::kBF16);
+    ga.backend = GroupedBackend::kPerGroup;  // the CUTLASS kernel runs blockwise bf16 otherwise
     h.grouped_gemm(ga);
     const std::vector<int64_t> offs = grouped_scale_offsets(ga);
     int64_t r0 = 0;
@@ -119,6 +145,12 @@ TEST_CASE("grouped GEMMs on the GPU are bit-identical to the same dense calls (G
 
 TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 100 times identically",
           "[gpu][dispatch][grouped]") {
+  // f32 output runs the per-group backend (cuBLASLt per group, k-grouped staging); bf16 the CUTLASS
+  // kernel (set-up kernel, scale transposes, one launch per call), each call in the graph on its own
+  // arguments.
+  const DType out = GENERATE(DType::kF32, DType::kBF16);
+  const size_t ob = out == DType::kF32 ? 4 : 2;
+  CAPTURE(to_string(out));
   auto rng = scalemm::testing::rng(0x6B2);
   Handle h;
   // Forward and dgrad are m-grouped (different shapes), wgrad is k-grouped (it stages its columns).
@@ -136,20 +168,26 @@ TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 
   std::vector<std::unique_ptr<Dev>> outs;
   for (const GroupedInputs* in : all) {
     ops.push_back(std::make_unique<DeviceGrouped>(*in));
-    outs.push_back(std::make_unique<Dev>(in->expected.size() * 4));
+    outs.push_back(std::make_unique<Dev>(in->expected.size() * ob));
   }
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto step = [&] {
-    for (size_t i = 0; i < 3; ++i) h.grouped_gemm(ops[i]->args(outs[i]->p, DType::kF32), s);
+    for (size_t i = 0; i < 3; ++i) h.grouped_gemm(ops[i]->args(outs[i]->p, out), s);
   };
   step();  // warm-up: plans, scratch and staging exist before capture
   CUDA_OK(cudaStreamSynchronize(s));
-  std::vector<std::vector<float>> eager;
+  std::vector<std::vector<uint8_t>> eager;
   for (size_t i = 0; i < 3; ++i) {
-    eager.push_back(download_f32(*outs[i], all[i]->expected.size()));
+    eager.push_back(download(*outs[i]));
+    if (out == DType::kBF16) {
+      CHECK(h.explain(ops[i]->args(outs[i]->p, out)).find("CUTLASS grouped backend") != std::string::npos);
+      CHECK(bf16_mismatches(*outs[i], all[i]->expected) == 0);
+      continue;
+    }
+    const auto f = download_f32(*outs[i], all[i]->expected.size());
     int64_t bad = 0;
-    for (size_t e = 0; e < eager[i].size(); ++e) bad += eager[i][e] != float(all[i]->expected[e]);
+    for (size_t e = 0; e < f.size(); ++e) bad += f[e] != float(all[i]->expected[e]);
     CHECK(bad == 0);
   }
   cudaGraph_t g;
@@ -164,7 +202,7 @@ TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 
     CUDA_OK(cudaGraphLaunch(ge, s));
     CUDA_OK(cudaStreamSynchronize(s));
     bool same = true;
-    for (size_t i = 0; i < 3; ++i) same = same && download_f32(*outs[i], all[i]->expected.size()) == eager[i];
+    for (size_t i = 0; i < 3; ++i) same = same && download(*outs[i]) == eager[i];
     identical += same;
   }
   CHECK(identical == 100);
@@ -209,4 +247,194 @@ TEST_CASE("compact scales off 16-byte alignment run natively and exactly", "[gpu
         }
       CHECK(bad == 0);
     }
+}
+
+// ---- the CUTLASS grouped kernel ----------------------------------------------------------------------
+
+TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 4, 16, 64; m- and k-grouped)",
+          "[gpu][dispatch][grouped][cutlass]") {
+  auto rng = scalemm::testing::rng(0x6C0);
+  Handle h;
+  std::vector<int64_t> g16 = {3, 0, 5, 1, 0, 0, 128, 200, 1, 1, 9, 0, 4, 4, 7, 129};
+  std::vector<int64_t> decode(64, 8);
+  decode[3] = 0, decode[17] = 1, decode[40] = 7;
+  struct Case {
+    GroupDim dim;
+    Recipe rb;
+    std::vector<int64_t> sizes;
+    int64_t m_or_k, n;
+  };
+  const Case cases[] = {
+      {GroupDim::kM, Recipe::kBlock128x128, {129}, 640, 256},               // G = 1
+      {GroupDim::kM, Recipe::kBlock128x128, {7, 0, 1, 129}, 704, 264},      // K tail (704 = 5.5 x 128), N tail
+      {GroupDim::kM, Recipe::kBlock128x128, g16, 512, 256},                 // G = 16, uneven and empty
+      {GroupDim::kM, Recipe::kBlock128x128, decode, 512, 384},              // G = 64, decode-like
+      {GroupDim::kM, Recipe::kBlock1x128, {64, 0, 33, 96}, 384, 256},       // 1x128 x 1x128
+      {GroupDim::kK, Recipe::kBlock1x128, {128, 0, 256, 384}, 136, 256},    // wgrad, an empty group, M tail
+      {GroupDim::kK, Recipe::kBlock1x128, {1024}, 64, 128},                 // wgrad, G = 1
+  };
+  for (const Case& c : cases) {
+    const auto in = scalemm::testing::make_grouped(c.dim, Recipe::kBlock1x128, c.rb, ScaleFormat::kCompact,
+                                                   ScaleFormat::kCompact, c.sizes, c.m_or_k, c.n, rng);
+    DeviceGrouped dg(in);
+    Dev d(in.expected.size() * 2);
+    CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));  // NaN poison: every element must be written
+    GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
+    ga.backend = GroupedBackend::kCutlass;
+    CAPTURE(to_string(c.dim), to_string(c.rb), c.sizes.size(), in.m, in.n, in.k);
+    CHECK(h.explain(ga).find("CUTLASS grouped backend") != std::string::npos);
+    h.grouped_gemm(ga);
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(bf16_mismatches(d, in.expected) == 0);
+  }
+}
+
+TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) with the same bits as host sizes",
+          "[gpu][dispatch][grouped][cutlass]") {
+  auto rng = scalemm::testing::rng(0x6C1);
+  Handle h;
+  for (GroupDim dim : {GroupDim::kM, GroupDim::kK}) {
+    const std::vector<int64_t> sizes = dim == GroupDim::kM ? std::vector<int64_t>{40, 0, 1, 215, 8}
+                                                           : std::vector<int64_t>{256, 0, 128, 128, 384};
+    const auto in = scalemm::testing::make_grouped(dim, Recipe::kBlock1x128, dim == GroupDim::kM ? Recipe::kBlock128x128
+                                                                                                  : Recipe::kBlock1x128,
+                                                   ScaleFormat::kCompact, ScaleFormat::kCompact, sizes, 256, 256, rng);
+    DeviceGrouped dg(in);
+    const size_t bytes = in.expected.size() * 2;
+    Dev ref(bytes), got(bytes), status(4);
+    CUDA_OK(cudaMemset(ref.p, 0xFF, bytes));
+    h.grouped_gemm(dg.args(ref.p, DType::kBF16));
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(bf16_mismatches(ref, in.expected) == 0);
+    std::vector<int32_t> s32(sizes.begin(), sizes.end());
+    Dev d32(s32), d64(sizes);
+    for (bool wide : {false, true}) {
+      CUDA_OK(cudaMemset(got.p, 0xFF, bytes));
+      CUDA_OK(cudaMemset(status.p, 0x7F, 4));
+      GroupedGemmArgs ga = dg.args(got.p, DType::kBF16);
+      ga.group_sizes = nullptr;
+      ga.group_sizes_device = wide ? d64.p : d32.p;
+      ga.group_sizes_int64 = wide;
+      ga.device_status = status.as<int32_t>();
+      CAPTURE(to_string(dim), wide);
+      CHECK(h.explain(ga).find("device-side sizes") != std::string::npos);
+      h.grouped_gemm(ga);
+      CUDA_OK(cudaDeviceSynchronize());
+      CHECK(download(got) == download(ref));
+      int32_t st = -1;
+      CUDA_OK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
+      CHECK(st == 0);
+    }
+  }
+}
+
+TEST_CASE("invalid device-side sizes make the CUTLASS grouped kernel write nothing and set device_status",
+          "[gpu][dispatch][grouped][cutlass]") {
+  auto rng = scalemm::testing::rng(0x6C2);
+  Handle h;
+  const auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                 ScaleFormat::kCompact, ScaleFormat::kCompact, {64, 64, 128}, 256, 256,
+                                                 rng);
+  DeviceGrouped dg(in);
+  const size_t bytes = in.expected.size() * 2;
+  Dev d(bytes), status(4);
+  struct Bad {
+    std::vector<int32_t> sizes;
+    int32_t status;
+  };
+  for (const Bad& b : {Bad{{64, -1, 193}, 2}, Bad{{64, 64, 127}, 4}, Bad{{256, 0, 1}, 4}}) {
+    Dev sizes(b.sizes);
+    CUDA_OK(cudaMemset(d.p, 0xFF, bytes));
+    GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
+    ga.group_sizes = nullptr;
+    ga.group_sizes_device = sizes.p;
+    ga.device_status = status.as<int32_t>();
+    h.grouped_gemm(ga);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = download(d);
+    CAPTURE(b.sizes[0], b.sizes[1], b.sizes[2]);
+    CHECK(std::all_of(got.begin(), got.end(), [](uint8_t v) { return v == 0xFF; }));
+    int32_t st = 0;
+    CUDA_OK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
+    CHECK(st == b.status);
+  }
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("m-grouped with device-side sizes changing between graph replays is correct on every replay",
+          "[gpu][dispatch][grouped][cutlass]") {
+  // A block1x128 A's compact scales concatenate its rows' scales, so any split of its 512 rows into
+  // experts is a valid call over the same buffers: the router's counts change, the graph does not.
+  auto rng = scalemm::testing::rng(0x6C3);
+  Handle h;
+  const int64_t G = 8;
+  const auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                 ScaleFormat::kCompact, ScaleFormat::kCompact,
+                                                 std::vector<int64_t>(size_t(G), 64), 512, 256, rng);
+  DeviceGrouped dg(in);
+  const size_t bytes = in.expected.size() * 2;
+  Dev got(bytes), want(bytes), status(4);
+  Dev sizes(size_t(G) * 4);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  GroupedGemmArgs ga = dg.args(got.p, DType::kBF16);
+  ga.group_sizes = nullptr;
+  ga.group_sizes_device = sizes.p;
+  ga.device_status = status.as<int32_t>();
+  std::vector<int32_t> split(size_t(G), 64);
+  CUDA_OK(cudaMemcpy(sizes.p, split.data(), sizes.bytes, cudaMemcpyHostToDevice));
+  h.grouped_gemm(ga, s);  // warm-up: the stream's staging exists before capture
+  CUDA_OK(cudaStreamSynchronize(s));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  h.grouped_gemm(ga, s);  // a host synchronisation here would end the capture with an error
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  std::mt19937_64 r2(0x6C4);
+  int correct = 0, replays = 20;
+  for (int r = 0; r < replays; ++r) {
+    // A random split of 512 rows, with empty experts.
+    std::vector<int64_t> cuts = {0, 512};
+    for (int64_t i = 0; i < G - 1; ++i) cuts.push_back(int64_t(r2() % 513));
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<int64_t> host(static_cast<size_t>(G));
+    for (int64_t g = 0; g < G; ++g) host[size_t(g)] = cuts[size_t(g) + 1] - cuts[size_t(g)];
+    std::vector<int32_t> h32(host.begin(), host.end());
+    CUDA_OK(cudaMemcpyAsync(sizes.p, h32.data(), sizes.bytes, cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaMemsetAsync(got.p, 0xFF, bytes, s));
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    // The same split as an eager call with host sizes.
+    CUDA_OK(cudaMemsetAsync(want.p, 0xFF, bytes, s));
+    GroupedGemmArgs eager = dg.args(want.p, DType::kBF16);
+    eager.group_sizes = host.data();
+    h.grouped_gemm(eager, s);
+    CUDA_OK(cudaStreamSynchronize(s));
+    int32_t st = -1;
+    CUDA_OK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
+    const auto a = download(got), b = download(want);
+    correct += a == b && st == 0 && std::none_of(a.begin(), a.end(), [](uint8_t v) { return v == 0xFF; });
+  }
+  CHECK(correct == replays);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("SCALEMM_VERIFY full covers grouped calls on the CUTLASS kernel", "[gpu][dispatch][grouped][cutlass]") {
+  auto rng = scalemm::testing::rng(0x6C5);
+  HandleOptions o;
+  o.verify = VerifyMode::kFull;
+  Handle h(o);
+  for (GroupDim dim : {GroupDim::kM, GroupDim::kK}) {
+    const auto in = scalemm::testing::make_grouped(
+        dim, Recipe::kBlock1x128, dim == GroupDim::kM ? Recipe::kBlock128x128 : Recipe::kBlock1x128,
+        ScaleFormat::kCompact, ScaleFormat::kCompact,
+        dim == GroupDim::kM ? std::vector<int64_t>{7, 0, 129} : std::vector<int64_t>{128, 0, 256}, 256, 256, rng);
+    DeviceGrouped dg(in);
+    Dev d(in.expected.size() * 2);
+    CAPTURE(to_string(dim));
+    CHECK_NOTHROW(h.grouped_gemm(dg.args(d.p, DType::kBF16)));
+    CHECK(bf16_mismatches(d, in.expected) == 0);
+  }
 }

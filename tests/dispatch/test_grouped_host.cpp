@@ -118,6 +118,14 @@ TEST_CASE("bad group sizes are named errors and leave the output untouched", "[d
       {"K split off a 128 block", &kg, [](GroupedGemmArgs&, std::vector<int64_t>& s) { s = {100, 284}; }, "group_sizes[0]", "group-k-block"},
       {"FP8 output", &mg, [](GroupedGemmArgs& a, std::vector<int64_t>&) { a.d_dtype = DType::kE4M3; }, "d_dtype", "grouped-out-dtype"},
       {"null B scales", &mg, [](GroupedGemmArgs& a, std::vector<int64_t>&) { a.b.scale = nullptr; }, "scale_b", ""},
+      {"sizes on the host and the device", &mg,
+       [](GroupedGemmArgs& a, std::vector<int64_t>& s) { a.group_sizes_device = s.data(); }, "group_sizes_device",
+       "group-sizes-twice"},
+      {"device-side sizes for a host-memory call", &mg,
+       [](GroupedGemmArgs& a, std::vector<int64_t>& s) { a.group_sizes = nullptr, a.group_sizes_device = s.data(); },
+       "group_sizes_device", "group-sizes-space"},
+      {"unknown grouped backend", &mg, [](GroupedGemmArgs& a, std::vector<int64_t>&) { a.backend = GroupedBackend(7); },
+       "backend", "grouped-backend"},
   };
   for (const Row& r : rows) {
     CAPTURE(r.name);
@@ -155,4 +163,42 @@ TEST_CASE("a grouped call explains one plan per distinct group shape", "[dispatc
   CHECK_THAT(text, Catch::Contains("M_g=4 (groups 0 2)"));
   CHECK_THAT(text, Catch::Contains("M_g=0 (groups 1): no rows"));
   CHECK_THAT(text, Catch::Contains("reference"));
+  // The CUTLASS grouped kernel says why it did not take the call.
+  CHECK_THAT(text, Catch::Contains("CUTLASS grouped kernel passed over: "));
+}
+
+TEST_CASE("device-side group sizes need A scales that do not depend on the sizes", "[dispatch][grouped][host]") {
+  // Checked before any device memory is touched: a block128x128 A starts a new block grid per group.
+  auto rng = scalemm::testing::rng(0x6A5);
+  const auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock128x128, Recipe::kBlock1x128,
+                                                 ScaleFormat::kCompact, ScaleFormat::kCompact, {4, 4}, 128, 8, rng);
+  std::vector<float> d(in.expected.size());
+  GroupedGemmArgs a = in.args(d.data());
+  a.space = MemorySpace::kDevice;
+  a.group_sizes = nullptr;
+  a.group_sizes_device = in.sizes.data();  // never read: validation stops first
+  const std::string text = to_string(validate(a));
+  CHECK_THAT(text, Catch::Contains("scale_a"));
+  CHECK_THAT(text, Catch::Contains("group-sizes-device-scales"));
+  CHECK_THAT(text, Catch::Contains("block128x128, compact"));
+}
+
+TEST_CASE("a grouped call that insists on the CUTLASS kernel it cannot have is refused with the reason",
+          "[dispatch][grouped][host]") {
+  auto rng = scalemm::testing::rng(0x6A6);
+  const auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                 ScaleFormat::kCompact, ScaleFormat::kCompact, {4, 4}, 128, 8, rng);
+  std::vector<float> d(in.expected.size(), 1234.5f);
+  GroupedGemmArgs a = in.args(d.data());  // host memory (and f32 output): never the CUTLASS kernel
+  a.backend = GroupedBackend::kCutlass;
+  Handle h;
+  try {
+    h.grouped_gemm(a);
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kUnsupported);
+    CHECK_THAT(e.what(), Catch::Contains("CUTLASS grouped kernel cannot run this call"));
+  }
+  for (float v : d) REQUIRE(v == 1234.5f);
+  CHECK(to_string(GroupedBackend::kPerGroup) == "per-group");
 }

@@ -1,0 +1,35 @@
+// The CUTLASS grouped blockwise backend: DeepSeek-style blockwise FP8 grouped GEMMs (block1x128 A with
+// block128x128 or block1x128 B) in ONE launch of CUTLASS's Hopper pointer-array kernel (TMA,
+// warp-specialized, problem shapes read on the device). A small set-up kernel turns the group sizes,
+// from the host or from device memory, into the kernel's per-group shapes, pointers and scale layouts
+// on the device, so device-side sizes never reach the host and the call is graph-capturable.
+//
+// Built only when CUTLASS's headers were found at configure time (tools/fetch-cutlass.sh) and sm_90 is
+// among the architectures; otherwise built() is false and blocker() says why.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
+
+namespace scalemm::backends::cutlass_grouped {
+
+/// Whether this library holds the kernels.
+bool built();
+
+/// Empty when this backend runs `args` on `t`; else why not (printable, one line).
+std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
+
+/// Device scratch the call needs (256-byte aligned pieces, one allocation).
+size_t workspace_bytes(const GroupedGemmArgs& args, const DeviceTarget& t);
+
+/// Enqueues the whole grouped GEMM on `stream`. `workspace` holds workspace_bytes(); blocker() was empty.
+void run(const GroupedGemmArgs& args, Stream stream, char* workspace, size_t bytes);
+
+/// A one-line description of the kernel configuration for explain().
+std::string describe(const GroupedGemmArgs& args);
+
+}  // namespace scalemm::backends::cutlass_grouped
