@@ -267,11 +267,13 @@ def _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale
 
 
 def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
-            backend="auto", dtype_a=None, dtype_b=None, group_sizes=None, group_dim="m") -> str:
+            backend="auto", dtype_a=None, dtype_b=None, group_sizes=None, group_dim="m",
+            grouped_backend="auto") -> str:
     """The plan scaled_mm would run for these arguments (backend, why, conversions), without running it.
 
     Takes exactly scaled_mm's arguments and validates them the same way. With group_sizes (and
-    group_dim), scaled_grouped_mm's arguments instead: the plan of each distinct group shape."""
+    group_dim, grouped_backend), scaled_grouped_mm's arguments instead: the grouped backend and, for
+    the per-group one, the plan of each distinct group shape."""
     od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
     h = handle(backend)
     if group_sizes is not None:
@@ -280,7 +282,8 @@ def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", sca
         va, dim, sizes, m, n, k, op_a, op_b, _shape = _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim,
                                                                       recipe_a, recipe_b, scale_format, dtype_a,
                                                                       dtype_b)
-        return h.explain_grouped(dim, sizes, m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space)
+        gb = _choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
+        return h.explain_grouped(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space, gb)
     va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
     _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space)
@@ -288,17 +291,48 @@ def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", sca
 
 
 GROUP_DIMS = {"m": 0, "k": 1}
+# Which grouped backend runs a call (include/scalemm/grouped.hpp GroupedBackend).
+GROUPED_BACKENDS = {"auto": 0, "cutlass": 1, "per-group": 2}
+
+
+class DeviceSizes:
+    """Group sizes that live in device memory (a CUDA torch tensor or a __cuda_array_interface__
+    array, int32 or int64): passed to the library by address and read on the device."""
+
+    def __init__(self, ptr: int, count: int, int64: bool, owner):
+        self.ptr, self.count, self.int64, self.owner = ptr, count, int64, owner
+
+
+def _device_sizes(group_sizes):
+    """DeviceSizes for a device-side sizes array, None for a host one."""
+    if _is_torch_call(group_sizes):
+        if group_sizes.device.type == "cpu":
+            return None
+        dt = str(group_sizes.dtype)
+        if dt not in ("torch.int32", "torch.int64"):
+            raise invalid("group_sizes", "group sizes are integers", "an int32 or int64 tensor", dt)
+        if group_sizes.dim() != 1 or not group_sizes.is_contiguous():
+            raise invalid("group_sizes", "one size per group", "a contiguous 1-D tensor",
+                          f"shape {tuple(group_sizes.shape)}, strides {tuple(group_sizes.stride())}")
+        return DeviceSizes(group_sizes.data_ptr(), int(group_sizes.shape[0]), dt == "torch.int64", group_sizes)
+    cai = getattr(group_sizes, "__cuda_array_interface__", None)
+    if cai is None:
+        return None
+    typestr, shape, strides = cai.get("typestr"), tuple(cai.get("shape", ())), cai.get("strides")
+    if typestr not in ("<i4", "<i8"):
+        raise invalid("group_sizes", "group sizes are integers", "an int32 or int64 array", str(typestr))
+    if len(shape) != 1 or (strides is not None and strides[0] != int(typestr[2])):
+        raise invalid("group_sizes", "one size per group", "a contiguous 1-D array", f"shape {shape}")
+    return DeviceSizes(int(cai["data"][0]), int(shape[0]), typestr == "<i8", group_sizes)
 
 
 def group_size_list(group_sizes) -> list:
     """The G group sizes as Python ints: from a list/tuple of ints, a 1-D NumPy integer array or a host
-    torch tensor (int32/int64). A device tensor is refused by name: the library reads host sizes."""
+    torch tensor (int32/int64). Device-side sizes are not read here (see _device_sizes)."""
     if _is_torch_call(group_sizes):
         if group_sizes.device.type != "cpu":
-            raise UnsupportedError(
-                f"group_sizes: a device-side group_sizes tensor is not supported yet: expected a host array or "
-                f"list of the G group sizes, got a tensor on {group_sizes.device}. Pass group_sizes.tolist() or "
-                f"group_sizes.cpu() (one synchronisation, outside any graph capture).")
+            raise invalid("group_sizes", "host group sizes are read here", "a host array or list",
+                          f"a tensor on {group_sizes.device}")
         if str(group_sizes.dtype) not in ("torch.int32", "torch.int64"):
             raise invalid("group_sizes", "group sizes are integers", "an int32 or int64 tensor", str(group_sizes.dtype))
         if group_sizes.dim() != 1:
@@ -317,11 +351,8 @@ def group_size_list(group_sizes) -> list:
                 raise invalid(f"group_sizes[{i}]", "group sizes are integers", "an int", repr(x))
             out.append(int(x))
         return out
-    if hasattr(group_sizes, "__cuda_array_interface__") or type(group_sizes).__module__.split(".")[0] == "cupy":
-        raise UnsupportedError("group_sizes: a device-side group_sizes array is not supported yet: expected a host "
-                               "array or list of the G group sizes. Copy the sizes to the host (a list or a NumPy "
-                               "array) before the call.")
-    raise invalid("group_sizes", "the G group sizes", "a list, tuple, 1-D NumPy integer array or host torch tensor",
+    raise invalid("group_sizes", "the G group sizes",
+                  "a list, tuple, 1-D NumPy integer array, or an int32/int64 torch tensor (host or device)",
                   type(group_sizes).__name__)
 
 
@@ -330,12 +361,17 @@ def _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, re
     """(view of a, group dim code, sizes, m, n, k, operands, D shape) of a grouped call."""
     dim = _choice(GROUP_DIMS, group_dim, "group_dim", 'grouped dimension ("m": row groups, MoE forward; "k": '
                   "weight gradient)")
-    sizes = group_size_list(group_sizes)
-    if not sizes:
+    dev = _device_sizes(group_sizes)
+    sizes = group_size_list(group_sizes) if dev is None else dev
+    g = len(sizes) if dev is None else dev.count
+    if g == 0:
         raise invalid("group_sizes", "a grouped GEMM needs at least one group", "G >= 1 sizes", "none")
     ra, rb, fmt, va, vb, ta, tb = _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
+    if dev is not None and va.space == 0:
+        raise invalid("group_sizes", "a call on host arrays takes its group sizes from the host",
+                      "a list, tuple or host array of the G sizes", "device-side sizes",
+                      "Pass the sizes on the host (e.g. sizes.tolist()).")
     m, ka = _data_shape(va, ta, "a", "sum M_g" if dim == 0 else "M")
-    g = len(sizes)
     if dim == 0:
         if len(vb.shape) != 3:
             raise invalid("b", "m-grouped B holds one (N, K) operand per group", f"shape ({g}, N, K)",
@@ -358,26 +394,38 @@ def _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, re
     return va, dim, sizes, m, n, ka, op_a, op_b, out_shape
 
 
+def _sizes_args(sizes):
+    """The binding's (host sizes, device address, int64, G) for host or device-side sizes."""
+    if isinstance(sizes, DeviceSizes):
+        return [], sizes.ptr, sizes.int64, sizes.count
+    return sizes, 0, False, len(sizes)
+
+
 def grouped_out_shape(a_shape, b_shape, groups: int, group_dim: str):
     """D's shape by the contract: m-grouped (sum M_g, N), k-grouped (G, M, N)."""
     return (a_shape[0], b_shape[1]) if group_dim == "m" else (groups, a_shape[0], b_shape[0])
 
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", recipe_a, recipe_b, out_dtype="bf16",
-                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None):
+                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None, grouped_backend="auto"):
     """Grouped (MoE) scaled GEMM: many GEMMs of one recipe pair (include/scalemm/grouped.hpp).
 
     group_dim="m" (MoE forward, dgrad): a (sum M_g, K) with group g's rows consecutive, b (G, N, K),
     D (sum M_g, N). group_dim="k" (weight gradient): a (M, sum K_g), b (N, sum K_g), D (G, M, N) with
     D[g] = A[:, K_g columns] B[:, K_g columns]^T; every K_g on the K-block boundary of both recipes.
-    group_sizes: the G sizes M_g or K_g on the host (list, tuple, NumPy or CPU torch integer array);
-    empty groups are allowed. Scales: m-grouped A is each group's scale buffer concatenated in group
+    group_sizes: the G sizes M_g or K_g on the host (list, tuple, NumPy or CPU torch integer array), or
+    on the device (a CUDA int32/int64 tensor, e.g. the router's counts): read on the GPU by the CUTLASS
+    grouped kernel with no host synchronisation (blockwise FP8, bf16 out; see explain()); other calls
+    copy them to the host first. Empty groups are allowed. Scales: m-grouped A is each group's scale buffer concatenated in group
     order, B the experts' buffers stacked (G, ...); k-grouped A and B are the whole tensors' scales;
     in "cublaslt" format each group's buffer is zero-padded to a multiple of 16 bytes. Any
     contiguous array of the right byte size is accepted (a flat 1-D buffer is simplest). NVFP4
-    takes (scales, global) with one global decode scale per operand. Each group runs the dense
-    planner (`backend` forces it as in scaled_mm), so a group's rows are bit-identical to scaled_mm
-    on that group.
+    takes (scales, global) with one global decode scale per operand.
+    grouped_backend: "auto" runs the CUTLASS grouped kernel (one launch for all groups) where it can
+    (block1x128 A with block128x128 or block1x128 B, e4m3, bf16 out, sm_90), else "per-group", where
+    each group runs the dense planner (`backend` forces it as in scaled_mm), so a group's rows are
+    bit-identical to scaled_mm on that group. "cutlass" or "per-group" insist (UnsupportedError when
+    the chosen one cannot run the call).
     """
     t = _torch_entry
     if t is None and _is_torch_call(a):
@@ -385,14 +433,15 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     if t is not None and isinstance(a, t[0]):
         return t[3](a, b, scale_a, scale_b, group_sizes, group_dim=group_dim, recipe_a=recipe_a, recipe_b=recipe_b,
                     out_dtype=out_dtype, scale_format=scale_format, backend=backend, dtype_a=dtype_a,
-                    dtype_b=dtype_b)
+                    dtype_b=dtype_b, grouped_backend=grouped_backend)
     return _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
-                                   scale_format, backend, dtype_a, dtype_b)
+                                   scale_format, backend, dtype_a, dtype_b, grouped_backend)
 
 
 def _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
-                            scale_format, backend, dtype_a, dtype_b):
+                            scale_format, backend, dtype_a, dtype_b, grouped_backend="auto"):
     od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    gb = _choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
     h = handle(backend)
     va, dim, sizes, m, n, k, op_a, op_b, out_shape = _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim,
                                                                      recipe_a, recipe_b, scale_format, dtype_a,
@@ -400,7 +449,7 @@ def _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, reci
     d = empty(va, out_shape, od)
     from ._arrays import ptr_of
 
-    h.grouped_gemm(dim, sizes, m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space,
+    h.grouped_gemm(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space, gb,
                    stream_of(va))
     return hand_back(va, d)
 

@@ -142,33 +142,43 @@ def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", s
 def _scaled_grouped_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                           group_sizes: List[int], group_dim: str, recipe_a: str, recipe_b: str, out_dtype: str,
                           scale_format: str, backend: str, dtype_a: Optional[str], dtype_b: Optional[str],
-                          global_a: float, global_b: float) -> torch.Tensor:
+                          global_a: float, global_b: float, group_sizes_device: Optional[torch.Tensor] = None,
+                          grouped_backend: str = "auto") -> torch.Tensor:
     sa = (scale_a, global_a) if recipe_a == "nvfp4" else scale_a
     sb = (scale_b, global_b) if recipe_b == "nvfp4" else scale_b
-    return _core._scaled_grouped_mm_impl(a, b, sa, sb, list(group_sizes), group_dim, recipe_a, recipe_b, out_dtype,
-                                         scale_format, backend, dtype_a, dtype_b)
+    sizes = group_sizes_device if group_sizes_device is not None else list(group_sizes)
+    return _core._scaled_grouped_mm_impl(a, b, sa, sb, sizes, group_dim, recipe_a, recipe_b, out_dtype,
+                                         scale_format, backend, dtype_a, dtype_b, grouped_backend)
 
 
 @_scaled_grouped_mm_op.register_fake
 def _(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a,
-      dtype_b, global_a, global_b):
-    shape = _core.grouped_out_shape(a.shape, b.shape, len(group_sizes), group_dim)
+      dtype_b, global_a, global_b, group_sizes_device=None, grouped_backend="auto"):
+    groups = len(group_sizes) if group_sizes_device is None else group_sizes_device.shape[0]
+    shape = _core.grouped_out_shape(a.shape, b.shape, groups, group_dim)
     return a.new_empty(shape, dtype=_OUT[_out_name(out_dtype)])
 
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", recipe_a, recipe_b, out_dtype="bf16",
-                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None):
+                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None, grouped_backend="auto"):
     """scalemm.scaled_grouped_mm for torch tensors: the custom op while tracing (torch.compile, tensor
-    subclasses, dispatch modes), a direct call otherwise. group_sizes must be host integers."""
+    subclasses, dispatch modes), a direct call otherwise. group_sizes: host integers, or a CUDA int32/int64
+    tensor read on the device."""
     if _is_compiling() or type(a) is not torch.Tensor or _dispatch_modes():
-        sizes = group_sizes if isinstance(group_sizes, (list, tuple)) else _core.group_size_list(group_sizes)
+        on_device = isinstance(group_sizes, torch.Tensor) and group_sizes.device.type != "cpu"
+        if on_device:
+            sizes, dev = [], group_sizes
+        else:
+            sizes = group_sizes if isinstance(group_sizes, (list, tuple)) else _core.group_size_list(group_sizes)
+            dev = None
         sa, ga = _split_global(scale_a, recipe_a)
         sb, gb = _split_global(scale_b, recipe_b)
         od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)
         return torch.ops.scalemm.scaled_grouped_mm(a, b, sa, sb, [int(x) for x in sizes], group_dim, recipe_a,
-                                                   recipe_b, od, scale_format, backend, dtype_a, dtype_b, ga, gb)
+                                                   recipe_b, od, scale_format, backend, dtype_a, dtype_b, ga, gb, dev,
+                                                   grouped_backend)
     return _core._scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b,
-                                         out_dtype, scale_format, backend, dtype_a, dtype_b)
+                                         out_dtype, scale_format, backend, dtype_a, dtype_b, grouped_backend)
 
 
 # ---- quantize --------------------------------------------------------------------------------------------

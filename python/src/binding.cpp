@@ -149,12 +149,18 @@ GemmArgs make_args(int64_t m, int64_t n, int64_t k, const Operand& a, const Oper
 // k-grouped sizes) are the library's validate(); the scale buffers are concatenations of per-group
 // buffers, so they are judged here by their byte size (contiguous, any shape) against the contract's
 // offsets; k-grouped scales, being the whole tensor's, may also be given in their natural shape.
-GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, int64_t m, int64_t n, int64_t k,
-                             const Operand& a, const Operand& b, uintptr_t d, int d_dtype, float alpha, int space) {
+// Device-side sizes (sizes_device != 0) are read by the library on the device: sizes is then empty and
+// `groups` gives G.
+GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
+                             int64_t groups, int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b,
+                             uintptr_t d, int d_dtype, float alpha, int space, int grouped_backend) {
   GroupedGemmArgs g;
+  g.backend = GroupedBackend(grouped_backend);
   g.group_dim = dim == 1 ? GroupDim::kK : GroupDim::kM;
-  g.groups = int64_t(sizes.size());
-  g.group_sizes = sizes.data();
+  g.groups = groups;
+  g.group_sizes = sizes_device ? nullptr : sizes.data();
+  g.group_sizes_device = ptr(sizes_device);
+  g.group_sizes_int64 = sizes_int64;
   g.m = m, g.n = n, g.k = k;
   const ScaleArg sa = scale_arg(a), sb = scale_arg(b);
   g.a = operand(a, sa);
@@ -205,7 +211,10 @@ GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, int64_t
   const bool lt_a = g.a.scale_format == ScaleFormat::kCublasLt, lt_b = g.b.scale_format == ScaleFormat::kCublasLt;
   const std::string pad16 = " In cublaslt format each group's buffer is padded with zero bytes to a multiple of 16.";
   if (mg) {
-    check(sa, g.a, m, grouped_scale_offsets(g).back(), "scale_a",
+    // With device-side sizes A is a per-row compact recipe (validate() said so): the whole tensor's scales.
+    const int64_t a_bytes = g.group_sizes_device ? layouts::ScaleLayout(g.a.recipe, m, k, g.a.scale_format).bytes()
+                                                 : grouped_scale_offsets(g).back();
+    check(sa, g.a, m, a_bytes, "scale_a",
           "m-grouped A scales are each group's (M_g, K) scale buffer, concatenated in group order",
           "Concatenate the groups' scales (flattened) in group order." + std::string(lt_a ? pad16 : ""));
     check(sb, g.b, n, G * grouped_b_scale_stride(g), "scale_b",
@@ -404,11 +413,14 @@ NB_MODULE(_scalemm, m) {
              const Plan p = h.plan(g);
              return nb::make_tuple(std::string(to_string(p.backend)), p.explain());
            })
-      // Grouped GEMMs (grouped.hpp): group_dim 0 = m, 1 = k; the sizes are host integers.
+      // Grouped GEMMs (grouped.hpp): group_dim 0 = m, 1 = k; the sizes are host integers, or (sizes empty)
+      // G integers at the device address sizes_device.
       .def("grouped_gemm",
-           [](Handle& h, int dim, const std::vector<int64_t>& sizes, int64_t mm, int64_t n, int64_t k, const Operand& a,
-              const Operand& b, uintptr_t d, int d_dtype, float alpha, int space, uintptr_t stream) {
-             const GroupedGemmArgs g = make_grouped(dim, sizes, mm, n, k, a, b, d, d_dtype, alpha, space);
+           [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
+              int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, uintptr_t d,
+              int d_dtype, float alpha, int space, int grouped_backend, uintptr_t stream) {
+             const GroupedGemmArgs g = make_grouped(dim, sizes, sizes_device, sizes_int64, groups, mm, n, k, a, b, d,
+                                                    d_dtype, alpha, space, grouped_backend);
              if (space == 0) {
                nb::gil_scoped_release release;
                h.grouped_gemm(g, stream_of(stream));
@@ -418,17 +430,20 @@ NB_MODULE(_scalemm, m) {
              std::string problem = "grouped " + std::string(to_string(g.group_dim)) + " " + std::to_string(mm) + "x" +
                                    std::to_string(n) + "x" + std::to_string(k) + " sizes";
              for (int64_t s : sizes) problem += " " + std::to_string(s);
+             if (sizes_device) problem += " on the device";
              auto& seen = seen_problems()[problem + " @" + std::to_string(reinterpret_cast<uintptr_t>(&h))];
              check_capture(seen, stream, problem);
              h.grouped_gemm(g, stream_of(stream));
              seen.insert(stream);
            })
       .def("explain_grouped",
-           [](Handle& h, int dim, const std::vector<int64_t>& sizes, int64_t mm, int64_t n, int64_t k, const Operand& a,
-              const Operand& b, int d_dtype, float alpha, int space) {
+           [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
+              int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,
+              float alpha, int space, int grouped_backend) {
              alignas(16) static uint8_t placeholder[16];  // explain() reads no buffer; validate() wants a D pointer
              const uintptr_t d = reinterpret_cast<uintptr_t>(placeholder);
-             const GroupedGemmArgs g = make_grouped(dim, sizes, mm, n, k, a, b, d, d_dtype, alpha, space);
+             const GroupedGemmArgs g = make_grouped(dim, sizes, sizes_device, sizes_int64, groups, mm, n, k, a, b, d,
+                                                    d_dtype, alpha, space, grouped_backend);
              return h.explain(g);
            });
 

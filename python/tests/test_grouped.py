@@ -263,12 +263,12 @@ def test_bad_group_arguments():
         scalemm.scaled_grouped_mm(a, b, sa, sb, [2, 2, 2], **kw)
 
 
-def test_device_group_sizes_are_refused_by_name():
+def test_device_group_sizes_with_host_operands_are_refused_by_name():
     class DeviceSizes:  # what a CUDA array looks like to scalemm, without needing one
         __cuda_array_interface__ = {"shape": (2,), "typestr": "<i8", "data": (0, False), "version": 3}
 
     a, b, sa, sb, _, _ = _small_m(np.random.default_rng(6))
-    with pytest.raises(scalemm.UnsupportedError) as e:
+    with pytest.raises(scalemm.InvalidArgumentError) as e:
         scalemm.scaled_grouped_mm(a, b, sa, sb, DeviceSizes(), recipe_a="block1x128", recipe_b="block128x128")
     assert "group_sizes" in e.value.message and "host" in e.value.message, e.value.message
 
@@ -418,7 +418,7 @@ def test_gpu_m_grouped_bit_identical_to_per_group_scaled_mm(ra, rb):
     sizes, n, k = [0, 1, 7, 130, 0, 33], 64, 256
     a_parts, sa_parts, b_parts, sb_parts = _cuda_m_inputs(torch, ra, rb, sizes, n, k)
     a, b, scale_a, scale_b = _cuda_m_operands(torch, a_parts, sa_parts, b_parts, sb_parts)
-    d = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, recipe_a=ra, recipe_b=rb)
+    d = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, recipe_a=ra, recipe_b=rb, grouped_backend="per-group")
     assert d.is_cuda and d.shape == (sum(sizes), n) and d.dtype == torch.bfloat16
     r0 = 0
     for g, mg in enumerate(sizes):
@@ -450,6 +450,49 @@ def test_gpu_k_grouped_bit_identical_to_per_group_scaled_mm(ra, rb, sizes):
             want = scalemm.scaled_mm(ga, gb, gsa, gsb, recipe_a=ra, recipe_b=rb, out_dtype="f32")
             assert torch.equal(d[g], want), f"group {g}"
         k0 += kg
+
+
+def _sqnr_db(ref, got):
+    ref, got = ref.double(), got.double()
+    return float(10 * torch_log10((ref * ref).sum() / ((ref - got) ** 2).sum().clamp_min(1e-300)))
+
+
+def torch_log10(x):
+    import math
+    return math.log10(float(x))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_gpu_cutlass_kernel_with_device_sizes(dtype):
+    """The CUTLASS grouped kernel (auto for blockwise bf16): device-side sizes give the bits of host sizes,
+    and the result agrees with the per-group backend (cuBLASLt per group) to the native FP8 tier."""
+    torch = _gpu()
+    ra, rb = "block1x128", "block128x128"
+    sizes, n, k = [0, 1, 7, 130, 0, 33], 64, 256
+    a_parts, sa_parts, b_parts, sb_parts = _cuda_m_inputs(torch, ra, rb, sizes, n, k)
+    a, b, scale_a, scale_b = _cuda_m_operands(torch, a_parts, sa_parts, b_parts, sb_parts)
+    kw = dict(recipe_a=ra, recipe_b=rb)
+    dev = torch.tensor(sizes, dtype=getattr(torch, dtype), device="cuda")
+    assert "CUTLASS grouped backend" in scalemm.explain(a, b, scale_a, scale_b, group_sizes=dev, **kw)
+    host = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, **kw)
+    on_device = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, dev, **kw)
+    assert torch.equal(host, on_device)
+    per_group = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, grouped_backend="per-group", **kw)
+    assert _sqnr_db(per_group.float(), host.float()) >= 40.0  # both bf16-rounded: ~ 8 bits each
+
+
+def test_gpu_device_sizes_on_the_per_group_backend():
+    """A recipe the CUTLASS kernel does not run copies device-side sizes to the host: same bits."""
+    torch = _gpu()
+    ra, rb = "rowwise", "rowwise"
+    sizes, n, k = [3, 0, 60, 1], 32, 128
+    a_parts, sa_parts, b_parts, sb_parts = _cuda_m_inputs(torch, ra, rb, sizes, n, k)
+    a, b, scale_a, scale_b = _cuda_m_operands(torch, a_parts, sa_parts, b_parts, sb_parts)
+    kw = dict(recipe_a=ra, recipe_b=rb)
+    dev = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+    assert "copied to the host" in scalemm.explain(a, b, scale_a, scale_b, group_sizes=dev, **kw)
+    assert torch.equal(scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, dev, **kw),
+                       scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, **kw))
 
 
 def test_gpu_compile_fullgraph():
