@@ -242,25 +242,34 @@ __global__ void __launch_bounds__(kSetupThreads) setup_kernel(const __grid_const
   }
 }
 
-// k-grouped: both compact scale grids (rows, kb) -> (kb, rows), in 32x32 tiles; blockIdx.z picks A or B.
-struct TransposeJob {
+// Scale grids the kernel reads that the caller's are not: a compact (rows, kb) grid transposed to
+// (kb, rows) (k-grouped), or rowwise scales (rows,) broadcast to every K-block, K-major (rows, kb) for
+// m-grouped or (kb, rows) for k-grouped. 32x32 tiles; blockIdx.z picks A's job or B's.
+struct ScaleJob {
   const float* src;
-  float* dst;
-  int64_t rows, cols;
+  float* dst;  // nullptr: nothing to do
+  int64_t rows, cols;  // the grid (rows, kb)
+  bool broadcast;      // src holds one scale per row
+  bool mn_major;       // dst is (kb, rows)
 };
-__global__ void transpose_scales_kernel(TransposeJob ja, TransposeJob jb) {
-  const TransposeJob& j = blockIdx.z == 0 ? ja : jb;
+__global__ void prepare_scales_kernel(ScaleJob ja, ScaleJob jb) {
+  const ScaleJob& j = blockIdx.z == 0 ? ja : jb;
   __shared__ float tile[32][33];
   const int64_t c0 = int64_t(blockIdx.x) * 32, r0 = int64_t(blockIdx.y) * 32;
-  if (r0 >= j.rows || c0 >= j.cols) return;
+  if (!j.dst || r0 >= j.rows || c0 >= j.cols) return;
   for (int i = threadIdx.y; i < 32; i += blockDim.y) {
     const int64_t r = r0 + i, c = c0 + threadIdx.x;
-    if (r < j.rows && c < j.cols) tile[i][threadIdx.x] = j.src[r * j.cols + c];
+    if (r < j.rows && c < j.cols) tile[i][threadIdx.x] = j.broadcast ? j.src[r] : j.src[r * j.cols + c];
   }
   __syncthreads();
   for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-    const int64_t c = c0 + i, r = r0 + threadIdx.x;
-    if (r < j.rows && c < j.cols) j.dst[c * j.rows + r] = tile[threadIdx.x][i];
+    if (j.mn_major) {
+      const int64_t c = c0 + i, r = r0 + threadIdx.x;
+      if (r < j.rows && c < j.cols) j.dst[c * j.rows + r] = tile[threadIdx.x][i];
+    } else {
+      const int64_t r = r0 + i, c = c0 + threadIdx.x;
+      if (r < j.rows && c < j.cols) j.dst[r * j.cols + c] = tile[i][threadIdx.x];
+    }
   }
 }
 
@@ -312,12 +321,25 @@ typename C::Gemm::Arguments kernel_arguments(const GroupedGemmArgs& a, const Arr
 
 int gran_n(const GroupedGemmArgs& a) { return a.b.recipe == Recipe::kBlock128x128 ? 128 : 1; }
 
-// Scale elements of the k-grouped transposed copies.
+// The prepared scale grid of each operand (ScaleJob): none for m-grouped block scales (read in place).
+ScaleJob job_a(const GroupedGemmArgs& a, float* dst) {
+  const bool kg = a.group_dim == GroupDim::kK, bc = a.a.recipe == Recipe::kRowwise;
+  if (!kg && !bc) return {};
+  return {static_cast<const float*>(a.a.scale), dst, a.m, layouts::ceil_div(a.k, 128), bc, kg};
+}
+ScaleJob job_b(const GroupedGemmArgs& a, float* dst) {
+  const bool kg = a.group_dim == GroupDim::kK, bc = a.b.recipe == Recipe::kRowwise;
+  if (!kg && !bc) return {};
+  const int64_t rows = kg ? layouts::ceil_div(a.n, gran_n(a)) : a.groups * a.n;  // m-grouped: every expert's rows
+  return {static_cast<const float*>(a.b.scale), dst, rows, layouts::ceil_div(a.k, 128), bc, kg};
+}
 size_t transposed_a(const GroupedGemmArgs& a) {
-  return a.group_dim == GroupDim::kK ? size_t(a.m * layouts::ceil_div(a.k, 128)) : 0;
+  const ScaleJob j = job_a(a, nullptr);
+  return j.src ? size_t(j.rows * j.cols) : 0;
 }
 size_t transposed_b(const GroupedGemmArgs& a) {
-  return a.group_dim == GroupDim::kK ? size_t(layouts::ceil_div(a.n, gran_n(a)) * layouts::ceil_div(a.k, 128)) : 0;
+  const ScaleJob j = job_b(a, nullptr);
+  return j.src ? size_t(j.rows * j.cols) : 0;
 }
 
 template <class C>
@@ -339,7 +361,9 @@ void run_with(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t b
   p.m = a.m, p.n = a.n, p.k = a.k, p.groups = a.groups;
   p.k_grouped = kg;
   p.gran_n = gran_n(a);
-  p.sb_group_stride = kg ? 0 : grouped_b_scale_stride(a) / int64_t(sizeof(float));
+  p.sb_group_stride = kg                                ? 0
+                      : a.b.recipe == Recipe::kRowwise ? a.n * layouts::ceil_div(a.k, 128)
+                                                       : grouped_b_scale_stride(a) / int64_t(sizeof(float));
   p.device_sizes = a.group_sizes_device;
   p.device_sizes_int64 = a.group_sizes_int64;
   p.device_status = a.device_status;
@@ -349,17 +373,16 @@ void run_with(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t b
       p.host_sizes[g] = int32_t(a.group_sizes[g]);
       any_empty |= a.group_sizes[g] == 0;
     }
-  if (kg) {
-    const int64_t kb = layouts::ceil_div(a.k, 128), nb = layouts::ceil_div(a.n, p.gran_n);
-    const TransposeJob ja{static_cast<const float*>(a.a.scale), arr.sa_t, a.m, kb};
-    const TransposeJob jb{static_cast<const float*>(a.b.scale), arr.sb_t, nb, kb};
-    const dim3 grid(unsigned(layouts::ceil_div(kb, 32)), unsigned(layouts::ceil_div(std::max(a.m, nb), 32)), 2);
-    transpose_scales_kernel<<<grid, dim3(32, 8), 0, stream>>>(ja, jb);
-    cuda_check(cudaGetLastError(), "cutlass_grouped: scale transpose");
-    p.sa = arr.sa_t, p.sb = arr.sb_t;
-  } else {
-    p.sa = static_cast<const float*>(a.a.scale), p.sb = static_cast<const float*>(a.b.scale);
+  const ScaleJob ja = job_a(a, arr.sa_t), jb = job_b(a, arr.sb_t);
+  if (ja.dst || jb.dst) {
+    const int64_t rows = std::max(ja.dst ? ja.rows : 0, jb.dst ? jb.rows : 0);
+    const int64_t cols = layouts::ceil_div(a.k, 128);
+    const dim3 grid(unsigned(layouts::ceil_div(cols, 32)), unsigned(layouts::ceil_div(rows, 32)), 2);
+    prepare_scales_kernel<<<grid, dim3(32, 8), 0, stream>>>(ja, jb);
+    cuda_check(cudaGetLastError(), "cutlass_grouped: scale preparation");
   }
+  p.sa = ja.dst ? ja.dst : static_cast<const float*>(a.a.scale);
+  p.sb = jb.dst ? jb.dst : static_cast<const float*>(a.b.scale);
   setup_kernel<C><<<1, kSetupThreads, 0, stream>>>(p, arr);
   cuda_check(cudaGetLastError(), "cutlass_grouped: set-up kernel launch");
   if (kg && any_empty) {
@@ -389,11 +412,17 @@ bool built() { return true; }
 std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
   if (a.space != MemorySpace::kDevice) return "host memory";
   if (t.sm != 90) return "the CUTLASS grouped kernel is built for sm_90a; this device is sm_" + std::to_string(t.sm);
-  if (a.a.recipe != Recipe::kBlock1x128 ||
-      (a.b.recipe != Recipe::kBlock128x128 && a.b.recipe != Recipe::kBlock1x128))
-    return "the CUTLASS grouped kernel runs block1x128 x block128x128 and block1x128 x block1x128 only";
-  if (a.group_dim == GroupDim::kK && a.b.recipe != Recipe::kBlock1x128)
-    return "the CUTLASS k-grouped kernel is built for block1x128 x block1x128 (the weight-gradient pair)";
+  const bool rowwise = a.a.recipe == Recipe::kRowwise && a.b.recipe == Recipe::kRowwise;
+  if (!rowwise && (a.a.recipe != Recipe::kBlock1x128 ||
+                   (a.b.recipe != Recipe::kBlock128x128 && a.b.recipe != Recipe::kBlock1x128)))
+    return "the CUTLASS grouped kernel runs block1x128 x block128x128, block1x128 x block1x128 and rowwise x rowwise";
+  if (a.group_dim == GroupDim::kK && a.b.recipe == Recipe::kBlock128x128)
+    return "the CUTLASS k-grouped kernel is built for block1x128 x block1x128 and rowwise x rowwise";
+  if (rowwise && a.group_dim == GroupDim::kK) {  // the kernel's K-blocks are 128 wide; rowwise K_g are any size
+    if (a.group_sizes_device) return "rowwise k-grouped sizes on the device may fall off the kernel's 128-wide K blocks";
+    for (int64_t g = 0; g < a.groups && a.group_sizes; ++g)
+      if (a.group_sizes[g] % 128 != 0) return "a rowwise K_g that is not a multiple of 128 (group " + std::to_string(g) + ")";
+  }
   if (a.a.dtype != DType::kE4M3 || a.b.dtype != DType::kE4M3) return "the CUTLASS grouped kernel is built for e4m3 x e4m3";
   if (a.d_dtype != DType::kBF16) return "the CUTLASS grouped kernel is built for bf16 output";
   if (a.a.scale_format != ScaleFormat::kCompact || a.b.scale_format != ScaleFormat::kCompact)
@@ -427,10 +456,13 @@ void run(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t bytes)
 
 std::string describe(const GroupedGemmArgs& a) {
   std::ostringstream os;
+  const bool rowwise = a.a.recipe == Recipe::kRowwise;
   os << "CUTLASS sm_90a pointer-array kernel, one launch for all " << a.groups << " groups: FP8 blockwise 1x128 x "
      << (gran_n(a) == 128 ? "128x128" : "1x128") << ", 128x128x128 tiles, 1x2 clusters, cooperative; shapes and "
      << "pointers built on the device from " << (a.group_sizes_device ? "device-side" : "host") << " sizes; "
-     << (a.group_dim == GroupDim::kK ? "scales transposed to M/N-major in one launch" : "compact scales read in place");
+     << (rowwise ? "rowwise scales broadcast to every 128-wide K block in one launch"
+         : a.group_dim == GroupDim::kK ? "scales transposed to M/N-major in one launch"
+                                       : "compact scales read in place");
   return os.str();
 }
 

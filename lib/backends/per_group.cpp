@@ -75,7 +75,11 @@ KStage k_stage(const GroupedGemmArgs& a, int64_t kg) {
 
 }  // namespace
 
-Diagnostics validate(const GroupedGemmArgs& a) {
+namespace {
+// validate() with `per_group` false checks the operands as whole tensors (A's (m, K) and B's first
+// expert) instead of group by group: enough for the CUTLASS grouped kernel, whose blocker already
+// demands per-row compact A scales and 16-byte rows, and far cheaper for large G.
+Diagnostics validate_grouped(const GroupedGemmArgs& a, bool per_group) {
   Diagnostics out;
   const bool mg = a.group_dim == GroupDim::kM;
   if (a.group_dim != GroupDim::kM && a.group_dim != GroupDim::kK)
@@ -115,7 +119,25 @@ Diagnostics validate(const GroupedGemmArgs& a) {
     add(out, "d_dtype", "grouped-out-dtype", "grouped output must be bf16, f16 or f32", "bf16, f16 or f32",
         std::string(to_string(a.d_dtype)), "");
   if (!out.empty()) return out;
-  if (dev_sizes) {  // the sizes are checked on the device; the operands as the whole tensors they are
+  const bool whole = dev_sizes || (!per_group && a.group_dim == GroupDim::kM);
+  if (whole && !dev_sizes) {  // the sizes first, as below
+    int64_t sum = 0;
+    for (int64_t g = 0; g < a.groups; ++g) {
+      if (a.group_sizes[g] < 0) {
+        add(out, "group_sizes[" + std::to_string(g) + "]", "group-size-negative", "a group size cannot be negative",
+            ">= 0", std::to_string(a.group_sizes[g]), "");
+        return out;
+      }
+      sum += a.group_sizes[g];
+    }
+    if (sum != a.m) {
+      add(out, "group_sizes", "group-size-sum", "the group sizes must add up to M (the rows of A and D)",
+          std::to_string(a.m), std::to_string(sum) + " over " + std::to_string(a.groups) + " groups",
+          "Pass m = the sum of the group sizes (padding rows belong to a group).");
+      return out;
+    }
+  }
+  if (whole) {  // the sizes are checked on the device, or above; the operands as the whole tensors they are
     GemmArgs c;
     c.m = a.group_dim == GroupDim::kM ? std::max<int64_t>(a.m, 1) : a.m;
     c.n = a.n, c.k = a.k;
@@ -180,6 +202,10 @@ Diagnostics validate(const GroupedGemmArgs& a) {
   }
   return out;
 }
+
+}  // namespace
+
+Diagnostics validate(const GroupedGemmArgs& a) { return validate_grouped(a, true); }
 
 namespace {
 
@@ -308,9 +334,10 @@ void verify_cutlass_call(Handle::Impl& impl, const GroupedGemmArgs& in, verify::
 }  // namespace
 
 void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
-  throw_if_any(validate(a), StatusCode::kInvalidArgument);
-  const bool host = a.space == MemorySpace::kHost;
+  // The backend first (its blocker reads no buffer), so that the checks fit what runs.
   const std::string why = cutlass_blocker(a, target(), dispatch::handle_options(*impl_).plan);
+  throw_if_any(validate_grouped(a, !why.empty()), StatusCode::kInvalidArgument);
+  const bool host = a.space == MemorySpace::kHost;
   if (why.empty()) {
     const size_t need = backends::cutlass_grouped::workspace_bytes(a, target());
     {

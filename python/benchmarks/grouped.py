@@ -22,24 +22,32 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 SHAPES = [(8, 2048, 4096, 7168), (32, 1024, 2048, 7168), (16, 256, 2048, 2048), (64, 8, 4096, 7168)]
 DENSE = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 7168, 2048), (128, 7168, 2048), (2048, 2048, 7168)]
 
 
+HOST_US = {}  # id of the last timed function -> CPU microseconds per call (enqueue time)
+
+
 def bench(torch, fn, iters, reps=5):
-    """Device microseconds per call: median over `reps` loops of `iters` calls between CUDA events."""
+    """Device microseconds per call: median over `reps` loops of `iters` calls between CUDA events.
+    The CPU time per call of the same loops (no synchronisation inside) goes to HOST_US["last"]."""
     fn()
     torch.cuda.synchronize()
-    out = []
+    out, cpu = [], []
     for _ in range(reps):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        t0 = time.perf_counter()
         for _ in range(iters):
             fn()
+        cpu.append((time.perf_counter() - t0) / iters * 1e6)
         stop.record()
         stop.synchronize()
         out.append(start.elapsed_time(stop) / iters * 1e3)
+    HOST_US["last"] = statistics.median(cpu)
     return statistics.median(out)
 
 
@@ -88,6 +96,7 @@ def run(args):
             ms = lambda fn: bench(torch, fn, iters)  # noqa: E731
             row["plan"] = scalemm.explain(a, b, sa, sb, group_sizes=sizes, **kw).splitlines()[0]
             row["scalemm_blockwise_us"] = ms(lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, **kw))
+            row["scalemm_blockwise_host_us"] = HOST_US["last"]
             row["scalemm_blockwise_device_sizes_us"] = ms(
                 lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, dev_sizes, **kw))
             row["scalemm_per_group_us"] = ms(
@@ -118,13 +127,14 @@ def run(args):
             except Exception as e:  # noqa: BLE001
                 row["torch_bf16_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
             del a16, b16
-            moved = M * K + G * N * K + 2 * M * N + 4 * (sa.numel() + sb.numel())
+            experts = sum(1 for x in sizes if x)  # an empty expert's weights are not read
+            moved = M * K + experts * N * K + 2 * M * N + 4 * (sa.numel() + experts * sb[0].numel())
             row["memory_floor_us"] = moved / bw * 1e6
             results["grouped"].append(row)
             tf = lambda us: row["flops"] / (us * 1e-6) / 1e12  # noqa: E731
             t_rw = row.get("torch_rowwise_us")
             print(f"G={G:3d} M_g={mg:5d} N={N} K={K} {kind:6s}: blockwise {row['scalemm_blockwise_us']:8.1f} us "
-                  f"({tf(row['scalemm_blockwise_us']):6.0f} TF/s), device sizes {row['scalemm_blockwise_device_sizes_us']:8.1f}, "
+                  f"({tf(row['scalemm_blockwise_us']):6.0f} TF/s, host {row['scalemm_blockwise_host_us']:.0f} us), device sizes {row['scalemm_blockwise_device_sizes_us']:8.1f}, "
                   f"per-group {row['scalemm_per_group_us']:8.1f}, naive {row['naive_loop_us']:8.1f}, "
                   f"rowwise {row['scalemm_rowwise_us']:8.1f} | torch rowwise "
                   f"{t_rw if t_rw is None else round(t_rw, 1)}, bf16 {row.get('torch_bf16_us', 'n/a')}"

@@ -426,11 +426,11 @@ NB_MODULE(_scalemm, m) {
                h.grouped_gemm(g, stream_of(stream));
                return;
              }
-             // Each group runs as a dense call: first calls of a shape allocate, as for gemm().
-             std::string problem = "grouped " + std::string(to_string(g.group_dim)) + " " + std::to_string(mm) + "x" +
-                                   std::to_string(n) + "x" + std::to_string(k) + " sizes";
-             for (int64_t s : sizes) problem += " " + std::to_string(s);
-             if (sizes_device) problem += " on the device";
+             // First calls allocate per-stream memory, as for gemm(). Keyed without the sizes, which
+             // change call by call in MoE layers (a key per split would grow without bound).
+             const std::string problem = "grouped " + std::string(to_string(g.group_dim)) + " G=" +
+                                         std::to_string(g.groups) + " " + std::to_string(mm) + "x" + std::to_string(n) +
+                                         "x" + std::to_string(k);
              auto& seen = seen_problems()[problem + " @" + std::to_string(reinterpret_cast<uintptr_t>(&h))];
              check_capture(seen, stream, problem);
              h.grouped_gemm(g, stream_of(stream));

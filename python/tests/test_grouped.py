@@ -484,7 +484,7 @@ def test_gpu_cutlass_kernel_with_device_sizes(dtype):
 def test_gpu_device_sizes_on_the_per_group_backend():
     """A recipe the CUTLASS kernel does not run copies device-side sizes to the host: same bits."""
     torch = _gpu()
-    ra, rb = "rowwise", "rowwise"
+    ra, rb = "mxfp8", "mxfp8"
     sizes, n, k = [3, 0, 60, 1], 32, 128
     a_parts, sa_parts, b_parts, sb_parts = _cuda_m_inputs(torch, ra, rb, sizes, n, k)
     a, b, scale_a, scale_b = _cuda_m_operands(torch, a_parts, sa_parts, b_parts, sb_parts)

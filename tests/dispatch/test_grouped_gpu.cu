@@ -251,7 +251,7 @@ TEST_CASE("compact scales off 16-byte alignment run natively and exactly", "[gpu
 
 // ---- the CUTLASS grouped kernel ----------------------------------------------------------------------
 
-TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 4, 16, 64; m- and k-grouped)",
+TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 4, 16, 64; m- and k-grouped; rowwise)",
           "[gpu][dispatch][grouped][cutlass]") {
   auto rng = scalemm::testing::rng(0x6C0);
   Handle h;
@@ -263,8 +263,11 @@ TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 
     Recipe rb;
     std::vector<int64_t> sizes;
     int64_t m_or_k, n;
+    Recipe ra = Recipe::kBlock1x128;
   };
   const Case cases[] = {
+      {GroupDim::kM, Recipe::kRowwise, {7, 0, 1, 129}, 704, 256, Recipe::kRowwise},     // rowwise, broadcast
+      {GroupDim::kK, Recipe::kRowwise, {128, 0, 384}, 136, 256, Recipe::kRowwise},      // rowwise wgrad
       {GroupDim::kM, Recipe::kBlock128x128, {129}, 640, 256},               // G = 1
       {GroupDim::kM, Recipe::kBlock128x128, {7, 0, 1, 129}, 704, 264},      // K tail (704 = 5.5 x 128), N tail
       {GroupDim::kM, Recipe::kBlock128x128, g16, 512, 256},                 // G = 16, uneven and empty
@@ -274,14 +277,14 @@ TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 
       {GroupDim::kK, Recipe::kBlock1x128, {1024}, 64, 128},                 // wgrad, G = 1
   };
   for (const Case& c : cases) {
-    const auto in = scalemm::testing::make_grouped(c.dim, Recipe::kBlock1x128, c.rb, ScaleFormat::kCompact,
-                                                   ScaleFormat::kCompact, c.sizes, c.m_or_k, c.n, rng);
+    const auto in = scalemm::testing::make_grouped(c.dim, c.ra, c.rb, ScaleFormat::kCompact, ScaleFormat::kCompact,
+                                                   c.sizes, c.m_or_k, c.n, rng);
     DeviceGrouped dg(in);
     Dev d(in.expected.size() * 2);
     CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));  // NaN poison: every element must be written
     GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
     ga.backend = GroupedBackend::kCutlass;
-    CAPTURE(to_string(c.dim), to_string(c.rb), c.sizes.size(), in.m, in.n, in.k);
+    CAPTURE(to_string(c.dim), to_string(c.ra), to_string(c.rb), c.sizes.size(), in.m, in.n, in.k);
     CHECK(h.explain(ga).find("CUTLASS grouped backend") != std::string::npos);
     h.grouped_gemm(ga);
     CUDA_OK(cudaDeviceSynchronize());
