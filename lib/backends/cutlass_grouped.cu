@@ -356,19 +356,21 @@ size_t carve(const GroupedGemmArgs& a, Arrays<C>& arr, char* base) {
   return arr.carve(base, a.groups, transposed_a(a), transposed_b(a), kernel);
 }
 
-// The kernel's launch parameters (TMA descriptors, scheduler, grid) depend on the arrays' addresses,
-// G and alpha, not on the sizes: kept per stream workspace, so a warm call skips CUTLASS's host-side
+// The kernel's launch parameters (TMA descriptors, scheduler, grid) depend on the arrays' and the
+// kernel workspace's addresses, G and alpha, not on the sizes or extents: kept per stream workspace, so a warm call skips CUTLASS's host-side
 // initialisation (descriptor encoding, smem attribute) and only launches. Its workspace needs no
 // per-call initialisation (the kernel rewrites its tensor maps per group).
 template <class C>
 struct ParamCache {
   struct Key {
-    const void* workspace;
+    const void* arrays;            // the per-group arrays (their layout depends on G only)
+    const void* kernel_workspace;  // after the prepared scales, whose size depends on the extents
     int64_t groups;
     float alpha;
     int device;
     bool operator<(const Key& o) const {
-      return std::tie(workspace, groups, alpha, device) < std::tie(o.workspace, o.groups, o.alpha, o.device);
+      return std::tie(arrays, kernel_workspace, groups, alpha, device) <
+             std::tie(o.arrays, o.kernel_workspace, o.groups, o.alpha, o.device);
     }
   };
   std::mutex mu;
@@ -437,7 +439,7 @@ void run_with(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t b
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cutlass_grouped: current device");
   ParamCache<C>& cache = ParamCache<C>::get();
-  const typename ParamCache<C>::Key key{workspace, a.groups, a.alpha, device};
+  const typename ParamCache<C>::Key key{workspace, arr.kernel_workspace, a.groups, a.alpha, device};
   typename C::Gemm::Params params;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
