@@ -75,6 +75,10 @@ struct GroupedGemmArgs {
 /// pointers. Each group's operands are then checked by the dense validate() when they run.
 Diagnostics validate(const GroupedGemmArgs& args);
 
+/// The part of validate() that concerns the call's arguments and its group sizes, without the
+/// operand checks (cheap for any G); grouped_gemm() still runs the checks the chosen backend needs.
+Diagnostics validate_sizes(const GroupedGemmArgs& args);
+
 /// Byte offsets of each group's A scale buffer in an m-grouped call (G + 1 entries; the last is the
 /// size of the whole buffer).
 std::vector<int64_t> grouped_scale_offsets(const GroupedGemmArgs& args);

@@ -76,10 +76,13 @@ KStage k_stage(const GroupedGemmArgs& a, int64_t kg) {
 }  // namespace
 
 namespace {
-// validate() with `per_group` false checks the operands as whole tensors (A's (m, K) and B's first
-// expert) instead of group by group: enough for the CUTLASS grouped kernel, whose blocker already
-// demands per-row compact A scales and 16-byte rows, and far cheaper for large G.
-Diagnostics validate_grouped(const GroupedGemmArgs& a, bool per_group) {
+// How far validate_grouped() goes: the arguments and sizes only (validate_sizes); the operands as whole
+// tensors (A's (m, K), B's first expert: enough for the CUTLASS grouped kernel, whose blocker demands
+// per-row compact A scales and 16-byte rows, and far cheaper for large G); or group by group as each
+// group's dense call will see them (validate).
+enum class Depth { kSizes, kWhole, kPerGroup };
+
+Diagnostics validate_grouped(const GroupedGemmArgs& a, Depth depth) {
   Diagnostics out;
   const bool mg = a.group_dim == GroupDim::kM;
   if (a.group_dim != GroupDim::kM && a.group_dim != GroupDim::kK)
@@ -118,8 +121,8 @@ Diagnostics validate_grouped(const GroupedGemmArgs& a, bool per_group) {
   if (a.d_dtype != DType::kBF16 && a.d_dtype != DType::kF16 && a.d_dtype != DType::kF32)
     add(out, "d_dtype", "grouped-out-dtype", "grouped output must be bf16, f16 or f32", "bf16, f16 or f32",
         std::string(to_string(a.d_dtype)), "");
-  if (!out.empty()) return out;
-  const bool whole = dev_sizes || (!per_group && a.group_dim == GroupDim::kM);
+  if (!out.empty() || (dev_sizes && depth == Depth::kSizes)) return out;
+  const bool whole = dev_sizes || (depth == Depth::kWhole && a.group_dim == GroupDim::kM);
   if (whole && !dev_sizes) {  // the sizes first, as below
     int64_t sum = 0;
     for (int64_t g = 0; g < a.groups; ++g) {
@@ -170,7 +173,7 @@ Diagnostics validate_grouped(const GroupedGemmArgs& a, bool per_group) {
         std::string("the group sizes must add up to ") + (mg ? "M (the rows of A and D)" : "K (the columns of A and B)"),
         std::to_string(want), std::to_string(sum) + " over " + std::to_string(a.groups) + " groups",
         mg ? "Pass m = the sum of the group sizes (padding rows belong to a group)." : "");
-  if (!out.empty()) return out;
+  if (!out.empty() || depth == Depth::kSizes) return out;
 
   // The operands: m-grouped through each group's dense call (its scale slice, B[g]); k-grouped through
   // the whole (M, sum K) and (N, sum K) tensors, of which the groups are column ranges.
@@ -205,7 +208,8 @@ Diagnostics validate_grouped(const GroupedGemmArgs& a, bool per_group) {
 
 }  // namespace
 
-Diagnostics validate(const GroupedGemmArgs& a) { return validate_grouped(a, true); }
+Diagnostics validate(const GroupedGemmArgs& a) { return validate_grouped(a, Depth::kPerGroup); }
+Diagnostics validate_sizes(const GroupedGemmArgs& a) { return validate_grouped(a, Depth::kSizes); }
 
 namespace {
 
@@ -336,7 +340,7 @@ void verify_cutlass_call(Handle::Impl& impl, const GroupedGemmArgs& in, verify::
 void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   // The backend first (its blocker reads no buffer), so that the checks fit what runs.
   const std::string why = cutlass_blocker(a, target(), dispatch::handle_options(*impl_).plan);
-  throw_if_any(validate_grouped(a, !why.empty()), StatusCode::kInvalidArgument);
+  throw_if_any(validate_grouped(a, why.empty() ? Depth::kWhole : Depth::kPerGroup), StatusCode::kInvalidArgument);
   const bool host = a.space == MemorySpace::kHost;
   if (why.empty()) {
     const size_t need = backends::cutlass_grouped::workspace_bytes(a, target());

@@ -177,7 +177,8 @@ GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, uintptr
     if (!g.a.scale) g.a.scale = placeholder;
     if (!g.d) g.d = placeholder;
   }
-  throw_if_any(validate(g), StatusCode::kInvalidArgument);
+  // The sizes here (the offsets below need them); the operands when the call runs, as its backend needs.
+  throw_if_any(validate_sizes(g), StatusCode::kInvalidArgument);
 
   const bool mg = g.group_dim == GroupDim::kM;
   const int64_t G = g.groups;

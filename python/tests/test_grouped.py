@@ -297,7 +297,7 @@ def test_torch_cpu_tensors_and_host_tensor_sizes():
     got = scalemm.scaled_grouped_mm(ta, tb, torch.from_numpy(sa), torch.from_numpy(sb),
                                     torch.tensor(sizes, dtype=torch.int32), **kw)
     assert isinstance(got, torch.Tensor) and np.array_equal(got.numpy(), want)
-    with pytest.raises(scalemm.UnsupportedError) as e:
+    with pytest.raises(scalemm.InvalidArgumentError) as e:
         scalemm.scaled_grouped_mm(ta, tb, torch.from_numpy(sa), torch.from_numpy(sb),
                                   torch.tensor(sizes, device="meta"), **kw)
     assert "group_sizes" in e.value.message and "tolist" in e.value.message, e.value.message
