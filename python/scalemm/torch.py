@@ -177,8 +177,56 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
         return torch.ops.scalemm.scaled_grouped_mm(a, b, sa, sb, [int(x) for x in sizes], group_dim, recipe_a,
                                                    recipe_b, od, scale_format, backend, dtype_a, dtype_b, ga, gb, dev,
                                                    grouped_backend)
-    return _core._scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b,
-                                         out_dtype, scale_format, backend, dtype_a, dtype_b, grouped_backend)
+    return _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format,
+                         backend, dtype_a, dtype_b, grouped_backend)
+
+
+_prepared_grouped: dict = {}
+
+
+def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format,
+                  backend, dtype_a, dtype_b, grouped_backend):
+    """The eager path of grouped calls on CUDA tensors, as _fast is for dense ones: the first call of a
+    signature validates and prepares (Handle.prepare_grouped); later ones read the addresses and run.
+    Host sizes belong to the signature; device-side sizes are passed by address."""
+    T = torch.Tensor
+    general = lambda: _core._scaled_grouped_mm_impl(  # noqa: E731
+        a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a,
+        dtype_b, grouped_backend)
+    if not (a.is_cuda and isinstance(b, T) and isinstance(scale_a, T) and isinstance(scale_b, T)):
+        return general()
+    if isinstance(group_sizes, T):
+        if group_sizes.device.type == "cpu":
+            return general()
+        sizes_key, sizes_ptr = (group_sizes.dtype, group_sizes.shape, group_sizes.stride(), group_sizes.device), \
+            group_sizes.data_ptr()
+    elif isinstance(group_sizes, (list, tuple)) and all(type(x) is int for x in group_sizes):
+        sizes_key, sizes_ptr = tuple(group_sizes), 0
+    else:
+        return general()
+    key = (group_dim, recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a, dtype_b, grouped_backend,
+           sizes_key, a.dtype, b.dtype, scale_a.dtype, scale_b.dtype, a.shape, b.shape, a.stride(), b.stride(),
+           scale_a.shape, scale_b.shape, scale_a.stride(), scale_b.stride(), a.device, b.device, scale_a.device,
+           scale_b.device)
+    p = _prepared_grouped.get(key)
+    if p is None:
+        od = _out_name(out_dtype)
+        h = _core.handle(backend)
+        va, dim, sizes, m, n, k, op_a, op_b, out_shape = _core._grouped_inputs(
+            a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
+        gb = _core._choice(_core.GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
+        from ._arrays import DTYPE_CODE
+
+        prepared = h.prepare_grouped(dim, *_core._sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
+                                     va.space, gb)
+        p = (prepared.run, out_shape, _OUT[od], a.device, va.device)
+        if len(_prepared_grouped) >= 4096:
+            _prepared_grouped.clear()
+        _prepared_grouped[key] = p
+    run, shape, dtype, device, index = p
+    d = torch.empty(shape, dtype=dtype, device=device)
+    run(a.data_ptr(), scale_a.data_ptr(), b.data_ptr(), scale_b.data_ptr(), d.data_ptr(), sizes_ptr, _stream(index))
+    return d
 
 
 # ---- quantize --------------------------------------------------------------------------------------------

@@ -288,6 +288,35 @@ struct Prepared {
   }
 };
 
+// A grouped call on device arrays validated once (its first call of a signature): later calls set
+// the addresses and run. Host sizes are part of the signature; device-side sizes are an address.
+struct PreparedGrouped {
+  Handle* handle = nullptr;
+  GroupedGemmArgs args;
+  std::vector<int64_t> sizes;
+  std::string problem;
+  mutable std::set<uintptr_t> seen;  // streams this signature has run on (guarded by the GIL)
+
+  void run(uintptr_t a, uintptr_t scale_a, uintptr_t b, uintptr_t scale_b, uintptr_t d, uintptr_t sizes_device,
+           uintptr_t stream) const {
+    GroupedGemmArgs g = args;
+    g.a.data = ptr(a);
+    g.a.scale = ptr(scale_a);
+    g.b.data = ptr(b);
+    g.b.scale = ptr(scale_b);
+    g.d = ptr(d);
+    if (g.group_sizes_device) g.group_sizes_device = ptr(sizes_device);
+    else g.group_sizes = sizes.data();
+    if (!seen.count(stream)) {
+      check_capture(seen, stream, problem);
+      handle->grouped_gemm(g, stream_of(stream));
+      seen.insert(stream);
+    } else {
+      handle->grouped_gemm(g, stream_of(stream));
+    }
+  }
+};
+
 std::map<std::string, std::set<uintptr_t>>& seen_problems() {
   static auto* m = new std::map<std::string, std::set<uintptr_t>>();
   return *m;
@@ -437,6 +466,22 @@ NB_MODULE(_scalemm, m) {
              h.grouped_gemm(g, stream_of(stream));
              seen.insert(stream);
            })
+      .def(
+          "prepare_grouped",
+          [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
+             int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,
+             float alpha, int space, int grouped_backend) {
+            alignas(16) static uint8_t placeholder[16];  // D's address comes with each run
+            PreparedGrouped p;
+            p.handle = &h;
+            p.sizes = sizes;
+            p.args = make_grouped(dim, p.sizes, sizes_device, sizes_int64, groups, mm, n, k, a, b,
+                                  reinterpret_cast<uintptr_t>(placeholder), d_dtype, alpha, space, grouped_backend);
+            p.problem = "grouped " + std::string(to_string(p.args.group_dim)) + " G=" + std::to_string(groups) + " " +
+                        std::to_string(mm) + "x" + std::to_string(n) + "x" + std::to_string(k);
+            return p;
+          },
+          nb::keep_alive<0, 1>())
       .def("explain_grouped",
            [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
               int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,
@@ -447,6 +492,10 @@ NB_MODULE(_scalemm, m) {
                                                     d_dtype, alpha, space, grouped_backend);
              return h.explain(g);
            });
+
+  nb::class_<PreparedGrouped>(m, "PreparedGrouped")
+      .def("run", &PreparedGrouped::run, nb::arg("a"), nb::arg("scale_a"), nb::arg("b"), nb::arg("scale_b"),
+           nb::arg("d"), nb::arg("sizes_device"), nb::arg("stream"));
 
   nb::class_<Prepared>(m, "Prepared")
       .def("run", &Prepared::run, nb::arg("a"), nb::arg("scale_a"), nb::arg("b"), nb::arg("scale_b"), nb::arg("d"),
