@@ -38,6 +38,11 @@ if ! command -v nvcc >/dev/null; then
   else echo "quickstart: the CUDA toolkit (nvcc) is required; install it from NVIDIA's packages" >&2; exit 1; fi
 fi
 
+# CUTLASS's headers (PyPI wheel nvidia-cutlass) for the grouped blockwise kernel; without them the
+# library builds and grouped calls run on the per-group backend.
+bash "$root/tools/fetch-cutlass.sh" ||
+  echo "quickstart: CUTLASS headers unavailable: the CUTLASS grouped kernel will not be built"
+
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSCALEMM_CUDA_ARCHITECTURES="${SCALEMM_CUDA_ARCHITECTURES:-90}" >/dev/null
 case "$mode" in
