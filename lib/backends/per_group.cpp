@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "dispatch/devices.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/grouped.hpp"
@@ -149,6 +150,16 @@ Diagnostics validate(const GroupedGemmArgs& a) {
 void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   throw_if_any(validate(a), StatusCode::kInvalidArgument);
   const bool host = a.space == MemorySpace::kHost;
+  // The whole tensors' memory space and device, before any group runs (the groups are views into
+  // them, and k-grouped groups read staged copies that the dense check never sees).
+  const int device = dispatch::call_device(*impl_, stream);
+  if (!host) {
+    GemmArgs whole;
+    whole.a = a.a, whole.b = a.b, whole.d = a.d, whole.space = a.space;
+    throw_if_any(dispatch::check_pointers(*impl_, whole, stream, device), StatusCode::kInvalidArgument);
+  }
+  // Staging, its copies and every group's launches go to the stream's device.
+  const dispatch::DeviceScope scope(host ? -1 : dispatch::scope_device(*impl_, device));
   if (a.group_dim == GroupDim::kM) {
     std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
     for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];
