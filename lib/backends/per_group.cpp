@@ -159,7 +159,7 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     throw_if_any(dispatch::check_pointers(*impl_, whole, stream, device), StatusCode::kInvalidArgument);
   }
   // Staging, its copies and every group's launches go to the stream's device.
-  const dispatch::DeviceScope scope(host ? -1 : dispatch::scope_device(*impl_, device));
+  const dispatch::DeviceScope scope(host ? -1 : dispatch::scope_device(*impl_, stream, device));
   if (a.group_dim == GroupDim::kM) {
     std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
     for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];

@@ -172,8 +172,12 @@ struct Handle::Impl {
     // Each stream's resources are freed with their own device current, whatever device the
     // destroying thread has made current.
     for (auto& [key, arena] : arenas) {
-      dispatch::DeviceScope scope(sim ? -1 : arena->device);
-      arena.reset();
+      try {
+        const dispatch::DeviceScope scope(sim ? -1 : arena->device);
+        arena.reset();
+      } catch (const Error&) {  // the device cannot be made current (process teardown): free from here
+        arena.reset();
+      }
     }
   }
 
@@ -257,15 +261,18 @@ Diagnostics Handle::Impl::check_pointers(const GemmArgs& args, Stream stream, in
   const bool device = args.space == MemorySpace::kDevice;
   if (devices->empty()) return out;  // no GPU: every pointer is host memory
   bool known[kCount] = {};
+  int recorded[kCount];  // the device an address was recorded with (-1: any device, -2: not recorded)
   if (device) {  // a warm call: every address seen before, one lock, no CUDA query
     std::lock_guard<std::mutex> lock(mu);
     bool all = true;
     for (int i = 0; i < kCount; ++i) {
+      recorded[i] = -2;
       if (!pointers[i].second) {
         known[i] = true;
         continue;
       }
       auto it = device_pointers.find(pointers[i].second);
+      if (it != device_pointers.end()) recorded[i] = it->second;
       // A recorded address of another device is asked again below: it may have been freed and its
       // address reused on this device.
       known[i] = it != device_pointers.end() && (it->second < 0 || it->second == call_device);
@@ -273,14 +280,20 @@ Diagnostics Handle::Impl::check_pointers(const GemmArgs& args, Stream stream, in
     }
     if (all) return out;
     // A new address during a graph capture is left unchecked rather than queried: the capture must
-    // not depend on which calls the driver counts as safe while capturing.
+    // not depend on which calls the driver counts as safe while capturing. An address recorded on
+    // another device is refused from the record.
     if (!sim) {
       cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
       if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capturing) != cudaSuccess) {
         cudaGetLastError();
         return out;
       }
-      if (capturing != cudaStreamCaptureStatusNone) return out;
+      if (capturing != cudaStreamCaptureStatusNone) {
+        for (int i = 0; i < kCount; ++i)
+          if (recorded[i] >= 0 && call_device >= 0 && recorded[i] != call_device)
+            out.push_back(dispatch::pointer_device_mismatch(pointers[i].first, recorded[i], call_device));
+        return out;
+      }
     }
   }
   for (int i = 0; i < kCount; ++i) {
@@ -343,7 +356,9 @@ void dispatch::simulate_devices(Handle& handle, SimulatedDevices sim) {
 
 int dispatch::call_device(Handle::Impl& impl, Stream stream) { return impl.device_of(stream); }
 
-int dispatch::scope_device(const Handle::Impl& impl, int device) { return impl.sim ? -1 : device; }
+int dispatch::scope_device(const Handle::Impl& impl, Stream stream, int device) {
+  return impl.sim || dispatch::is_default_stream(stream) ? -1 : device;
+}
 
 Diagnostics dispatch::check_pointers(Handle::Impl& impl, const GemmArgs& args, Stream stream, int device) {
   return impl.check_pointers(args, stream, device);
@@ -370,8 +385,9 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
     dispatch::execute(args, plan, backends::RunContext{});
     return;
   }
-  // Launches, allocations and cuBLASLt calls go to the stream's device, whichever is current.
-  const dispatch::DeviceScope scope(impl_->sim ? -1 : device);
+  // Launches, allocations and cuBLASLt calls go to the stream's device, whichever is current (a
+  // default stream's device is the current one already).
+  const dispatch::DeviceScope scope(impl_->sim || dispatch::is_default_stream(stream) ? -1 : device);
   StreamArena& arena = impl_->arena(stream, device);
   {
     std::lock_guard<std::mutex> lock(arena.mu);
