@@ -23,6 +23,7 @@
 namespace scalemm {
 
 struct GroupedGemmArgs;  // grouped.hpp
+struct HandleAccess;     // library-internal (lib/dispatch/handle.cpp)
 
 /// One input operand: data (rows, K) row-major with K contiguous, and its scales.
 struct GemmOperand {
@@ -72,19 +73,28 @@ inline constexpr int kBackendCount = 4;
 std::string_view to_string(Backend b);
 std::optional<Backend> parse_backend(std::string_view s);
 
-/// The machine a plan is made for: the current device, or a simulated one for planning tests and
-/// `scalemm info --sm`.
+/// The machine a plan is made for: a device of this process, or a simulated one for planning tests
+/// and `scalemm info --sm`.
 struct DeviceTarget {
   int sm = 0;                   ///< 90 for sm_90; 0 = no GPU
   int multiprocessors = 0;
   size_t cublaslt_version = 0;  ///< cublasLtGetVersion() form: 130100 for 13.1.0
   std::string name;
+  int ordinal = -1;             ///< CUDA device ordinal; -1 for no GPU or a simulated machine of no device
 
   bool has_gpu() const { return sm > 0; }
   std::string to_string() const;  ///< "sm_90 (NVIDIA H200, 132 SMs), cuBLASLt 13.1.0"
+  /// to_string() with the device named: "device 1: sm_90 (NVIDIA H200, 132 SMs), cuBLASLt 13.1.0".
+  std::string describe() const;
 
-  static DeviceTarget current();  ///< device 0 of this process, or sm = 0 when there is none
-  static DeviceTarget simulated(int sm, size_t cublaslt_version);
+  /// The calling thread's current device (cudaGetDevice), or sm = 0 when there is none.
+  static DeviceTarget current();
+  /// Device `ordinal` of this process; throws Error(kInvalidArgument) when there is no such device.
+  static DeviceTarget of_device(int ordinal);
+  /// Every device of this process, in ordinal order (empty without a GPU); queried once.
+  static const std::vector<DeviceTarget>& all();
+  /// A machine for planning tests; `ordinal` >= 0 makes it a device of a simulated multi-GPU process.
+  static DeviceTarget simulated(int sm, size_t cublaslt_version, int ordinal = -1);
 };
 
 /// Everything about a GEMM that decides its plan, and nothing that changes per call (no pointers).
@@ -118,6 +128,8 @@ struct Plan {
   Backend backend = Backend::kReference;
   std::vector<std::string> reasons;  ///< why each earlier backend was passed over, then why this one
   std::vector<PlannedConversion> conversions;
+  /// The machine it was planned for (DeviceTarget::describe()); explain() ends with it.
+  std::string target;
   /// Scratch the execution needs (besides the cuBLASLt workspace): the end of the last slice below.
   /// The single total: the Handle allocates exactly this and the backend's run() takes its slices.
   size_t workspace_bytes = 0;
@@ -149,7 +161,8 @@ struct Plan {
   /// the end of the workspace, and one pass applies d_scale, records the amax and converts. 0 otherwise.
   size_t staged_output_bytes = 0;
 
-  /// "mxfp8 x mxfp8 on sm_90: cuBLASLt VEC32_UE8M0 needs sm_100 -> emulated: exact dequantization ..."
+  /// "mxfp8 x mxfp8 on sm_90: cuBLASLt VEC32_UE8M0 needs sm_100 -> emulated: exact dequantization ...",
+  /// then the conversions, the workspace and "planned for device 0: sm_90 (NVIDIA H200, 132 SMs), ...".
   std::string explain() const;
 };
 
@@ -190,6 +203,11 @@ struct HandleOptions {
 /// Owns a cuBLASLt handle, one cuBLASLt workspace per stream, the per-problem plan and heuristic
 /// cache, and the scratch buffers plans ask for. Thread-safe: one Handle may serve many threads;
 /// GEMMs on different streams never share a workspace.
+///
+/// Several GPUs: one Handle serves every device of the process. A call runs on its stream's device
+/// (the current device for the default stream), planned for that device (the cache key holds it),
+/// with the stream's resources allocated on that device and freed there. Device memory of another
+/// device is refused by name (`pointer-device`, Error(kInvalidArgument)) before anything runs.
 class Handle {
  public:
   explicit Handle(HandleOptions options = {});
@@ -197,10 +215,13 @@ class Handle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 
+  /// The target of the calling thread's current device (the one a default-stream call plans for).
   const DeviceTarget& target() const;
 
-  /// The plan this handle would use for `args` (cached per problem).
-  Plan plan(const GemmArgs& args);
+  /// The plan this handle would use for `args` on `stream` (cached per problem and device). Plans are
+  /// made for the device of the call: the stream's device, or the current device for the default
+  /// stream (nullptr, cudaStreamLegacy, cudaStreamPerThread).
+  Plan plan(const GemmArgs& args, Stream stream = nullptr);
 
   /// Validates, plans (cached), runs. Device pointers run on `stream`; host pointers run the host
   /// reference synchronously. Throws scalemm::Error; outputs are untouched when validation fails.
@@ -221,6 +242,7 @@ class Handle {
   struct Impl;
 
  private:
+  friend struct HandleAccess;
   std::unique_ptr<Impl> impl_;
 };
 

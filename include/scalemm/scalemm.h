@@ -129,18 +129,23 @@ typedef struct scalemm_handle_options_t {
   int32_t autotune;
 } scalemm_handle_options_t;
 
-/* Creates a handle (options may be NULL for the defaults). One handle may serve many threads. */
+/* Creates a handle (options may be NULL for the defaults). One handle may serve many threads and every
+ * device of the process: each call runs on its stream's device (the current device for the default
+ * stream), with a plan and per-stream resources of that device. */
 scalemm_status_t scalemm_handle_create(scalemm_handle_t* handle, const scalemm_handle_options_t* options);
 scalemm_status_t scalemm_handle_destroy(scalemm_handle_t handle);
 
-/* Validates, plans (cached per problem) and runs the GEMM on `stream` (a cudaStream_t; NULL for the
- * default stream). Host memory runs the host reference synchronously. On an error nothing is written
- * to d and scalemm_last_error_message() names the argument and the rule. */
+/* Validates, plans (cached per problem and device) and runs the GEMM on `stream` (a cudaStream_t; NULL
+ * for the default stream of the current device), on the stream's device. Host memory runs the host
+ * reference synchronously. On an error nothing is written to d and scalemm_last_error_message() names
+ * the argument and the rule: device memory of another device than the stream's is
+ * SCALEMM_STATUS_INVALID_ARGUMENT, rule pointer-device, naming both devices. */
 scalemm_status_t scalemm_gemm(scalemm_handle_t handle, const scalemm_gemm_t* gemm, void* stream);
 
-/* The plan for `gemm` without running it: the backend, and its explanation (which backend, why the
- * earlier ones were passed over, conversions, workspace) copied into buf (NUL-terminated, truncated
- * to buf_size). *needed (optional) receives the full length + 1. */
+/* The plan for `gemm` on the current device without running it: the backend, and its explanation
+ * (which backend, why the earlier ones were passed over, conversions, workspace, the device planned
+ * for) copied into buf (NUL-terminated, truncated to buf_size). *needed (optional) receives the full
+ * length + 1. */
 scalemm_status_t scalemm_plan_explain(scalemm_handle_t handle, const scalemm_gemm_t* gemm, int32_t* backend,
                                       char* buf, size_t buf_size, size_t* needed);
 

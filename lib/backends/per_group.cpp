@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "backends/cutlass_grouped.hpp"
+#include "dispatch/devices.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/grouped.hpp"
@@ -338,12 +339,24 @@ void verify_cutlass_call(Handle::Impl& impl, const GroupedGemmArgs& in, verify::
 }  // namespace
 
 void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
-  // The backend first (its blocker reads no buffer), so that the checks fit what runs.
-  const std::string why = cutlass_blocker(a, target(), dispatch::handle_options(*impl_).plan);
-  throw_if_any(validate_grouped(a, why.empty() ? Depth::kWhole : Depth::kPerGroup), StatusCode::kInvalidArgument);
   const bool host = a.space == MemorySpace::kHost;
+  // The call's device (the stream's), then the backend for it (its blocker reads no buffer), so that
+  // the checks fit what runs.
+  const int device = host ? -1 : dispatch::call_device(*impl_, stream);
+  const DeviceTarget& target = host ? this->target() : dispatch::device_target(*impl_, device);
+  const std::string why = cutlass_blocker(a, target, dispatch::handle_options(*impl_).plan);
+  throw_if_any(validate_grouped(a, why.empty() ? Depth::kWhole : Depth::kPerGroup), StatusCode::kInvalidArgument);
+  // The whole tensors' memory space and device, before any group runs (the groups are views into
+  // them, and k-grouped groups read staged copies that the dense check never sees).
+  if (!host) {
+    GemmArgs whole;
+    whole.a = a.a, whole.b = a.b, whole.d = a.d, whole.space = a.space;
+    throw_if_any(dispatch::check_pointers(*impl_, whole, stream, device), StatusCode::kInvalidArgument);
+  }
+  // Staging, its copies and every launch go to the stream's device.
+  const dispatch::DeviceScope scope(host ? -1 : dispatch::scope_device(*impl_, stream, device));
   if (why.empty()) {
-    const size_t need = backends::cutlass_grouped::workspace_bytes(a, target());
+    const size_t need = backends::cutlass_grouped::workspace_bytes(a, target);
     {
       dispatch::StagingScratch scratch = dispatch::staging_scratch(*impl_, stream, need);
       backends::cutlass_grouped::run(a, stream, scratch.ptr, need);

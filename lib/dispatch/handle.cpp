@@ -1,5 +1,6 @@
-// Handle: what a handle is. The plan cache, per-stream resources (cuBLASLt context and workspace, the
-// plans' scratch), and the verification hooks; plans are made in planner.cpp, run by lib/backends/.
+// Handle: what a handle is. The plan cache (per problem and device), per-stream resources (cuBLASLt
+// context and workspace, the plans' scratch, on the stream's device), and the verification hooks;
+// plans are made in planner.cpp, run by lib/backends/.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "dispatch/devices.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "dispatch/verify.hpp"
 #include "hash.hpp"
@@ -33,7 +35,9 @@ bool log_plans() {
 }
 
 // Device memory owned by one stream: nothing here is ever shared by GEMMs that can run concurrently.
+// It lives on the stream's device; Handle::Impl destroys it with that device current.
 struct StreamArena {
+  int device = -1;
   std::mutex mu;  // held while one GEMM's launches are enqueued, so scratch is not interleaved
   backends::LtContext lt;
   void* lt_workspace = nullptr;
@@ -87,38 +91,154 @@ bool autotune_from_environment() {
   return v && (std::string(v) == "1" || std::string(v) == "on");
 }
 
+// What CUDA says about one address (memory type and owning device).
+dispatch::PointerInfo query_pointer(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // not a sticky error: the query failed, the pointer stays unchecked
+    return {};
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeUnregistered: return {dispatch::PointerInfo::kPageable, -1};
+    case cudaMemoryTypeDevice: return {dispatch::PointerInfo::kDevice, attr.device};
+    default: return {dispatch::PointerInfo::kAnyDevice, -1};  // managed, or pinned host memory
+  }
+}
+
 }  // namespace
+
+namespace dispatch {
+
+size_t PlanKeyHash::operator()(const PlanKey& k) const {
+  return size_t(detail::hash_mix(uint64_t(ProblemHash{}(k.problem)), uint64_t(int64_t(k.device))));
+}
+
+bool is_default_stream(Stream s) {
+  return s == nullptr || s == reinterpret_cast<Stream>(cudaStreamLegacy) ||
+         s == reinterpret_cast<Stream>(cudaStreamPerThread);
+}
+
+Diagnostic pointer_device_mismatch(const char* argument, int pointer_device, int call_device) {
+  const std::string a(argument), on = "device " + std::to_string(pointer_device),
+                    want = "device " + std::to_string(call_device);
+  return {a, "pointer-device",
+          a + " is memory of " + on + ", but the call runs on " + want + " (its stream's device)",
+          "memory of " + want, "memory of " + on,
+          "Pass a stream of " + on + " (or make " + on + " current for the default stream), or copy " + a +
+              " to " + want + "."};
+}
+
+DeviceScope::DeviceScope(int device) {
+  if (device < 0) return;
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (current == device) return;
+  cuda_check(cudaSetDevice(device), "scalemm: make device " + std::to_string(device) + " current for the call");
+  previous_ = current;
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+}  // namespace dispatch
 
 struct Handle::Impl {
   HandleOptions options;
-  DeviceTarget target;
   verify::Mode verify_mode = verify::Mode::kOff;
   bool autotune = false;
+  // The devices plans are made for, by ordinal: the process's, or a simulated machine's (host tests).
+  const std::vector<DeviceTarget>* devices = &DeviceTarget::all();
+  std::unique_ptr<dispatch::SimulatedDevices> sim;
 
   std::mutex mu;  // guards the maps below
-  std::unordered_map<GemmProblem, Plan, ProblemHash> plans;  // node-based: references stay valid
-  std::map<Stream, std::unique_ptr<StreamArena>> arenas;
-  // Addresses already found to be device-accessible (device, managed or pinned host memory). Under
-  // unified addressing such an address stays device memory while the context lives, so a warm call
-  // (and a call inside a graph capture after a warm-up) asks CUDA nothing about its pointers.
-  std::unordered_set<const void*> device_pointers;
+  std::unordered_map<dispatch::PlanKey, Plan, dispatch::PlanKeyHash> plans;  // node-based: references stay valid
+  // Per stream and device: the legacy default stream (nullptr) of device 0 and of device 1 are two
+  // streams with one handle value.
+  std::map<std::pair<Stream, int>, std::unique_ptr<StreamArena>> arenas;
+  // Addresses already found to be device-accessible, with the device that owns them (-1: managed or
+  // pinned host memory, readable from every device). Under unified addressing an address names one
+  // allocation while it lives, so a warm call (and a call inside a graph capture after a warm-up) asks
+  // CUDA nothing about its pointers.
+  std::unordered_map<const void*, int> device_pointers;
+  std::mutex stream_mu;  // guards stream_devices
+  // The device of each non-default stream seen, asked once (a stream stays on its device).
+  std::unordered_map<Stream, int> stream_devices;
 
-  Diagnostics check_pointer_spaces(const GemmArgs& args, Stream stream);
-
-  const Plan& cached_plan(const GemmProblem& p) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = plans.find(p);
-    if (it != plans.end()) return it->second;
-    Plan made = scalemm::plan(p, target, options.plan);
-    if (log_plans()) std::fprintf(stderr, "scalemm plan: %s\n", made.explain().c_str());
-    return plans.emplace(p, std::move(made)).first->second;
+  ~Impl() {
+    // Each stream's resources are freed with their own device current, whatever device the
+    // destroying thread has made current.
+    for (auto& [key, arena] : arenas) {
+      try {
+        const dispatch::DeviceScope scope(sim ? -1 : arena->device);
+        arena.reset();
+      } catch (const Error&) {  // the device cannot be made current (process teardown): free from here
+        arena.reset();
+      }
+    }
   }
 
-  StreamArena& arena(Stream s) {
+  const DeviceTarget& target_of(int device) const { return dispatch::target_in(*devices, device); }
+
+  int current_device() const {
+    if (devices->empty()) return -1;
+    if (sim) return sim->current;
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+      cudaGetLastError();
+      return devices->front().ordinal;
+    }
+    return d;
+  }
+
+  // The device a call on `s` runs on: the stream's, or the current one for a default stream.
+  int device_of(Stream s) {
+    if (devices->empty()) return -1;
+    if (dispatch::is_default_stream(s)) return current_device();
+    {
+      std::lock_guard<std::mutex> lock(stream_mu);
+      auto it = stream_devices.find(s);
+      if (it != stream_devices.end()) return it->second;
+    }
+    int d = -1;
+    if (sim) {
+      d = sim->stream_device ? sim->stream_device(s) : sim->current;
+    } else {
+      cuda_check(cudaStreamGetDevice(reinterpret_cast<cudaStream_t>(s), &d), "scalemm: the stream's device");
+    }
+    std::lock_guard<std::mutex> lock(stream_mu);
+    if (stream_devices.size() >= 4096) stream_devices.clear();
+    stream_devices[s] = d;
+    return d;
+  }
+
+  dispatch::PointerInfo pointer_info(const void* p) const {
+    if (sim) return sim->pointer ? sim->pointer(p) : dispatch::PointerInfo{};
+    return query_pointer(p);
+  }
+
+  Diagnostics check_pointers(const GemmArgs& args, Stream stream, int device);
+
+  const Plan& cached_plan(const GemmProblem& p, int device) {
     std::lock_guard<std::mutex> lock(mu);
-    auto& slot = arenas[s];
+    const dispatch::PlanKey key{p, device};
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    Plan made = scalemm::plan(p, target_of(device), options.plan);
+    if (log_plans()) std::fprintf(stderr, "scalemm plan: %s\n", made.explain().c_str());
+    return plans.emplace(key, std::move(made)).first->second;
+  }
+
+  // The arena of `s` on `device`; created with `device` current (the caller's DeviceScope).
+  StreamArena& arena(Stream s, int device) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = arenas[{s, device}];
     if (!slot) {
       auto a = std::make_unique<StreamArena>();
+      a->device = device;
       a->lt.set_autotune(autotune);
       cuda_check(cudaMalloc(&a->lt_workspace, options.cublaslt_workspace_bytes), "cuBLASLt workspace");
       a->lt_bytes = options.cublaslt_workspace_bytes;
@@ -129,44 +249,60 @@ struct Handle::Impl {
 };
 
 // A host pointer given as device memory makes a kernel fault (a sticky error that ends the process's
-// CUDA context); a device pointer given as host memory crashes the host reference. Both are reported
-// as invalid arguments before anything runs.
-Diagnostics Handle::Impl::check_pointer_spaces(const GemmArgs& args, Stream stream) {
+// CUDA context); a device pointer given as host memory crashes the host reference; memory of another
+// device than the call's is read through peer access or faults. All three are reported as invalid
+// arguments before anything runs.
+Diagnostics Handle::Impl::check_pointers(const GemmArgs& args, Stream stream, int call_device) {
   Diagnostics out;
   const std::pair<const char*, const void*> pointers[] = {
       {"a", args.a.data}, {"scale_a", args.a.scale}, {"b", args.b.data}, {"scale_b", args.b.scale},
       {"d", args.d},      {"bias", args.bias},       {"d_scale", args.d_scale}, {"d_amax", args.d_amax}};
   constexpr int kCount = int(sizeof(pointers) / sizeof(pointers[0]));
   const bool device = args.space == MemorySpace::kDevice;
-  if (!device && !target.has_gpu()) return out;  // no GPU: every pointer is host memory
+  if (devices->empty()) return out;  // no GPU: every pointer is host memory
   bool known[kCount] = {};
+  int recorded[kCount];  // the device an address was recorded with (-1: any device, -2: not recorded)
   if (device) {  // a warm call: every address seen before, one lock, no CUDA query
     std::lock_guard<std::mutex> lock(mu);
     bool all = true;
     for (int i = 0; i < kCount; ++i) {
-      known[i] = !pointers[i].second || device_pointers.count(pointers[i].second) != 0;
+      recorded[i] = -2;
+      if (!pointers[i].second) {
+        known[i] = true;
+        continue;
+      }
+      auto it = device_pointers.find(pointers[i].second);
+      if (it != device_pointers.end()) recorded[i] = it->second;
+      // A recorded address of another device is asked again below: it may have been freed and its
+      // address reused on this device.
+      known[i] = it != device_pointers.end() && (it->second < 0 || it->second == call_device);
       all = all && known[i];
     }
     if (all) return out;
     // A new address during a graph capture is left unchecked rather than queried: the capture must
-    // not depend on which calls the driver counts as safe while capturing.
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capturing) != cudaSuccess) {
-      cudaGetLastError();
-      return out;
+    // not depend on which calls the driver counts as safe while capturing. An address recorded on
+    // another device is refused from the record.
+    if (!sim) {
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capturing) != cudaSuccess) {
+        cudaGetLastError();
+        return out;
+      }
+      if (capturing != cudaStreamCaptureStatusNone) {
+        for (int i = 0; i < kCount; ++i)
+          if (recorded[i] >= 0 && call_device >= 0 && recorded[i] != call_device)
+            out.push_back(dispatch::pointer_device_mismatch(pointers[i].first, recorded[i], call_device));
+        return out;
+      }
     }
-    if (capturing != cudaStreamCaptureStatusNone) return out;
   }
   for (int i = 0; i < kCount; ++i) {
     const auto& [name, p] = pointers[i];
     if (!p || known[i]) continue;
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-      cudaGetLastError();  // not a sticky error: the query failed, the pointer stays unchecked
-      continue;
-    }
-    const bool host_only = attr.type == cudaMemoryTypeUnregistered;
-    const bool device_only = attr.type == cudaMemoryTypeDevice;
+    const dispatch::PointerInfo info = pointer_info(p);
+    if (info.kind == dispatch::PointerInfo::kUnknown) continue;
+    const bool host_only = info.kind == dispatch::PointerInfo::kPageable;
+    const bool device_only = info.kind == dispatch::PointerInfo::kDevice;
     if (device && host_only) {
       out.push_back({name, "pointer-memory-space", std::string(name) + " points to pageable host memory, but the call says device memory",
                      "device memory (cudaMalloc, managed or pinned host memory)", "pageable host memory",
@@ -176,9 +312,12 @@ Diagnostics Handle::Impl::check_pointer_spaces(const GemmArgs& args, Stream stre
                      "host memory", "device memory",
                      "Pass space = device with every pointer in device memory, or copy the buffer to the host."});
     } else if (device) {
+      const int owner = device_only ? info.device : -1;
+      if (owner >= 0 && call_device >= 0 && owner != call_device)
+        out.push_back(dispatch::pointer_device_mismatch(name, owner, call_device));
       std::lock_guard<std::mutex> lock(mu);
       if (device_pointers.size() >= 16384) device_pointers.clear();
-      device_pointers.insert(p);
+      device_pointers[p] = owner;
     }
   }
   return out;
@@ -186,7 +325,6 @@ Diagnostics Handle::Impl::check_pointer_spaces(const GemmArgs& args, Stream stre
 
 Handle::Handle(HandleOptions options) : impl_(new Impl) {
   impl_->options = options;
-  impl_->target = DeviceTarget::current();
   impl_->autotune = options.autotune == Autotune::kOn ||
                     (options.autotune == Autotune::kFromEnvironment && autotune_from_environment());
   switch (options.verify) {
@@ -199,10 +337,35 @@ Handle::Handle(HandleOptions options) : impl_(new Impl) {
 
 Handle::~Handle() = default;
 
-const DeviceTarget& Handle::target() const { return impl_->target; }
+const DeviceTarget& Handle::target() const { return impl_->target_of(impl_->current_device()); }
+
+struct HandleAccess {
+  static Handle::Impl& impl(Handle& h) { return *h.impl_; }
+};
+
+void dispatch::simulate_devices(Handle& handle, SimulatedDevices sim) {
+  Handle::Impl& impl = HandleAccess::impl(handle);
+  std::lock_guard<std::mutex> lock(impl.mu);
+  std::lock_guard<std::mutex> slock(impl.stream_mu);
+  impl.plans.clear();
+  impl.device_pointers.clear();
+  impl.stream_devices.clear();
+  impl.sim = std::make_unique<SimulatedDevices>(std::move(sim));
+  impl.devices = &impl.sim->devices;
+}
+
+int dispatch::call_device(Handle::Impl& impl, Stream stream) { return impl.device_of(stream); }
+
+int dispatch::scope_device(const Handle::Impl& impl, Stream stream, int device) {
+  return impl.sim || dispatch::is_default_stream(stream) ? -1 : device;
+}
+
+Diagnostics dispatch::check_pointers(Handle::Impl& impl, const GemmArgs& args, Stream stream, int device) {
+  return impl.check_pointers(args, stream, device);
+}
 
 dispatch::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes) {
-  StreamArena& arena = impl.arena(stream);
+  StreamArena& arena = impl.arena(stream, impl.device_of(stream));
   StagingScratch s{std::unique_lock<std::mutex>(arena.staging_mu), nullptr};
   StreamArena::grow(arena.staging, arena.staging_bytes, bytes, stream, "scalemm staging");
   s.ptr = arena.staging;
@@ -212,17 +375,25 @@ dispatch::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream st
 const HandleOptions& dispatch::handle_options(const Handle::Impl& impl) { return impl.options; }
 verify::Mode dispatch::handle_verify_mode(const Handle::Impl& impl) { return impl.verify_mode; }
 
-Plan Handle::plan(const GemmArgs& args) { return impl_->cached_plan(GemmProblem::from(args)); }
+const DeviceTarget& dispatch::device_target(const Handle::Impl& impl, int device) { return impl.target_of(device); }
+
+Plan Handle::plan(const GemmArgs& args, Stream stream) {
+  return impl_->cached_plan(GemmProblem::from(args), impl_->device_of(stream));
+}
 
 void Handle::gemm(const GemmArgs& args, Stream stream) {
   throw_if_any(validate(args), StatusCode::kInvalidArgument);
-  throw_if_any(impl_->check_pointer_spaces(args, stream), StatusCode::kInvalidArgument);
-  const Plan& plan = impl_->cached_plan(GemmProblem::from(args));
+  const int device = impl_->device_of(stream);
+  throw_if_any(impl_->check_pointers(args, stream, device), StatusCode::kInvalidArgument);
+  const Plan& plan = impl_->cached_plan(GemmProblem::from(args), device);
   if (args.space == MemorySpace::kHost) {  // the host reference, synchronously: no stream resources
     dispatch::execute(args, plan, backends::RunContext{});
     return;
   }
-  StreamArena& arena = impl_->arena(stream);
+  // Launches, allocations and cuBLASLt calls go to the stream's device, whichever is current (a
+  // default stream's device is the current one already).
+  const dispatch::DeviceScope scope(impl_->sim || dispatch::is_default_stream(stream) ? -1 : device);
+  StreamArena& arena = impl_->arena(stream, device);
   {
     std::lock_guard<std::mutex> lock(arena.mu);
     arena.reserve(plan.workspace_bytes, stream);
@@ -246,6 +417,7 @@ void Handle::check_verification() {
     for (auto& kv : impl_->arenas) all.push_back(kv.second.get());
   }
   for (StreamArena* a : all) {
+    const dispatch::DeviceScope scope(impl_->sim ? -1 : a->device);
     std::lock_guard<std::mutex> lock(a->mu);
     if (a->sampler) a->sampler->drain();
   }

@@ -23,5 +23,16 @@ StagingScratch staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes);
 /// The handle's settings that grouped calls follow as dense calls do.
 const HandleOptions& handle_options(const Handle::Impl& impl);
 verify::Mode handle_verify_mode(const Handle::Impl& impl);
+/// The device a call on `stream` runs on: the stream's, or the current one for a default stream (-1
+/// without a GPU).
+int call_device(Handle::Impl& impl, Stream stream);
+/// The device a DeviceScope must make current for a call on `stream`: `device`, or -1 for a default
+/// stream (already the current device) and on a simulated machine (host tests: no CUDA calls).
+int scope_device(const Handle::Impl& impl, Stream stream, int device);
+/// The pointer checks of a dense call (memory space, and the device against `device`), for a grouped
+/// call's whole tensors before any group runs.
+Diagnostics check_pointers(Handle::Impl& impl, const GemmArgs& args, Stream stream, int device);
+/// The target of device `device` as this handle sees it (a simulated machine in host tests).
+const DeviceTarget& device_target(const Handle::Impl& impl, int device);
 
 }  // namespace scalemm::dispatch

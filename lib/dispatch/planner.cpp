@@ -49,6 +49,7 @@ std::string Plan::explain() const {
   for (size_t i = 0; i < reasons.size(); ++i) os << (i ? kArrow : "") << reasons[i];
   for (const auto& c : conversions) os << "\n  convert " << c.what << " (" << c.output_bytes << " B)";
   if (workspace_bytes) os << "\n  workspace " << workspace_bytes << " B";
+  if (!target.empty()) os << "\n  planned for " << target;
   return os.str();
 }
 
@@ -96,6 +97,7 @@ Plan plan(const GemmProblem& p, const DeviceTarget& t, const PlanOptions& option
     }
     result = std::move(attempt);
     result.backend = id;
+    result.target = t.describe();
     result.reasons = {p.to_string()};
     for (auto& r : passed) result.reasons.push_back(std::move(r));
     result.reasons.push_back(c.reason);

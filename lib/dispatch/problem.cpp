@@ -1,8 +1,11 @@
 // GemmProblem, DeviceTarget and argument validation.
+#include <cuda_runtime_api.h>
+
 #include <sstream>
 #include <tuple>
 
 #include "dispatch/capabilities.hpp"
+#include "dispatch/devices.hpp"
 #include "scalemm/device.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
@@ -54,26 +57,78 @@ std::string DeviceTarget::to_string() const {
   return os.str();
 }
 
-DeviceTarget DeviceTarget::current() {
+std::string DeviceTarget::describe() const {
+  return ordinal >= 0 ? "device " + std::to_string(ordinal) + ": " + to_string() : to_string();
+}
+
+const std::vector<DeviceTarget>& DeviceTarget::all() {
+  static const std::vector<DeviceTarget> table = [] {
+    std::vector<DeviceTarget> out;
+    const DeviceQuery q = query_devices();
+    for (const DeviceInfo& info : q.devices) {
+      DeviceTarget d;
+      d.sm = info.sm;
+      d.multiprocessors = info.multiprocessors;
+      d.name = info.name;
+      d.ordinal = info.ordinal;
+      d.cublaslt_version = q.cublaslt_version;
+      out.push_back(std::move(d));
+    }
+    return out;
+  }();
+  return table;
+}
+
+namespace {
+
+// The target of a machine without a usable device: only the cuBLASLt version is known.
+const DeviceTarget& no_gpu_target() {
   static const DeviceTarget t = [] {
     DeviceTarget d;
-    const DeviceQuery q = query_devices();
-    d.cublaslt_version = q.cublaslt_version;
-    if (!q.devices.empty()) {
-      d.sm = q.devices.front().sm;
-      d.multiprocessors = q.devices.front().multiprocessors;
-      d.name = q.devices.front().name;
-    }
+    d.cublaslt_version = query_devices().cublaslt_version;
     return d;
   }();
   return t;
 }
 
-DeviceTarget DeviceTarget::simulated(int sm, size_t cublaslt_version) {
+}  // namespace
+
+namespace dispatch {
+
+const DeviceTarget& target_in(const std::vector<DeviceTarget>& table, int ordinal) {
+  for (const DeviceTarget& t : table)
+    if (t.ordinal == ordinal) return t;
+  if (table.empty()) return no_gpu_target();
+  throw Error(StatusCode::kInvalidArgument,
+              "device " + std::to_string(ordinal) + ": no such CUDA device in this process (" +
+                  std::to_string(table.size()) + " device(s))");
+}
+
+}  // namespace dispatch
+
+DeviceTarget DeviceTarget::current() {
+  const std::vector<DeviceTarget>& table = all();
+  if (table.empty()) return no_gpu_target();
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    device = table.front().ordinal;
+  }
+  return dispatch::target_in(table, device);
+}
+
+DeviceTarget DeviceTarget::of_device(int ordinal) {
+  if (all().empty())
+    throw Error(StatusCode::kInvalidArgument, "device " + std::to_string(ordinal) + ": this process has no CUDA device");
+  return dispatch::target_in(all(), ordinal);
+}
+
+DeviceTarget DeviceTarget::simulated(int sm, size_t cublaslt_version, int ordinal) {
   DeviceTarget d;
   d.sm = sm;
   d.cublaslt_version = cublaslt_version;
   d.name = sm ? "simulated" : "";
+  d.ordinal = sm ? ordinal : -1;
   return d;
 }
 

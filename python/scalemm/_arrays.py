@@ -11,6 +11,7 @@ float4_e2m1fn_x2) and "e2m1-unpacked" (ml_dtypes.float4_e2m1fn, one value per by
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import numpy as np
@@ -149,6 +150,22 @@ def view(x, argument: str) -> View:
                       type(x).__name__, "Wrap Python numbers and lists with numpy.asarray(..., dtype=...).")
     raise invalid(argument, "unsupported array type", "NumPy, torch, CuPy, or an object with __dlpack__ or "
                   "__cuda_array_interface__", type(x).__name__)
+
+
+def on_device(v: View):
+    """A context with the array's device current, for a call on several-GPU machines: the library runs
+    on the stream's device, and the default stream of a framework is the current device's."""
+    if v.space == 0 or v.device is None:
+        return contextlib.nullcontext()
+    if v.kind in ("torch", "dlpack"):
+        import torch
+
+        return torch.cuda.device(v.device)
+    if v.kind == "cupy":
+        import cupy
+
+        return cupy.cuda.Device(v.device)
+    return contextlib.nullcontext()
 
 
 def stream_of(v: View) -> int:

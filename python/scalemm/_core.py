@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from . import _scalemm as _C
-from ._arrays import DTYPE_CODE, View, empty, hand_back, stream_of, view
+from ._arrays import DTYPE_CODE, View, empty, hand_back, on_device, stream_of, view
 from ._errors import UnsupportedError, invalid
 
 RECIPES = dict(_C.recipe_names())  # "tensorwise" -> 1, ...
@@ -151,7 +151,7 @@ def _global_value(g, argument: str) -> float:
 
 
 def _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b):
-    """Recipes, scale format, views and element types of both operands (same device, device 0)."""
+    """Recipes, scale format, views and element types of both operands (on one device)."""
     ra = recipe_code(recipe_a, "recipe_a")
     rb = recipe_code(recipe_b, "recipe_b")
     fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
@@ -160,9 +160,6 @@ def _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b):
         raise invalid("b", "both operands live on the same device and are the same kind of array",
                       f"{va.kind} on {'device ' + str(va.device) if va.space else 'the host'}",
                       f"{vb.kind} on {'device ' + str(vb.device) if vb.space else 'the host'}")
-    if va.space == 1 and va.device not in (None, 0):
-        raise invalid("a", "scalemm runs on CUDA device 0 of the process", "device 0", f"device {va.device}",
-                      "Restrict the process to the GPU with CUDA_VISIBLE_DEVICES.")
     ta = _operand_dtype(va, ra, dtype_a, "a", "dtype_a")
     tb = _operand_dtype(vb, rb, dtype_b, "b", "dtype_b")
     return ra, rb, fmt, va, vb, ta, tb
@@ -262,7 +259,8 @@ def _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale
     va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
     d = empty(va, (m, n), od) if out is None else out
-    h.gemm(m, n, k, op_a, op_b, view(d, "out").ptr, DTYPE_CODE[od], bias_ptr, 1.0, va.space, stream_of(va))
+    with on_device(va):
+        h.gemm(m, n, k, op_a, op_b, view(d, "out").ptr, DTYPE_CODE[od], bias_ptr, 1.0, va.space, stream_of(va))
     return hand_back(va, d)
 
 
@@ -283,10 +281,12 @@ def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", sca
                                                                       recipe_a, recipe_b, scale_format, dtype_a,
                                                                       dtype_b)
         gb = _choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
-        return h.explain_grouped(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space, gb)
+        with on_device(va):  # planned for the arrays' device
+            return h.explain_grouped(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space, gb)
     va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
-    _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space)
+    with on_device(va):  # planned for the arrays' device
+        _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space)
     return text
 
 
@@ -449,8 +449,9 @@ def _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, reci
     d = empty(va, out_shape, od)
     from ._arrays import ptr_of
 
-    h.grouped_gemm(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space, gb,
-                   stream_of(va))
+    with on_device(va):
+        h.grouped_gemm(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space, gb,
+                       stream_of(va))
     return hand_back(va, d)
 
 
@@ -542,10 +543,11 @@ def _quantize_impl(x, recipe, dtype, scale_format, _columnwise):
     glob = empty(v, (), "f32") if nvfp4 else None
     from ._arrays import ptr_of
 
-    _C.quantize(v.ptr, DTYPE_CODE[v.dtype], rows, k, r, DTYPE_CODE[dt], fmt, ptr_of(data),
-                ptr_of(scales), ptr_of(data_t) if data_t is not None else 0,
-                ptr_of(scales_t) if scales_t is not None else 0, ptr_of(glob) if glob is not None else 0, v.space,
-                stream_of(v))
+    with on_device(v):
+        _C.quantize(v.ptr, DTYPE_CODE[v.dtype], rows, k, r, DTYPE_CODE[dt], fmt, ptr_of(data),
+                    ptr_of(scales), ptr_of(data_t) if data_t is not None else 0,
+                    ptr_of(scales_t) if scales_t is not None else 0, ptr_of(glob) if glob is not None else 0,
+                    v.space, stream_of(v))
     if nvfp4:
         g = float(glob) if v.space == 0 else hand_back(v, glob)
         scales = (hand_back(v, scales), g)
@@ -598,6 +600,7 @@ def dequantize(data, scales, recipe, *, dtype=None, scale_format="compact", out_
     out = empty(v, (rows, k), od)
     from ._arrays import ptr_of
 
-    _C.dequantize(v.ptr, DTYPE_CODE[t], r, rows, k, sv.ptr, code, list(shape), list(strides), fmt,
-                  ptr_of(glob) if glob is not None else 0, ptr_of(out), DTYPE_CODE[od], v.space, stream_of(v))
+    with on_device(v):
+        _C.dequantize(v.ptr, DTYPE_CODE[t], r, rows, k, sv.ptr, code, list(shape), list(strides), fmt,
+                      ptr_of(glob) if glob is not None else 0, ptr_of(out), DTYPE_CODE[od], v.space, stream_of(v))
     return hand_back(v, out)

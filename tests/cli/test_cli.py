@@ -593,6 +593,11 @@ def info_matrix():
     assert "scalemm" in p.stdout and "support matrix" in p.stdout, p.stdout
     j = json.loads(run("info", "--json", expect=0).stdout)
     assert len(j["support"]) == 49 and j["native_pairs"], j.keys()
+    # Every device has its capability row and its own matrix (none without a GPU).
+    for d in j["devices"]:
+        assert d["target"].startswith(f"device {d['ordinal']}: sm_{d['sm']}"), d
+        assert d["capabilities"].endswith("of 49 pairs") and len(d["support"]) == 49, d
+        assert f"\n  {d['target']}: {d['capabilities']}\n" in p.stdout, (d["target"], p.stdout)
 
     def backend(js, a, b):
         return next(r["backend"] for r in js["support"] if r["a"] == a and r["b"] == b)

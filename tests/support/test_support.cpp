@@ -22,6 +22,11 @@ bool gpu_available(std::string* reason) {
   return ok;
 }
 
+int gpu_count() {
+  static const int n = int(scalemm::query_devices().devices.size());
+  return n;
+}
+
 std::string gpu_name() {
   auto q = scalemm::query_devices();
   if (q.devices.empty()) return "none";

@@ -15,6 +15,8 @@ uint32_t seed();
 inline std::mt19937_64 rng(uint64_t salt) { return std::mt19937_64(uint64_t(seed()) * 0x9E3779B97F4A7C15ull ^ salt); }
 
 bool gpu_available(std::string* reason = nullptr);
+/// CUDA devices this process sees (0 without a GPU).
+int gpu_count();
 std::string gpu_name();
 
 }  // namespace scalemm::testing

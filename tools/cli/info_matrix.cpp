@@ -1,6 +1,7 @@
 // `scalemm info`'s support matrix: for every recipe pair, the backend plan() picks on this machine
 // (or on a simulated one: --sm N [--cublas X.Y]) and why, read from the planner and the native-pair
-// table; nothing here restates a capability.
+// table; nothing here restates a capability. With several devices, every device gets its row (how many
+// pairs each backend takes) and every distinct device its matrix.
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -82,9 +83,48 @@ DeviceTarget target_for(const InfoCli& c) {
   return DeviceTarget::simulated(c.sm, v);
 }
 
+// One device's capability row: how many of the recipe pairs each backend takes.
+std::string backend_counts(const std::vector<Row>& rows) {
+  std::string out;
+  for (const char* b : {"native", "convert-native", "emulated", "reference", "none"}) {
+    int n = 0;
+    for (const auto& r : rows) n += r.backend == b;
+    if (n == 0 && std::string(b) == "none") continue;
+    out += (out.empty() ? "" : ", ") + std::string(b) + " " + std::to_string(n);
+  }
+  return out + " of " + std::to_string(rows.size()) + " pairs";
+}
+
+nlohmann::json support_json(const std::vector<Row>& rows) {
+  nlohmann::json m = nlohmann::json::array();
+  for (const auto& r : rows)
+    m.push_back({{"a", std::string(to_string(r.a))}, {"b", std::string(to_string(r.b))}, {"backend", r.backend},
+                 {"reasons", r.reasons}});
+  return m;
+}
+
+void print_matrix(const std::string& what, const DeviceTarget& t, const std::vector<Row>& rows, bool simulated) {
+  std::printf("\nsupport matrix for %s%s (A x B, e4m3/e2m1 data, bf16 output, M=N=K=%lld):\n", what.c_str(),
+              simulated ? " [simulated]" : "", static_cast<long long>(kShape));
+  if (!t.has_gpu())
+    std::printf("  (no GPU: every GEMM runs on the host reference emulator; --sm 90 or --sm 100 asks about a GPU)\n");
+  for (const auto& r : rows) {
+    const std::string pair = std::string(to_string(r.a)) + " x " + std::string(to_string(r.b));
+    std::printf("  %-27s %-15s %s\n", pair.c_str(), r.backend.c_str(), r.reasons.empty() ? "" : r.reasons.back().c_str());
+    // Why the native backend was passed over (the first passed-over reason is always native's).
+    if (r.backend != "native" && r.reasons.size() > 1 && t.has_gpu())
+      std::printf("  %-27s %-15s   not native: %s\n", "", "", r.reasons.front().substr(r.reasons.front().find(": ") + 2).c_str());
+  }
+}
+
 void run(const InfoCli& c, const std::function<void()>& device_part) {
   const DeviceTarget t = target_for(c);
   const auto rows = support_matrix(t);
+  const bool simulated = c.sm >= 0;
+  // Every device of the process, each with its own matrix (the planner's answer per device).
+  const std::vector<DeviceTarget>& devices = DeviceTarget::all();
+  std::vector<std::vector<Row>> per_device;
+  for (const auto& d : devices) per_device.push_back(support_matrix(d));
   if (c.json) {
     const DeviceQuery q = query_devices();
     nlohmann::json j;
@@ -93,19 +133,24 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
     j["cuda_driver"] = q.driver_version;
     j["cublaslt"] = q.cublaslt_version;
     nlohmann::json devs = nlohmann::json::array();
-    for (const auto& d : q.devices)
-      devs.push_back({{"ordinal", d.ordinal}, {"name", d.name}, {"sm", d.sm}, {"multiprocessors", d.multiprocessors},
-                      {"global_memory_bytes", d.global_memory_bytes}});
+    for (const auto& d : q.devices) {
+      nlohmann::json dj = {{"ordinal", d.ordinal}, {"name", d.name}, {"sm", d.sm}, {"multiprocessors", d.multiprocessors},
+                           {"global_memory_bytes", d.global_memory_bytes}};
+      for (size_t i = 0; i < devices.size(); ++i)
+        if (devices[i].ordinal == d.ordinal) {
+          dj["target"] = devices[i].describe();
+          dj["capabilities"] = backend_counts(per_device[i]);
+          dj["support"] = support_json(per_device[i]);
+        }
+      devs.push_back(std::move(dj));
+    }
     j["devices"] = devs;
     if (q.devices.empty()) j["no_device_reason"] = q.reason;
     j["target"] = {{"description", t.to_string()}, {"sm", t.sm}, {"cublaslt", t.cublaslt_version},
-                   {"simulated", c.sm >= 0}};
+                   {"simulated", simulated}};
+    if (!simulated && t.ordinal >= 0) j["target"]["ordinal"] = t.ordinal;
     j["shape"] = {{"m", kShape}, {"n", kShape}, {"k", kShape}};
-    nlohmann::json m = nlohmann::json::array();
-    for (const auto& r : rows)
-      m.push_back({{"a", std::string(to_string(r.a))}, {"b", std::string(to_string(r.b))}, {"backend", r.backend},
-                   {"reasons", r.reasons}});
-    j["support"] = m;
+    j["support"] = support_json(rows);
     size_t count = 0;
     const dispatch::NativePair* pairs = dispatch::native_pairs(&count);
     nlohmann::json np = nlohmann::json::array();
@@ -118,16 +163,26 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
     return;
   }
   device_part();
-  std::printf("\nsupport matrix for %s%s (A x B, e4m3/e2m1 data, bf16 output, M=N=K=%lld):\n",
-              t.to_string().c_str(), c.sm >= 0 ? " [simulated]" : "", static_cast<long long>(kShape));
-  if (!t.has_gpu())
-    std::printf("  (no GPU: every GEMM runs on the host reference emulator; --sm 90 or --sm 100 asks about a GPU)\n");
-  for (const auto& r : rows) {
-    const std::string pair = std::string(to_string(r.a)) + " x " + std::string(to_string(r.b));
-    std::printf("  %-27s %-15s %s\n", pair.c_str(), r.backend.c_str(), r.reasons.empty() ? "" : r.reasons.back().c_str());
-    // Why the native backend was passed over (the first passed-over reason is always native's).
-    if (r.backend != "native" && r.reasons.size() > 1 && t.has_gpu())
-      std::printf("  %-27s %-15s   not native: %s\n", "", "", r.reasons.front().substr(r.reasons.front().find(": ") + 2).c_str());
+  if (!devices.empty()) {
+    std::printf("\ncapabilities per device (backend of each recipe pair, M=N=K=%lld):\n", static_cast<long long>(kShape));
+    for (size_t i = 0; i < devices.size(); ++i)
+      std::printf("  %s: %s\n", devices[i].describe().c_str(), backend_counts(per_device[i]).c_str());
+  }
+  if (simulated || devices.size() <= 1) {
+    print_matrix(t.to_string(), t, rows, simulated);
+    return;
+  }
+  // Several devices: one matrix per distinct machine (sm and cuBLASLt decide every plan).
+  for (size_t i = 0; i < devices.size(); ++i) {
+    size_t same = i;
+    for (size_t j = 0; j < i && same == i; ++j)
+      if (devices[j].sm == devices[i].sm && devices[j].cublaslt_version == devices[i].cublaslt_version) same = j;
+    if (same != i) {
+      std::printf("\nsupport matrix for device %d: as for device %d (same sm_%d and cuBLASLt)\n", devices[i].ordinal,
+                  devices[same].ordinal, devices[i].sm);
+      continue;
+    }
+    print_matrix(devices[i].describe(), devices[i], per_device[i], false);
   }
 }
 
