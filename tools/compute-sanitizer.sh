@@ -107,7 +107,11 @@ for tool in ${tools//,/ }; do
     SCALEMM_VERIFY=off timeout -k 10 "$left" "$san" --tool "$tool" --error-exitcode 1 --print-limit 50 "${extra[@]}" \
       "$exe" "$spec" > "$log" 2>&1
     rc=$?
-    found=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | awk '{s += $3} END {print s + 0}')
+    # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: H hazards
+    # displayed (N errors, W warnings)".
+    found=$( (grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | awk '{print $3}'
+              grep -Eo 'RACECHECK SUMMARY: [0-9]+ hazards displayed \([0-9]+ errors' "$log" | awk '{print $6}' | tr -d '(') |
+            awk '{s += $1} END {print s + 0}')
     errors=$((errors + found))
     if [ $rc -eq 77 ]; then
       nodevice=$((nodevice + 1))  # the test main found no usable CUDA device: nothing ran
