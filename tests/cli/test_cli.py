@@ -611,6 +611,20 @@ def info_matrix():
     assert backend(old, "block1x128", "block1x128") != "native"
     txt = run("info", "--sm", 90, expect=0).stdout
     assert "block1x128 x block128x128" in txt and "not native" in txt, txt
+    # cuBLASLt's grouped API: probed on this machine, version-gated on a simulated one; never used.
+    g = j["cublaslt_grouped_api"]
+    assert g["version"] == j["cublaslt"] and g["used"] is False, g
+    if j["cublaslt"] < 130200:
+        assert g["present"] is False and g["supports"] == [], g
+    assert "cuBLASLt grouped API: " in p.stdout and "per-group backend" in p.stdout, p.stdout
+    g = json.loads(run("info", "--sm", 90, "--cublas", "13.4", "--json", expect=0).stdout)["cublaslt_grouped_api"]
+    assert g["present"] and g["simulated"] and g["supports"] == ["blockwise"], g
+    assert any("CUDA graph" in h for h in g["hazards"]), g
+    g = json.loads(run("info", "--sm", 90, "--cublas", "13.1", "--json", expect=0).stdout)["cublaslt_grouped_api"]
+    assert not g["present"] and g["supports"] == [], g
+    txt = run("info", "--sm", 90, "--cublas", "13.2", expect=0).stdout
+    assert "cuBLASLt grouped API [simulated: present from 13.2]: present (cuBLASLt 13.2.0)" in txt, txt
+    assert "hazard: cuBLAS 13.2: wrong wgrad" in txt, txt
 
 
 SUBCOMMANDS = [[], ["info"], ["layout"], ["layout", "explain"], ["layout", "check"], ["layout", "convert"],

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backends/cublaslt_grouped.hpp"
 #include "cli_io.hpp"
 #include "dispatch/capabilities.hpp"
 #include "commands.hpp"
@@ -82,6 +83,27 @@ DeviceTarget target_for(const InfoCli& c) {
   return DeviceTarget::simulated(c.sm, v);
 }
 
+// cuBLASLt's grouped matmul API on the target: probed in the loaded library, or, for a simulated
+// machine, taken as present from 13.2 on. Reported only: grouped GEMMs run on the per-group backend.
+backends::LtGroupedApi lt_grouped_for(const DeviceTarget& t, bool simulated) {
+  if (simulated)
+    return backends::lt_grouped_api(t.cublaslt_version >= backends::lt_grouped_min_version(), t.cublaslt_version, t.sm);
+  return backends::probe_lt_grouped_api(t.has_gpu() ? t.sm : 0);
+}
+
+nlohmann::json lt_grouped_json(const backends::LtGroupedApi& g, bool simulated) {
+  return {{"present", g.present}, {"version", g.version}, {"sm", g.sm}, {"supports", g.supports},
+          {"hazards", g.hazards}, {"note", g.note},       {"simulated", simulated}, {"used", false},
+          {"summary", g.summary()}};
+}
+
+void print_lt_grouped(const backends::LtGroupedApi& g, bool simulated) {
+  std::printf("\ncuBLASLt grouped API%s: %s\n", simulated ? " [simulated: present from 13.2]" : "",
+              g.summary().c_str());
+  if (!g.note.empty()) std::printf("  %s\n", g.note.c_str());
+  for (const auto& h : g.hazards) std::printf("  hazard: %s\n", h.c_str());
+}
+
 void run(const InfoCli& c, const std::function<void()>& device_part) {
   const DeviceTarget t = target_for(c);
   const auto rows = support_matrix(t);
@@ -114,6 +136,7 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
                     {"supported", pairs[i].supported}, {"min_sm", pairs[i].min_sm}, {"max_sm", pairs[i].max_sm},
                     {"min_cublaslt", pairs[i].min_cublaslt}, {"source", pairs[i].source}});
     j["native_pairs"] = np;
+    j["cublaslt_grouped_api"] = lt_grouped_json(lt_grouped_for(t, c.sm >= 0), c.sm >= 0);
     std::cout << j.dump(2) << '\n';
     return;
   }
@@ -129,6 +152,7 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
     if (r.backend != "native" && r.reasons.size() > 1 && t.has_gpu())
       std::printf("  %-27s %-15s   not native: %s\n", "", "", r.reasons.front().substr(r.reasons.front().find(": ") + 2).c_str());
   }
+  print_lt_grouped(lt_grouped_for(t, c.sm >= 0), c.sm >= 0);
 }
 
 }  // namespace
