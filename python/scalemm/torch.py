@@ -94,8 +94,9 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
            None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device))
     p = _prepared.get(key)
     if p is None:
-        p = _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
-                     dtype_b)
+        with _core.naming_backend(backend):
+            p = _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
+                         dtype_b)
         if p is None:  # a bias that needs converting: the general path
             return _core._scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
                                          backend, dtype_a, dtype_b)
