@@ -8,6 +8,7 @@
 #include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/grouped.hpp"
+#include "scalemm/grouped_linear.hpp"
 #include "scalemm/io/call_record.hpp"
 #include "scalemm/io/npy.hpp"
 #include "scalemm/layouts/convert.hpp"

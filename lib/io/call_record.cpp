@@ -35,10 +35,37 @@ std::string to_json(const CallRecord& r) {
 
 namespace {
 
+// The error of a field that is missing or of the wrong JSON type: names the field, what it should be,
+// what was there and the fix.
+[[noreturn]] void field_error(const std::string& field, const std::string& expected, const std::string& actual) {
+  throw Error(StatusCode::kIoError,
+              field + ": expected " + expected + ", got " + actual +
+                  ". Add the field (every call.json that SCALEMM_VERIFY=full writes has it) or dump the call "
+                  "again [call-json-field]");
+}
+
+// `key` of the JSON object `obj`; `where` is the object's path ("" for the top level, "a." for operand a).
+const nlohmann::json& field(const nlohmann::json& obj, const std::string& where, const char* key,
+                            const std::string& expected) {
+  if (!obj.is_object())
+    field_error(where.empty() ? std::string("top level") : where.substr(0, where.size() - 1),
+                "a JSON object", std::string("a JSON ") + obj.type_name());
+  const auto it = obj.find(key);
+  if (it == obj.end()) field_error(where + key, expected, "no such field (missing)");
+  return *it;
+}
+
+std::string get_string(const nlohmann::json& obj, const std::string& where, const char* key,
+                       const std::string& expected) {
+  const auto& v = field(obj, where, key, expected);
+  if (!v.is_string()) field_error(where + key, expected, std::string("a JSON ") + v.type_name() + " (" + v.dump() + ")");
+  return v.get<std::string>();
+}
+
 // m, n, k: JSON integers only. get<int64_t>() of a JSON float out of int64 range (1e35) is undefined
 // behaviour in the conversion, and 2.5 would be truncated silently.
 int64_t get_dim(const nlohmann::json& j, const char* name) {
-  const auto& v = j.at(name);
+  const auto& v = field(j, "", name, "an integer in [1, 2^31]");
   if (!v.is_number_integer()) throw Error(StatusCode::kIoError, std::string(name) + " must be an integer");
   if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
     throw Error(StatusCode::kIoError, std::string(name) + " is out of range");
@@ -69,17 +96,18 @@ CallRecord parse_call_record(const std::string& text, const std::string& source)
     r.m = get_dim(j, "m");
     r.n = get_dim(j, "n");
     r.k = get_dim(j, "k");
-    r.alpha = get_float(j.at("alpha"), "alpha");
+    r.alpha = get_float(field(j, "", "alpha", "a number (the GEMM's alpha)"), "alpha");
     for (auto [name, op] : {std::pair<const char*, CallRecord::Operand*>{"a", &r.a}, {"b", &r.b}}) {
-      const auto& o = j.at(name);
-      op->recipe = parse_recipe_or_throw(o.at("recipe").get<std::string>(), std::string(name) + ".recipe");
-      op->dtype = parse_dtype_or_throw(o.at("dtype").get<std::string>(), std::string(name) + ".dtype");
-      op->scale_format =
-          parse_scale_format_or_throw(o.at("scale_format").get<std::string>(), std::string(name) + ".scale_format");
-      op->global_scale = o.contains("global_scale") ? get_float(o.at("global_scale"), std::string(name) + ".global_scale")
-                                                    : 1.0f;
+      const std::string where = std::string(name) + ".";
+      const auto& o = field(j, "", name, "an object with recipe, dtype and scale_format");
+      op->recipe = parse_recipe_or_throw(get_string(o, where, "recipe", "a recipe name such as \"block1x128\""),
+                                         where + "recipe");
+      op->dtype = parse_dtype_or_throw(get_string(o, where, "dtype", "a dtype name such as \"e4m3\""), where + "dtype");
+      op->scale_format = parse_scale_format_or_throw(
+          get_string(o, where, "scale_format", "\"compact\" or \"cublaslt\""), where + "scale_format");
+      op->global_scale = o.contains("global_scale") ? get_float(o.at("global_scale"), where + "global_scale") : 1.0f;
     }
-    r.d_dtype = parse_dtype_or_throw(j.at("d_dtype").get<std::string>(), "d_dtype");
+    r.d_dtype = parse_dtype_or_throw(get_string(j, "", "d_dtype", "an output dtype name such as \"bf16\""), "d_dtype");
     if (j.contains("d_scale")) r.d_scale = get_float(j.at("d_scale"), "d_scale");
     r.bias = j.value("bias", false);
     r.backend = j.value("backend", "");
@@ -88,7 +116,7 @@ CallRecord parse_call_record(const std::string& text, const std::string& source)
   } catch (const nlohmann::json::exception& e) {
     throw Error(StatusCode::kIoError, source + ": " + e.what());
   } catch (const Error& e) {
-    throw Error(StatusCode::kIoError, source + ": " + e.what());
+    throw Error(StatusCode::kIoError, source + ": " + e.status().message);
   }
   constexpr int64_t kMax = int64_t(1) << 31;
   if (r.m < 1 || r.n < 1 || r.k < 1 || r.m > kMax || r.n > kMax || r.k > kMax)

@@ -118,15 +118,31 @@ int64_t parse_header(const std::string& header, int64_t available, const std::st
   std::string shape = dict_value(header, "shape");
   while (!shape.empty() && shape.back() == ' ') shape.pop_back();
   if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')') fail(path, "header has no shape");
-  std::stringstream ss(shape.substr(1, shape.size() - 2));
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.find_first_not_of(" ") == std::string::npos) continue;
-    try {
-      a.shape.push_back(std::stoll(item));
-    } catch (...) {
-      fail(path, "bad shape " + shape);
+  // Strict: comma-separated non-negative integers (spaces around them allowed), an optional trailing
+  // comma ("(5,)"), "()" for a scalar. std::stoll alone would read "1x8" as 1 and "-0" or " " as values.
+  const std::string body = shape.substr(1, shape.size() - 2);
+  const auto bad_shape = [&](size_t index, const std::string& item) {
+    fail(path, "bad shape " + shape + ": dimension " + std::to_string(index) +
+                   ": expected a non-negative integer (a shape is a tuple of integers such as (32, 128) or (5,)), "
+                   "got '" + item + "'. Re-save the array with numpy.save [npy-shape]");
+  };
+  size_t at = 0, index = 0;
+  while (at <= body.size()) {
+    const size_t comma = std::min(body.find(',', at), body.size());
+    std::string item = body.substr(at, comma - at);
+    const size_t b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
+    item = b == std::string::npos ? std::string() : item.substr(b, e - b + 1);
+    const bool last = comma == body.size();
+    if (item.empty()) {
+      // Allowed only for "()" and after a trailing comma ("(5,)"), never between two commas.
+      if (last && (index > 0 || body.find_first_not_of(' ') == std::string::npos)) break;
+      bad_shape(index, item);
     }
+    if (item.find_first_not_of("0123456789") != std::string::npos) bad_shape(index, item);
+    if (item.size() > 18) fail(path, "shape " + shape + " is too large");
+    a.shape.push_back(std::stoll(item));
+    ++index;
+    at = comma + 1;
   }
   // Reject impossible shapes before allocating: negative extents, and sizes that overflow or exceed
   // what the file can hold.

@@ -8,6 +8,7 @@ the NVFP4 global scale, which the library takes by value and therefore must be a
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -44,6 +45,24 @@ def _choice(table: dict, name, argument: str, what: str):
         return table[key]
     raise invalid(argument, f"unknown {what}", ", ".join(k for k in table if "_" not in k and "float" not in k),
                   repr(name))
+
+
+@contextlib.contextmanager
+def naming_backend(backend):
+    """A forced backend that cannot run the call: the library's UnsupportedError ("no backend can run ...
+    with backend forced to native -> native: host pointers: ...") reworded to name the `backend` argument
+    first, with what it expected, what it got and the fix; the library's reasons follow."""
+    try:
+        yield
+    except UnsupportedError as e:
+        if backend == "auto" or "forced to" not in e.message:
+            raise
+        where = (" Host (NumPy) arrays run only on the reference backend; native, convert-native and emulated "
+                 "need device arrays on a GPU." if "host pointers" in e.message else "")
+        raise UnsupportedError(
+            f"backend: the forced backend cannot run this call: expected a backend that can run it (\"auto\" "
+            f"lets the planner choose one), got {backend!r}. Pass backend=\"auto\" or a backend the reasons "
+            f"below allow.{where} Reasons: {e.message}") from None
 
 
 _handles: dict = {}
@@ -259,7 +278,7 @@ def _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale
     va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
     d = empty(va, (m, n), od) if out is None else out
-    with on_device(va):
+    with on_device(va), naming_backend(backend):
         h.gemm(m, n, k, op_a, op_b, view(d, "out").ptr, DTYPE_CODE[od], bias_ptr, 1.0, va.space, stream_of(va))
     return hand_back(va, d)
 
@@ -281,11 +300,11 @@ def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", sca
                                                                       recipe_a, recipe_b, scale_format, dtype_a,
                                                                       dtype_b)
         gb = _choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
-        with on_device(va):  # planned for the arrays' device
+        with on_device(va), naming_backend(backend):  # planned for the arrays' device
             return h.explain_grouped(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space, gb)
     va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
-    with on_device(va):  # planned for the arrays' device
+    with on_device(va), naming_backend(backend):  # planned for the arrays' device
         _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space)
     return text
 
@@ -449,7 +468,7 @@ def _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, reci
     d = empty(va, out_shape, od)
     from ._arrays import ptr_of
 
-    with on_device(va):
+    with on_device(va), naming_backend(backend):
         h.grouped_gemm(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space, gb,
                        stream_of(va))
     return hand_back(va, d)

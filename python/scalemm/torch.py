@@ -94,8 +94,9 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
            None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device))
     p = _prepared.get(key)
     if p is None:
-        p = _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
-                     dtype_b)
+        with _core.naming_backend(backend):
+            p = _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
+                         dtype_b)
         if p is None:  # a bias that needs converting: the general path
             return _core._scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
                                          backend, dtype_a, dtype_b)
@@ -217,8 +218,9 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
         gb = _core._choice(_core.GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
         from ._arrays import DTYPE_CODE
 
-        prepared = h.prepare_grouped(dim, *_core._sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
-                                     va.space, gb)
+        with _core.naming_backend(backend):
+            prepared = h.prepare_grouped(dim, *_core._sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
+                                         va.space, gb)
         p = (prepared.run, out_shape, _OUT[od], a.device, va.device)
         if len(_prepared_grouped) >= 4096:
             _prepared_grouped.clear()

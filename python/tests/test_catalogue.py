@@ -111,7 +111,8 @@ ROWS = [
      scalemm.InvalidArgumentError, ["rank 2"]),
     ("native-on-host-arrays", "scaled_mm",
      lambda o: scalemm.scaled_mm(o.da, o.db, o.sa, o.sb, backend="native", **BLK),
-     scalemm.UnsupportedError, ["forced to native", "host pointers"]),
+     scalemm.UnsupportedError, ["backend:", "expected a backend that can run it", "got 'native'",
+                                "backend=\"auto\"", "forced to native", "host pointers"]),
     ("quantize-integer-source", "quantize",
      lambda o: scalemm.quantize(o.src.astype(np.uint8), "mxfp8"),
      scalemm.InvalidArgumentError, ["x:", "expected float32, bfloat16 or float16, got u8"]),
@@ -151,6 +152,10 @@ ROWS = [
     ("group-dim", "scaled_grouped_mm",
      lambda o: scalemm.scaled_grouped_mm(o.ga, o.gb, o.gsa, o.gsb, [3, 3], group_dim="n", **BLK),
      scalemm.InvalidArgumentError, ["group_dim"]),
+    ("group-native-on-host-arrays", "scaled_grouped_mm",
+     lambda o: scalemm.scaled_grouped_mm(o.ga, o.gb, o.gsa, o.gsb, [3, 3], backend="native", **BLK),
+     scalemm.UnsupportedError, ["backend:", "expected a backend that can run it", "got 'native'",
+                                "device arrays on a GPU", "forced to native"]),
 ]
 
 
@@ -163,7 +168,7 @@ def test_the_valid_calls_succeed():
 @pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
 def test_catalogue_row(row):
     name, api, call, cls, needles = row
-    if name == "native-on-host-arrays" and scalemm.has_gpu():
+    if name in ("native-on-host-arrays", "group-native-on-host-arrays") and scalemm.has_gpu():
         pytest.skip("with a GPU, host arrays forced to native are covered by the GPU tests")
     o = Ops()
     before = [a.tobytes() for a in o.arrays()]

@@ -616,6 +616,20 @@ def info_matrix():
     assert backend(old, "block1x128", "block1x128") != "native"
     txt = run("info", "--sm", 90, expect=0).stdout
     assert "block1x128 x block128x128" in txt and "not native" in txt, txt
+    # cuBLASLt's grouped API: probed on this machine, version-gated on a simulated one; never used.
+    g = j["cublaslt_grouped_api"]
+    assert g["version"] == j["cublaslt"] and g["used"] is False, g
+    if j["cublaslt"] < 130200:
+        assert g["present"] is False and g["supports"] == [], g
+    assert "cuBLASLt grouped API: " in p.stdout and "per-group backend" in p.stdout, p.stdout
+    g = json.loads(run("info", "--sm", 90, "--cublas", "13.4", "--json", expect=0).stdout)["cublaslt_grouped_api"]
+    assert g["present"] and g["simulated"] and g["supports"] == ["blockwise"], g
+    assert any("CUDA graph" in h for h in g["hazards"]), g
+    g = json.loads(run("info", "--sm", 90, "--cublas", "13.1", "--json", expect=0).stdout)["cublaslt_grouped_api"]
+    assert not g["present"] and g["supports"] == [], g
+    txt = run("info", "--sm", 90, "--cublas", "13.2", expect=0).stdout
+    assert "cuBLASLt grouped API [simulated: present from 13.2]: present (cuBLASLt 13.2.0)" in txt, txt
+    assert "hazard: cuBLAS 13.2: wrong wgrad" in txt, txt
 
 
 SUBCOMMANDS = [[], ["info"], ["layout"], ["layout", "explain"], ["layout", "check"], ["layout", "convert"],
@@ -1111,7 +1125,7 @@ def _cat_grouped(t, sizes_text, dim="m"):
 def _row_truncated_header(t):
     _, _, argv = _cat_gemm(t)
     bad = _write(t, "cut.npy", _npy_bytes(np.zeros((32, 128), np.uint8))[:40])
-    return argv(a=bad), 1, ["SCALEMM_STATUS_IO_ERROR", "cut.npy", "truncated header"]
+    return argv(a=bad), 1, ["SCALEMM_STATUS_IO_ERROR", "--a: ", "cut.npy", "truncated header"]
 
 
 def _row_header_lies_shape(t):
@@ -1221,7 +1235,7 @@ def _row_fp8_out_without_d_scale(t):
 
 def _row_missing_input(t):
     _, _, argv = _cat_gemm(t)
-    return argv(b=t.path("missing.npy")), 1, ["missing.npy"]
+    return argv(b=t.path("missing.npy")), 1, ["--b: ", "missing.npy", "cannot open for reading"]
 
 
 def _row_out_parent_is_a_file(t):
@@ -1252,7 +1266,8 @@ def _row_replay_m_negative(t):
 
 
 def _row_replay_missing_k(t):
-    return _cat_replay(t, k=None), 1, ["call.json", "'k' not found"]
+    return _cat_replay(t, k=None), 1, ["call.json: k: expected an integer in [1, 2^31], got no such field (missing)",
+                                        "[call-json-field]"]
 
 
 def _row_replay_unknown_recipe(t):
@@ -1264,6 +1279,33 @@ def _row_replay_unknown_recipe(t):
     with open(path, "w") as f:
         json.dump(call, f)
     return args, 1, ["call.json", "a.recipe: unknown recipe 'mxfp9'"]
+
+
+def _row_npy_names_option(t):
+    _, _, argv = _cat_gemm(t)
+    bad = _write(t, "sb_cut.npy", _npy_bytes(np.zeros((24, 4), np.uint8))[:40])
+    return argv(scale_b=bad), 1, ["SCALEMM_STATUS_IO_ERROR", "--scale-b: ", "sb_cut.npy: truncated header",
+                                  "The file given to --scale-b must be a complete", "numpy.save", "[npy-file]"]
+
+
+def _row_npy_bad_shape_text(t):
+    files, _, argv = _cat_gemm(t)
+    raw = _npy_bytes(np.load(files["--a"]))
+    bad = _write(t, "x1x8.npy", _with_shape(raw, "(32, 128)", "(32, 1x8)"))
+    return argv(a=bad), 1, ["--a: ", "x1x8.npy: bad shape (32, 1x8): dimension 1",
+                            "expected a non-negative integer", "got '1x8'", "[npy-shape]"]
+
+
+def _row_replay_missing_scale_format(t):
+    args = _cat_replay(t)
+    path = os.path.join(args[1], "call.json")
+    with open(path) as f:
+        call = json.load(f)
+    del call["b"]["scale_format"]
+    with open(path, "w") as f:
+        json.dump(call, f)
+    return args, 1, ["call.json: b.scale_format: expected \"compact\" or \"cublaslt\"", "got no such field",
+                     "[call-json-field]"]
 
 
 def _row_group_sum(t):
@@ -1311,6 +1353,9 @@ CLI_CATALOGUE = [
     ("replay: call.json m negative", _row_replay_m_negative),
     ("replay: call.json without k", _row_replay_missing_k),
     ("replay: call.json with an unknown recipe", _row_replay_unknown_recipe),
+    ("gemm: a truncated .npy names the option it was given to (--scale-b)", _row_npy_names_option),
+    ("gemm: .npy header shape (32, 1x8) is not a tuple of integers", _row_npy_bad_shape_text),
+    ("replay: call.json without b.scale_format", _row_replay_missing_scale_format),
     ("grouped gemm: group sizes do not add up to M (also gemm_grouped_rejects)", _row_group_sum),
     ("grouped gemm: negative group size (also gemm_grouped_rejects)", _row_group_negative),
     ("grouped gemm: --group-sizes not numbers (also gemm_grouped_rejects)", _row_group_not_a_number),

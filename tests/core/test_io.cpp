@@ -141,3 +141,102 @@ TEST_CASE("call.json dims must be JSON integers and floats must fit a float", "[
   const io::CallRecord r = io::parse_call_record(call_json("16", "-2"), "call.json");
   CHECK(io::parse_call_record(io::to_json(r), "again").alpha == -2.0f);
 }
+
+namespace {
+std::string parse_message(const std::vector<uint8_t>& bytes) {
+  try {
+    io::parse_npy(bytes.data(), bytes.size(), "t.npy");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// The shape used to go through std::stoll item by item: "(32, 1x8)" was read as (32, 1) and "(3,,4)"
+// as (3, 4).
+TEST_CASE("a .npy shape must be a tuple of non-negative integers", "[core][io]") {
+  const auto with_shape = [](const std::string& shape, size_t bytes) {
+    return npy_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': " + shape + ", }",
+                     std::vector<uint8_t>(bytes, 0));
+  };
+  for (const char* shape : {"(32, 1x8)", "(3,,4)", "(,)", "(,3)", "(1.5,)", "(-0, 2)", "(+3,)", "(3 4,)", "(0x10,)",
+                            "(3, 4,,)", "(a)"}) {
+    CAPTURE(shape);
+    const std::string msg = parse_message(with_shape(shape, 4096));
+    CHECK(msg.find("SCALEMM_STATUS_IO_ERROR") != std::string::npos);
+    CHECK(msg.find("t.npy: bad shape") != std::string::npos);
+    CHECK(msg.find("expected a non-negative integer") != std::string::npos);
+    CHECK(msg.find("[npy-shape]") != std::string::npos);
+  }
+  const std::string msg = parse_message(with_shape("(32, 1x8)", 4096));
+  CHECK(msg.find("dimension 1") != std::string::npos);
+  CHECK(msg.find("got '1x8'") != std::string::npos);
+  CHECK(msg.find("numpy.save") != std::string::npos);
+  // What numpy writes is still read: (), (5,), (3, 4), spaces and a trailing comma.
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> good = {
+      {"()", {}}, {"( )", {}}, {"(5,)", {5}}, {"(3, 4)", {3, 4}}, {"(3, 4,)", {3, 4}}, {"( 3 ,4 , )", {3, 4}},
+      {"(0, 7)", {0, 7}}};
+  for (const auto& [shape, dims] : good) {
+    CAPTURE(shape);
+    const auto bytes = with_shape(shape, 64);
+    const io::NpyArray a = io::parse_npy(bytes.data(), bytes.size(), "t.npy");
+    CHECK(a.shape == dims);
+  }
+  CHECK(parse_message(with_shape("(9999999999999999999, 1)", 16)).find("too large") != std::string::npos);
+}
+
+namespace {
+std::string call_message(const std::string& text) {
+  try {
+    io::parse_call_record(text, "call.json");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kIoError);
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// A missing field used to be reported in the JSON library's words ("[json.exception.out_of_range.403]
+// key 'k' not found").
+TEST_CASE("call.json: a missing or mistyped field is named with what it should be", "[core][io]") {
+  const std::string full = call_json("16");
+  const auto without = [&](const std::string& piece) {
+    std::string t = full;
+    const auto at = t.find(piece);
+    REQUIRE(at != std::string::npos);
+    return t.erase(at, piece.size());
+  };
+  struct Row {
+    std::string text, needle;
+  };
+  const std::vector<Row> rows = {
+      {without(", \"k\": 64"), "k: expected an integer in [1, 2^31], got no such field (missing)"},
+      {without(", \"alpha\": 1.0"), "alpha: expected a number"},
+      {without(", \"d_dtype\": \"bf16\""), "d_dtype: expected an output dtype name"},
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CAPTURE(rows[i].text);
+    const std::string msg = call_message(rows[i].text);
+    CHECK(msg.find("call.json: " + rows[i].needle) != std::string::npos);
+    CHECK(msg.find("[call-json-field]") != std::string::npos);
+    CHECK(msg.find("json.exception") == std::string::npos);
+  }
+  std::string no_fmt = full;
+  no_fmt.replace(no_fmt.find(", \"scale_format\": \"compact\""), std::string(", \"scale_format\": \"compact\"").size(), "");
+  std::string msg = call_message(no_fmt);
+  CHECK(msg.find("call.json: a.scale_format: expected \"compact\" or \"cublaslt\", got no such field") !=
+        std::string::npos);
+  std::string typed = full;
+  typed.replace(typed.find("\"tensorwise\""), std::string("\"tensorwise\"").size(), "5");
+  msg = call_message(typed);
+  CHECK(msg.find("a.recipe: expected a recipe name such as \"block1x128\", got a JSON number (5)") != std::string::npos);
+  std::string b_array = full;
+  b_array.replace(b_array.find("\"b\": {"), 6, "\"b\": [{");
+  b_array.insert(b_array.find("}, \"d_dtype\"") + 1, "]");
+  msg = call_message(b_array);
+  CHECK(msg.find("call.json: b: expected a JSON object, got a JSON array") != std::string::npos);
+  msg = call_message("[1, 2]");
+  CHECK(msg.find("call.json: top level: expected a JSON object, got a JSON array") != std::string::npos);
+}

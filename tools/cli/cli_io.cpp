@@ -136,6 +136,20 @@ CLI::Validator whole_number(int64_t min, int64_t max, const std::string& meaning
       "INT in [" + bound(min) + ", " + bound(max) + "]", "whole_number");
 }
 
+io::NpyArray read_npy_option(const std::string& path, std::string_view option) {
+  try {
+    return io::read_npy(path);
+  } catch (const Error& e) {
+    if (e.code() != StatusCode::kIoError) throw;
+    const std::string opt(option),& what = e.status().message;
+    const std::string fix = what.find("cannot open") != std::string::npos
+                                ? "Check the path given to " + opt
+                                : "The file given to " + opt +
+                                      " must be a complete, little-endian, C-order .npy file (numpy.save writes one)";
+    throw Error(StatusCode::kIoError, opt + ": " + what + ". " + fix + " [npy-file]");
+  }
+}
+
 void check_output_path(const std::string& path, const char* option) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -156,7 +170,7 @@ void check_output_path(const std::string& path, const char* option) {
 std::vector<int64_t> parse_group_sizes(const std::string& s) {
   std::vector<int64_t> out;
   if (s.size() > 4 && s.compare(s.size() - 4, 4, ".npy") == 0) {
-    const io::NpyArray arr = io::read_npy(s);
+    const io::NpyArray arr = read_npy_option(s, "--group-sizes");
     if (arr.shape.size() != 1 || (arr.descr != "<i4" && arr.descr != "<i8"))
       throw Error(StatusCode::kInvalidArgument, "--group-sizes: " + s + " must be a 1-D int32 or int64 array, got " +
                                                     arr.describe());

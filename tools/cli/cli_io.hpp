@@ -18,6 +18,11 @@
 
 namespace scalemm::cli {
 
+/// io::read_npy with its errors naming the option the file was given to: "--scale-b: sb.npy: truncated
+/// header. The file given to --scale-b must be a complete .npy file (numpy.save writes one) [npy-file]".
+/// Same status (kIoError) as read_npy.
+io::NpyArray read_npy_option(const std::string& path, std::string_view option);
+
 /// The scalemm DType a .npy type string stands for: "<f4" f32, "<f2" f16, "|u1" u8 (raw bytes of
 /// FP8/FP4/E8M0/UE4M3). nullopt for every other type.
 std::optional<DType> npy_dtype(const std::string& descr);

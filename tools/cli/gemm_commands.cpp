@@ -288,7 +288,7 @@ void run_gemm(const GemmCli& g) {
   if (g.backend != "auto") force = parse_backend(g.backend);
   check_output_path(g.out, "--out");  // before the GEMM, not after it
 
-  const io::NpyArray a = io::read_npy(g.a), b = io::read_npy(g.b);
+  const io::NpyArray a = read_npy_option(g.a, "--a"), b = read_npy_option(g.b, "--b");
   Diagnostics diags;
   data_diagnostics(diags, a, "a", ta, g.k);
   data_diagnostics(diags, b, "b", tb, g.k);
@@ -298,8 +298,8 @@ void run_gemm(const GemmCli& g) {
   const layouts::ScaleLayout la(ra, m, g.k, fmt), lb(rb, n, g.k, fmt);
   check_layout_extent(la);
   check_layout_extent(lb);
-  LoadedScales sa = load_scales(io::read_npy(g.scale_a), la, "scale_a", true, g.scale_a);
-  LoadedScales sb = load_scales(io::read_npy(g.scale_b), lb, "scale_b", true, g.scale_b);
+  LoadedScales sa = load_scales(read_npy_option(g.scale_a, "--scale-a"), la, "scale_a", true, g.scale_a);
+  LoadedScales sb = load_scales(read_npy_option(g.scale_b, "--scale-b"), lb, "scale_b", true, g.scale_b);
   diags.insert(diags.end(), sa.diagnostics.begin(), sa.diagnostics.end());
   diags.insert(diags.end(), sb.diagnostics.begin(), sb.diagnostics.end());
   call.a = a.data;
@@ -386,7 +386,7 @@ void run_gemm(const GemmCli& g) {
 /// Scale file of a grouped operand: raw bytes of the expected element type and total size.
 std::vector<uint8_t> grouped_scales(const std::string& path, const char* arg, DType scale_dtype, int64_t want_bytes,
                                     const std::string& what, Diagnostics& diags) {
-  io::NpyArray arr = io::read_npy(path);
+  io::NpyArray arr = read_npy_option(path, std::string(arg) == "scale_a" ? "--scale-a" : "--scale-b");
   const bool f32 = scale_dtype == DType::kF32;
   const bool type_ok = f32 ? arr.descr == "<f4" : arr.descr == "|u1" || arr.descr == "<u1";
   if (!type_ok)
@@ -411,7 +411,7 @@ void run_grouped(const GemmCli& g) {
   const std::vector<int64_t> sizes = parse_group_sizes(g.group_sizes);
   const int64_t groups = int64_t(sizes.size());
 
-  io::NpyArray a = io::read_npy(g.a), b = io::read_npy(g.b);
+  io::NpyArray a = read_npy_option(g.a, "--a"), b = read_npy_option(g.b, "--b");
   Diagnostics diags;
   data_diagnostics(diags, a, "a", ta, g.k);
   if (dim == GroupDim::kM) {  // B is (G, N, K): checked as the (G*N, K) rows it holds
@@ -586,7 +586,7 @@ void run_replay(const std::string& dir, bool json_out) {
   const std::string& recorded_plan = record.plan;
 
   Diagnostics diags;
-  const io::NpyArray a = io::read_npy(dir + "/a.npy"), b = io::read_npy(dir + "/b.npy");
+  const io::NpyArray a = read_npy_option(dir + "/a.npy", "DIR"), b = read_npy_option(dir + "/b.npy", "DIR");
   data_diagnostics(diags, a, "a", args.a.dtype, args.k);
   data_diagnostics(diags, b, "b", args.b.dtype, args.k);
   if (diags.empty()) {
@@ -600,18 +600,18 @@ void run_replay(const std::string& dir, bool json_out) {
   check_layout_extent(la);
   check_layout_extent(lb);
   // Content problems (NaN scales, ...) are what a dump may be about: report them, replay anyway.
-  LoadedScales sa = load_scales(io::read_npy(dir + "/scale_a.npy"), la, "scale_a", false);
-  LoadedScales sb = load_scales(io::read_npy(dir + "/scale_b.npy"), lb, "scale_b", false);
+  LoadedScales sa = load_scales(read_npy_option(dir + "/scale_a.npy", "DIR"), la, "scale_a", false);
+  LoadedScales sb = load_scales(read_npy_option(dir + "/scale_b.npy", "DIR"), lb, "scale_b", false);
   diags.insert(diags.end(), sa.diagnostics.begin(), sa.diagnostics.end());
   diags.insert(diags.end(), sb.diagnostics.begin(), sb.diagnostics.end());
-  const io::NpyArray d = io::read_npy(dir + "/d.npy");
+  const io::NpyArray d = read_npy_option(dir + "/d.npy", "DIR");
   const std::string want_d = out_descr(args.d_dtype);
   if (d.descr != want_d || d.shape != std::vector<int64_t>{args.m, args.n})
     diags.push_back({"d", "data-shape", "d.npy is the (M, N) result in d_dtype",
                      io::npy_type_name(want_d) + "[" + std::to_string(args.m) + ", " + std::to_string(args.n) + "]",
                      d.describe(), ""});
   if (has_bias) {
-    call.bias = io::read_npy(dir + "/bias.npy").data;
+    call.bias = read_npy_option(dir + "/bias.npy", "DIR").data;
     if (call.bias.size() != size_t(args.n) * 2)
       diags.push_back({"bias", "data-shape", "bias.npy is N bf16 values (uint16 bits)", std::to_string(args.n * 2) + " bytes",
                        std::to_string(call.bias.size()) + " bytes", ""});

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backends/cutlass_grouped.hpp"
+#include "backends/cublaslt_grouped.hpp"
 #include "cli_io.hpp"
 #include "dispatch/capabilities.hpp"
 #include "commands.hpp"
@@ -117,6 +119,36 @@ void print_matrix(const std::string& what, const DeviceTarget& t, const std::vec
   }
 }
 
+// cuBLASLt's grouped matmul API on the target: probed in the loaded library, or, for a simulated
+// machine, taken as present from 13.2 on. Reported only: grouped GEMMs run on scalemm's own backends.
+backends::LtGroupedApi lt_grouped_for(const DeviceTarget& t, bool simulated) {
+  if (simulated)
+    return backends::lt_grouped_api(t.cublaslt_version >= backends::lt_grouped_min_version(), t.cublaslt_version, t.sm);
+  return backends::probe_lt_grouped_api(t.has_gpu() ? t.sm : 0);
+}
+
+nlohmann::json lt_grouped_json(const backends::LtGroupedApi& g, bool simulated) {
+  return {{"present", g.present}, {"version", g.version}, {"sm", g.sm}, {"supports", g.supports},
+          {"hazards", g.hazards}, {"note", g.note},       {"simulated", simulated}, {"used", false},
+          {"summary", g.summary()}};
+}
+
+void print_lt_grouped(const backends::LtGroupedApi& g, bool simulated) {
+  std::printf("\ncuBLASLt grouped API%s: %s\n", simulated ? " [simulated: present from 13.2]" : "",
+              g.summary().c_str());
+  if (!g.note.empty()) std::printf("  %s\n", g.note.c_str());
+  for (const auto& h : g.hazards) std::printf("  hazard: %s\n", h.c_str());
+}
+
+// Grouped GEMMs: what runs them here (the CUTLASS grouped kernel, if built) and cuBLASLt's grouped API.
+void print_grouped(const DeviceTarget& t, bool simulated) {
+  std::printf("\ngrouped GEMMs: CUTLASS grouped kernel %s; every other call runs one dense call per group\n",
+              !backends::cutlass_grouped::built() ? "not built (tools/fetch-cutlass.sh, then reconfigure)"
+              : t.sm == 90 ? "built, runs blockwise 1x128 x 128x128 / 1x128 and rowwise FP8 on this sm_90"
+                           : "built for sm_90a, not this target");
+  print_lt_grouped(lt_grouped_for(t, simulated), simulated);
+}
+
 void run(const InfoCli& c, const std::function<void()>& device_part) {
   const DeviceTarget t = target_for(c);
   const auto rows = support_matrix(t);
@@ -159,6 +191,8 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
                     {"supported", pairs[i].supported}, {"min_sm", pairs[i].min_sm}, {"max_sm", pairs[i].max_sm},
                     {"min_cublaslt", pairs[i].min_cublaslt}, {"source", pairs[i].source}});
     j["native_pairs"] = np;
+    j["cublaslt_grouped_api"] = lt_grouped_json(lt_grouped_for(t, c.sm >= 0), c.sm >= 0);
+    j["cutlass_grouped_kernel"] = {{"built", backends::cutlass_grouped::built()}, {"runs_here", backends::cutlass_grouped::built() && t.sm == 90}};
     std::cout << j.dump(2) << '\n';
     return;
   }
@@ -170,6 +204,7 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
   }
   if (simulated || devices.size() <= 1) {
     print_matrix(t.to_string(), t, rows, simulated);
+    print_grouped(t, simulated);
     return;
   }
   // Several devices: one matrix per distinct machine (sm and cuBLASLt decide every plan).
@@ -184,6 +219,7 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
     }
     print_matrix(devices[i].describe(), devices[i], per_device[i], false);
   }
+  print_grouped(t, simulated);
 }
 
 }  // namespace

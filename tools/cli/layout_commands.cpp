@@ -479,7 +479,7 @@ void run_render_grouped(const LayoutArgs& a, const std::string& sizes_text, cons
 
 void run_check(const LayoutArgs& a, const std::string& format, const std::string& path, bool json) {
   const ScaleLayout l = make_layout(a, parse_scale_format_or_throw(format, "--format"));
-  const io::NpyArray arr = io::read_npy(path);
+  const io::NpyArray arr = read_npy_option(path, "--scales");
   const LoadedScales loaded = load_scales(arr, l, "scales", true, path);
   const bool ok = loaded.diagnostics.empty();
   if (json) {
@@ -507,7 +507,7 @@ void run_convert(const LayoutArgs& a, const std::string& from, const std::string
   const ScaleLayout src = make_layout(a, parse_scale_format_or_throw(from, "--from"));
   const ScaleLayout dst = src.with_format(parse_scale_format_or_throw(to, "--to"));
   check_output_path(out, "--out");
-  const io::NpyArray arr = io::read_npy(in);
+  const io::NpyArray arr = read_npy_option(in, "--in");
   const LoadedScales loaded = load_scales(arr, src, "in", true, in);
   if (!loaded.diagnostics.empty()) {
     std::fprintf(stderr, "scalemm: %s (%s) is not a valid %s; nothing written\n", in.c_str(),
