@@ -27,8 +27,7 @@ std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 size_t workspace_bytes(const GroupedGemmArgs& args, const DeviceTarget& t);
 
 /// Enqueues the whole grouped GEMM on `stream`. `workspace` holds workspace_bytes(); blocker() was empty.
-/// `generation` identifies the workspace's allocation (dispatch::StagingScratch::generation).
-void run(const GroupedGemmArgs& args, Stream stream, char* workspace, size_t bytes, uint64_t generation);
+void run(const GroupedGemmArgs& args, Stream stream, char* workspace, size_t bytes);
 
 /// A one-line description of the kernel configuration for explain().
 std::string describe(const GroupedGemmArgs& args);
