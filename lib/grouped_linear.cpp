@@ -2,6 +2,7 @@
 // columnwise quantization for wgrad, and the three grouped GEMMs through Handle::grouped_gemm. See
 // include/scalemm/grouped_linear.hpp for the operand table.
 #include "scalemm/grouped_linear.hpp"
+#include "linear_arena.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -22,53 +23,9 @@ namespace {
   throw Error(StatusCode::kInvalidArgument, "GroupedScaledLinear: " + what);
 }
 
-constexpr size_t kAlign = 256;
-size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
-
-/// One allocation (cudaMalloc, or host memory) carved into 256-byte aligned pieces; zeroed once, so
-/// the bytes between two groups' scale buffers are defined.
-class Arena {
- public:
-  explicit Arena(MemorySpace space) : space_(space) {}
-  ~Arena() { release(); }
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-
-  void allocate(size_t bytes) {
-    release();
-    const size_t n = std::max<size_t>(bytes, 1);
-    if (space_ == MemorySpace::kDevice) {
-      cuda_check(cudaMalloc(&base_, n), "cudaMalloc");
-      cuda_check(cudaMemset(base_, 0, n), "cudaMemset");
-    } else {
-      host_.assign(n + kAlign, 0);
-      const auto p = reinterpret_cast<uintptr_t>(host_.data());
-      base_ = host_.data() + (aligned(p) - p);
-    }
-    bytes_ = bytes;
-    used_ = 0;
-  }
-  void release() {
-    if (base_ && space_ == MemorySpace::kDevice) cudaFree(base_);
-    host_.clear();
-    host_.shrink_to_fit();
-    base_ = nullptr;
-    bytes_ = used_ = 0;
-  }
-  char* take(size_t bytes) {
-    char* p = static_cast<char*>(base_) + used_;
-    used_ += aligned(bytes);
-    if (used_ > bytes_) throw Error(StatusCode::kInternal, "GroupedScaledLinear: arena overflow");
-    return p;
-  }
-  bool empty() const { return base_ == nullptr; }
-
- private:
-  MemorySpace space_;
-  std::vector<uint8_t> host_;
-  void* base_ = nullptr;
-  size_t bytes_ = 0, used_ = 0;
-};
+using Arena = detail::LinearArena;
+using detail::linear_aligned;
+size_t aligned(size_t b) { return linear_aligned(b); }
 
 /// A quantized tensor in this layer's buffers: data and scales.
 struct Quantized {
@@ -85,7 +42,7 @@ struct GroupedScaledLinear::Impl {
   GroupedLinearOptions options;
   Recipe act{}, wt{};
 
-  Impl(MemorySpace space) : weight_arena(space), act_arena(space) {}
+  Impl(MemorySpace space) : weight_arena("GroupedScaledLinear", space, true), act_arena("GroupedScaledLinear", space, true) {}
   Arena weight_arena, act_arena;
   Quantized w, wt_;            // W (G, N, K) and W^T (G, K, N), scales stacked per expert
   int64_t w_stride = 0, wt_stride = 0;  // bytes between two experts' scale buffers

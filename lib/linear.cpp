@@ -1,6 +1,7 @@
 // ScaledLinear: quantization with rowwise + columnwise outputs, then the forward, dgrad and wgrad
 // GEMMs through Handle::gemm. See include/scalemm/linear.hpp for the operand table.
 #include "scalemm/linear.hpp"
+#include "linear_arena.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -39,40 +40,8 @@ namespace {
 }
 
 
-constexpr size_t kAlign = 256;
-size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
-
-/// One cudaMalloc carved into 256-byte aligned pieces.
-class Arena {
- public:
-  Arena() = default;
-  ~Arena() { release(); }
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-
-  void allocate(size_t bytes) {
-    release();
-    cuda_check(cudaMalloc(&base_, std::max<size_t>(bytes, 1)), "cudaMalloc");
-    bytes_ = bytes;
-    used_ = 0;
-  }
-  void release() {
-    if (base_) cudaFree(base_);
-    base_ = nullptr;
-    bytes_ = used_ = 0;
-  }
-  void* take(size_t bytes) {
-    void* p = static_cast<char*>(base_) + used_;
-    used_ += aligned(bytes);
-    if (used_ > bytes_) throw Error(StatusCode::kInternal, "ScaledLinear: arena overflow");
-    return p;
-  }
-  bool empty() const { return base_ == nullptr; }
-
- private:
-  void* base_ = nullptr;
-  size_t bytes_ = 0, used_ = 0;
-};
+using Arena = detail::LinearArena;
+size_t aligned(size_t b) { return detail::linear_aligned(b); }
 
 /// The buffers of one quantized (R, C) tensor with both outputs: (R, C) rowwise and (C, R) columnwise.
 struct QuantPair {
@@ -91,7 +60,7 @@ struct ScaledLinear::Impl {
   LinearOptions options;
   Recipe act{}, wt{};
 
-  Arena weight_arena, act_arena;
+  Arena weight_arena{"ScaledLinear", MemorySpace::kDevice, false}, act_arena{"ScaledLinear", MemorySpace::kDevice, false};
   QuantPair w;               // W (N,K) and W^T (K,N)
   void* w_workspace = nullptr;
   size_t w_workspace_bytes = 0;

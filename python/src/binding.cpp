@@ -252,6 +252,17 @@ nb::tuple diag_tuple(const Diagnostic& d) {
 // run() takes only the addresses, so that a framework's repeated calls of one shape cost a handful of
 // integer conversions. Handle::gemm still checks every per-call property (null pointers, alignment);
 // host scales are still content-checked per call, since their values change.
+// Runs `call` for `stream`: the first time on a stream, after refusing a graph capture (the library
+// allocates its per-stream memory on first use), then remembering the stream. `problem()` names the
+// call in that error.
+template <class Call, class Problem>
+void run_checked(std::set<uintptr_t>& seen, uintptr_t stream, const Problem& problem, const Call& call) {
+  if (seen.count(stream)) return call();
+  check_capture(seen, stream, problem());
+  call();
+  seen.insert(stream);
+}
+
 struct Prepared {
   Handle* handle = nullptr;
   GemmArgs args;
@@ -277,13 +288,8 @@ struct Prepared {
       nb::gil_scoped_release release;
       handle->gemm(g, nullptr);
     } else {
-      if (!seen.count(stream)) {
-        check_capture(seen, stream, GemmProblem::from(g).to_string());
-        handle->gemm(g, stream_of(stream));
-        seen.insert(stream);
-      } else {
-        handle->gemm(g, stream_of(stream));
-      }
+      run_checked(
+          seen, stream, [&] { return GemmProblem::from(g).to_string(); }, [&] { handle->gemm(g, stream_of(stream)); });
     }
   }
 };
@@ -307,13 +313,7 @@ struct PreparedGrouped {
     g.d = ptr(d);
     if (g.group_sizes_device) g.group_sizes_device = ptr(sizes_device);
     else g.group_sizes = sizes.data();
-    if (!seen.count(stream)) {
-      check_capture(seen, stream, problem);
-      handle->grouped_gemm(g, stream_of(stream));
-      seen.insert(stream);
-    } else {
-      handle->grouped_gemm(g, stream_of(stream));
-    }
+    run_checked(seen, stream, [&] { return problem; }, [&] { handle->grouped_gemm(g, stream_of(stream)); });
   }
 };
 
