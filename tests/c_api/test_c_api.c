@@ -128,6 +128,29 @@ int main(void) {
           fprintf(stderr, "grouped: %d wrong outputs; explain \"%s\"\n", wrong, text);
           ++failures;
         }
+        /* The 0.4 fields: a grouped backend outside the enum, and device-side sizes on a host call. */
+        for (i = 0; i < M * N; ++i) d[i] = -1.0f;
+        gg.backend = 7;
+        if (scalemm_grouped_gemm(h, &gg, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT || d[0] != -1.0f ||
+            strstr(scalemm_last_error_message(), "grouped_gemm.backend") == NULL) {
+          fprintf(stderr, "an unknown grouped backend was not named: %s\n", scalemm_last_error_message());
+          ++failures;
+        }
+        gg.backend = SCALEMM_GROUPED_BACKEND_PER_GROUP;
+        gg.group_sizes = NULL, gg.group_sizes_device = sizes;
+        if (scalemm_grouped_gemm(h, &gg, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT || d[0] != -1.0f ||
+            strstr(scalemm_last_error_message(), "group-sizes-space") == NULL) {
+          fprintf(stderr, "device-side sizes on a host call were not named: %s\n", scalemm_last_error_message());
+          ++failures;
+        }
+        gg.group_sizes = sizes, gg.group_sizes_device = NULL;
+        gg.backend = SCALEMM_GROUPED_BACKEND_CUTLASS; /* host memory: the CUTLASS kernel cannot run it */
+        if (scalemm_grouped_gemm(h, &gg, NULL) != SCALEMM_STATUS_UNSUPPORTED || d[0] != -1.0f ||
+            strstr(scalemm_last_error_message(), "CUTLASS grouped kernel cannot run this call") == NULL) {
+          fprintf(stderr, "an impossible CUTLASS request was not refused: %s\n", scalemm_last_error_message());
+          ++failures;
+        }
+        gg.backend = SCALEMM_GROUPED_BACKEND_AUTO;
       }
       /* FP8 output: D = e4m3(0.25 * 64) = 16.0 (0x58), amax 64. */
       {
