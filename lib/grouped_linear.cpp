@@ -2,7 +2,7 @@
 // columnwise quantization for wgrad, and the three grouped GEMMs through Handle::grouped_gemm. See
 // include/scalemm/grouped_linear.hpp for the operand table.
 #include "scalemm/grouped_linear.hpp"
-#include "linear_arena.hpp"
+#include "linear_common.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -65,16 +65,7 @@ struct GroupedScaledLinear::Impl {
   int64_t token_block() const { return act == Recipe::kBlock1x128 ? 128 : 32; }
 
   emulation::QuantizeConfig config(Recipe r, bool rowwise, bool columnwise) const {
-    emulation::QuantizeConfig cfg;
-    cfg.recipe = r;
-    cfg.data_dtype = options.data_dtype;
-    cfg.format = options.scale_format;
-    cfg.mode = (r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32) ? emulation::ScaleMode::kDefault
-               : options.power_of_two_scales                       ? emulation::ScaleMode::kAmaxPow2
-                                                                   : emulation::ScaleMode::kAmax;
-    cfg.rowwise = rowwise;
-    cfg.columnwise = columnwise;
-    return cfg;
+    return detail::linear_quantize_config(options, r, rowwise, columnwise);
   }
   size_t quant_workspace(Recipe r, int64_t rows, int64_t cols, bool rowwise, bool columnwise) const {
     if (host() || rows == 0) return 0;
@@ -128,13 +119,7 @@ struct GroupedScaledLinear::Impl {
   }
 
   GemmOperand operand(const void* data, Recipe r, const void* scales) const {
-    GemmOperand op;
-    op.data = data;
-    op.dtype = options.data_dtype;
-    op.recipe = r;
-    op.scale = scales;
-    op.scale_format = options.scale_format;
-    return op;
+    return detail::linear_operand(options, data, r, scales);
   }
 
   // Each group's rows of an (T, cols) source, rowwise, into the group's own scale buffer (the m-grouped
@@ -197,10 +182,7 @@ GroupedScaledLinear::GroupedScaledLinear(Handle& handle, LinearRecipe recipe, in
   if (experts < 1 || n < 1 || k < 1)
     invalid("experts, N and K must be >= 1, got experts=" + std::to_string(experts) + " N=" + std::to_string(n) +
             " K=" + std::to_string(k));
-  if (recipe != LinearRecipe::kBlockwiseFp8 && recipe != LinearRecipe::kMxfp8)
-    invalid("unknown recipe " + std::to_string(int(recipe)));
-  if (options.data_dtype != DType::kE4M3 && options.data_dtype != DType::kE5M2)
-    invalid("data dtype must be e4m3 or e5m2, got " + std::string(scalemm::to_string(options.data_dtype)));
+  detail::check_linear_recipe("GroupedScaledLinear", recipe, options);
   if (options.space != MemorySpace::kDevice && options.space != MemorySpace::kHost)
     invalid("memory space must be device or host, got " + std::to_string(int(options.space)));
   Impl& s = *impl_;
@@ -210,8 +192,8 @@ GroupedScaledLinear::GroupedScaledLinear(Handle& handle, LinearRecipe recipe, in
   s.n = n;
   s.k = k;
   s.options = options;
-  s.act = recipe == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock1x128 : Recipe::kMxfp8;
-  s.wt = recipe == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock128x128 : Recipe::kMxfp8_32x32;
+  s.act = detail::activation_recipe_of(recipe);
+  s.wt = detail::weight_recipe_of(recipe);
   s.w_stride = s.w_stride_of(n, k);
   s.wt_stride = s.w_stride_of(k, n);
   s.sizes.assign(size_t(experts), 0);

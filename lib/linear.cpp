@@ -1,7 +1,7 @@
 // ScaledLinear: quantization with rowwise + columnwise outputs, then the forward, dgrad and wgrad
 // GEMMs through Handle::gemm. See include/scalemm/linear.hpp for the operand table.
 #include "scalemm/linear.hpp"
-#include "linear_arena.hpp"
+#include "linear_common.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -75,18 +75,7 @@ struct ScaledLinear::Impl {
   GemmArgs last[3];
   bool ran[3] = {false, false, false};
 
-  emulation::QuantizeConfig config(Recipe r) const {
-    emulation::QuantizeConfig cfg;
-    cfg.recipe = r;
-    cfg.data_dtype = options.data_dtype;
-    cfg.format = options.scale_format;
-    cfg.mode = (r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32) ? emulation::ScaleMode::kDefault
-               : options.power_of_two_scales                       ? emulation::ScaleMode::kAmaxPow2
-                                                                   : emulation::ScaleMode::kAmax;
-    cfg.rowwise = true;
-    cfg.columnwise = true;
-    return cfg;
-  }
+  emulation::QuantizeConfig config(Recipe r) const { return detail::linear_quantize_config(options, r, true, true); }
 
   // Sizes of one quantized pair of an (R, C) source.
   struct PairSizes {
@@ -130,13 +119,7 @@ struct ScaledLinear::Impl {
   }
 
   GemmOperand operand(const void* data, Recipe r, const void* scales) const {
-    GemmOperand op;
-    op.data = data;
-    op.dtype = options.data_dtype;
-    op.recipe = r;
-    op.scale = scales;
-    op.scale_format = options.scale_format;
-    return op;
+    return detail::linear_operand(options, data, r, scales);
   }
 
   void run(LinearGemm which, int64_t gm, int64_t gn, int64_t gk, const GemmOperand& a, const GemmOperand& b, void* d,
@@ -159,18 +142,15 @@ struct ScaledLinear::Impl {
 ScaledLinear::ScaledLinear(Handle& handle, LinearRecipe recipe, int64_t n, int64_t k, LinearOptions options)
     : impl_(std::make_unique<Impl>()) {
   if (n < 1 || k < 1) invalid("N and K must be >= 1, got N=" + std::to_string(n) + " K=" + std::to_string(k));
-  if (recipe != LinearRecipe::kBlockwiseFp8 && recipe != LinearRecipe::kMxfp8)
-    invalid("unknown recipe " + std::to_string(int(recipe)));
-  if (options.data_dtype != DType::kE4M3 && options.data_dtype != DType::kE5M2)
-    invalid("data dtype must be e4m3 or e5m2, got " + std::string(scalemm::to_string(options.data_dtype)));
+  detail::check_linear_recipe("ScaledLinear", recipe, options);
   Impl& s = *impl_;
   s.handle = &handle;
   s.recipe = recipe;
   s.n = n;
   s.k = k;
   s.options = options;
-  s.act = recipe == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock1x128 : Recipe::kMxfp8;
-  s.wt = recipe == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock128x128 : Recipe::kMxfp8_32x32;
+  s.act = detail::activation_recipe_of(recipe);
+  s.wt = detail::weight_recipe_of(recipe);
 }
 
 ScaledLinear::~ScaledLinear() = default;

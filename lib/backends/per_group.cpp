@@ -234,17 +234,13 @@ std::vector<int64_t> sizes_to_host(const GroupedGemmArgs& a, const std::string& 
                 "and a graph capture cannot wait for them (CUTLASS grouped kernel passed over: " + why +
                     "). Fix: pass host sizes (group_sizes), or a call the CUTLASS kernel runs.");
   std::vector<int64_t> sizes(size_t(a.groups));
-  if (a.group_sizes_int64) {
-    detail::cuda_check(cudaMemcpyAsync(sizes.data(), a.group_sizes_device, sizes.size() * 8, cudaMemcpyDeviceToHost,
-                                       stream), "grouped_gemm: copy device-side group sizes");
-  } else {
-    std::vector<int32_t> s32(sizes.size());
-    detail::cuda_check(cudaMemcpyAsync(s32.data(), a.group_sizes_device, s32.size() * 4, cudaMemcpyDeviceToHost, stream),
-                       "grouped_gemm: copy device-side group sizes");
-    detail::cuda_check(cudaStreamSynchronize(stream), "grouped_gemm: wait for device-side group sizes");
-    std::copy(s32.begin(), s32.end(), sizes.begin());
-  }
+  std::vector<int32_t> s32(a.group_sizes_int64 ? 0 : sizes.size());
+  void* dst = a.group_sizes_int64 ? static_cast<void*>(sizes.data()) : static_cast<void*>(s32.data());
+  detail::cuda_check(cudaMemcpyAsync(dst, a.group_sizes_device, sizes.size() * (a.group_sizes_int64 ? 8 : 4),
+                                     cudaMemcpyDeviceToHost, stream),
+                     "grouped_gemm: copy device-side group sizes");
   detail::cuda_check(cudaStreamSynchronize(stream), "grouped_gemm: wait for device-side group sizes");
+  std::copy(s32.begin(), s32.end(), sizes.begin());
   return sizes;
 }
 

@@ -12,6 +12,7 @@
 
 #include "device_buffer.hpp"
 #include "grouped_inputs.hpp"
+#include "scalemm/formats.hpp"
 #include "support/test_support.hpp"
 
 using namespace scalemm;
@@ -47,19 +48,12 @@ std::vector<uint8_t> download(const Dev& d) {
   return h;
 }
 
-// bf16 bits of x, rounded to nearest even (x finite).
-uint16_t bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-
 // Elements of a bf16 D that differ from the exact products rounded to bf16.
 int64_t bf16_mismatches(const Dev& d, const std::vector<double>& expected) {
   std::vector<uint16_t> got(expected.size());
   CUDA_OK(cudaMemcpy(got.data(), d.p, got.size() * 2, cudaMemcpyDeviceToHost));
   int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != bf16_bits(float(expected[i]));
+  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != formats::encode_bf16(float(expected[i]));
   return bad;
 }
 

@@ -1,0 +1,117 @@
+// What the dense and the grouped linear layer (linear.cpp, grouped_linear.cpp) share: the checks of
+// their recipe and options, the recipes and quantizer settings a LinearRecipe stands for, their GEMM
+// operands, and their buffers (one allocation, device or host memory, carved into 256-byte aligned
+// pieces; with `clear`, zeroed once, so that the bytes between two pieces are defined).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/gemm.hpp"
+#include "scalemm/linear.hpp"
+#include "scalemm/status.hpp"
+#include "scalemm/types.hpp"
+
+namespace scalemm::detail {
+
+constexpr size_t kLinearAlign = 256;
+inline size_t linear_aligned(size_t b) { return (b + kLinearAlign - 1) / kLinearAlign * kLinearAlign; }
+
+class LinearArena {
+ public:
+  /// `owner` names the layer in an overflow error ("ScaledLinear").
+  LinearArena(const char* owner, MemorySpace space, bool clear) : owner_(owner), space_(space), clear_(clear) {}
+  ~LinearArena() { release(); }
+  LinearArena(const LinearArena&) = delete;
+  LinearArena& operator=(const LinearArena&) = delete;
+
+  void allocate(size_t bytes) {
+    release();
+    const size_t n = std::max<size_t>(bytes, 1);
+    if (space_ == MemorySpace::kDevice) {
+      cuda_check(cudaMalloc(&base_, n), "cudaMalloc");
+      if (clear_) cuda_check(cudaMemset(base_, 0, n), "cudaMemset");
+    } else {
+      host_.assign(n + kLinearAlign, 0);
+      const auto p = reinterpret_cast<uintptr_t>(host_.data());
+      base_ = host_.data() + (linear_aligned(p) - p);
+    }
+    bytes_ = bytes;
+    used_ = 0;
+  }
+  void release() {
+    if (base_ && space_ == MemorySpace::kDevice) cudaFree(base_);
+    host_.clear();
+    host_.shrink_to_fit();
+    base_ = nullptr;
+    bytes_ = used_ = 0;
+  }
+  char* take(size_t bytes) {
+    char* p = static_cast<char*>(base_) + used_;
+    used_ += linear_aligned(bytes);
+    if (used_ > bytes_) throw Error(StatusCode::kInternal, std::string(owner_) + ": arena overflow");
+    return p;
+  }
+  bool empty() const { return base_ == nullptr; }
+
+ private:
+  const char* owner_;
+  MemorySpace space_;
+  bool clear_;
+  std::vector<uint8_t> host_;
+  void* base_ = nullptr;
+  size_t bytes_ = 0, used_ = 0;
+};
+
+/// The recipe and data type checks of a layer's constructor; `owner` prefixes the message.
+inline void check_linear_recipe(const char* owner, LinearRecipe recipe, const LinearOptions& options) {
+  auto fail = [&](const std::string& what) {
+    throw Error(StatusCode::kInvalidArgument, std::string(owner) + ": " + what);
+  };
+  if (recipe != LinearRecipe::kBlockwiseFp8 && recipe != LinearRecipe::kMxfp8)
+    fail("unknown recipe " + std::to_string(int(recipe)));
+  if (options.data_dtype != DType::kE4M3 && options.data_dtype != DType::kE5M2)
+    fail("data dtype must be e4m3 or e5m2, got " + std::string(scalemm::to_string(options.data_dtype)));
+}
+
+/// The activation and weight recipes of a LinearRecipe.
+inline Recipe activation_recipe_of(LinearRecipe r) {
+  return r == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock1x128 : Recipe::kMxfp8;
+}
+inline Recipe weight_recipe_of(LinearRecipe r) {
+  return r == LinearRecipe::kBlockwiseFp8 ? Recipe::kBlock128x128 : Recipe::kMxfp8_32x32;
+}
+
+/// The quantizer settings of a layer's operand of recipe `r`.
+inline emulation::QuantizeConfig linear_quantize_config(const LinearOptions& options, Recipe r, bool rowwise,
+                                                        bool columnwise) {
+  emulation::QuantizeConfig cfg;
+  cfg.recipe = r;
+  cfg.data_dtype = options.data_dtype;
+  cfg.format = options.scale_format;
+  cfg.mode = (r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32) ? emulation::ScaleMode::kDefault
+             : options.power_of_two_scales                       ? emulation::ScaleMode::kAmaxPow2
+                                                                 : emulation::ScaleMode::kAmax;
+  cfg.rowwise = rowwise;
+  cfg.columnwise = columnwise;
+  return cfg;
+}
+
+/// A layer's GEMM operand: its quantized data and scales.
+inline GemmOperand linear_operand(const LinearOptions& options, const void* data, Recipe r, const void* scales) {
+  GemmOperand op;
+  op.data = data;
+  op.dtype = options.data_dtype;
+  op.recipe = r;
+  op.scale = scales;
+  op.scale_format = options.scale_format;
+  return op;
+}
+
+}  // namespace scalemm::detail
