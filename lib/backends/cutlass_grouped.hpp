@@ -27,7 +27,8 @@ std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 size_t workspace_bytes(const GroupedGemmArgs& args, const DeviceTarget& t);
 
 /// Enqueues the whole grouped GEMM on `stream`. `workspace` holds workspace_bytes(); blocker() was empty.
-void run(const GroupedGemmArgs& args, Stream stream, char* workspace, size_t bytes);
+/// `generation` identifies the workspace's allocation (dispatch::StagingScratch::generation).
+void run(const GroupedGemmArgs& args, Stream stream, char* workspace, size_t bytes, uint64_t generation);
 
 /// A one-line description of the kernel configuration for explain().
 std::string describe(const GroupedGemmArgs& args);

@@ -355,7 +355,7 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     const size_t need = backends::cutlass_grouped::workspace_bytes(a, target);
     {
       dispatch::StagingScratch scratch = dispatch::staging_scratch(*impl_, stream, need);
-      backends::cutlass_grouped::run(a, stream, scratch.ptr, need);
+      backends::cutlass_grouped::run(a, stream, scratch.ptr, need, scratch.generation);
     }
     const verify::Mode mode = dispatch::handle_verify_mode(*impl_);
     if (mode != verify::Mode::kOff) verify_cutlass_call(*impl_, a, mode, stream);
@@ -454,7 +454,7 @@ namespace backends::cutlass_grouped {
 bool built() { return false; }
 std::string blocker(const GroupedGemmArgs&, const DeviceTarget&) { return "not built"; }
 size_t workspace_bytes(const GroupedGemmArgs&, const DeviceTarget&) { return 0; }
-void run(const GroupedGemmArgs&, Stream, char*, size_t) {
+void run(const GroupedGemmArgs&, Stream, char*, size_t, uint64_t) {
   throw Error(StatusCode::kInternal, "cutlass_grouped: not built");
 }
 std::string describe(const GroupedGemmArgs&) { return "not built"; }

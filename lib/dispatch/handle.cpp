@@ -3,6 +3,7 @@
 // plans are made in planner.cpp, run by lib/backends/.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,7 @@ struct StreamArena {
   std::mutex staging_mu;  // held by one grouped call while it stages operands (dispatch::staging_scratch)
   char* staging = nullptr;
   size_t staging_bytes = 0;
+  uint64_t staging_generation = 0;  // dispatch::StagingScratch::generation
   std::unique_ptr<verify::AsyncSampler> sampler;  // SCALEMM_VERIFY=sample only
 
   ~StreamArena() {
@@ -366,9 +368,13 @@ Diagnostics dispatch::check_pointers(Handle::Impl& impl, const GemmArgs& args, S
 
 dispatch::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes) {
   StreamArena& arena = impl.arena(stream, impl.device_of(stream));
+  static std::atomic<uint64_t> allocations{0};
   StagingScratch s{std::unique_lock<std::mutex>(arena.staging_mu), nullptr};
+  const size_t had = arena.staging_bytes;
   StreamArena::grow(arena.staging, arena.staging_bytes, bytes, stream, "scalemm staging");
+  if (arena.staging_bytes != had) arena.staging_generation = ++allocations;
   s.ptr = arena.staging;
+  s.generation = arena.staging_generation;
   return s;
 }
 

@@ -14,9 +14,12 @@ namespace scalemm::dispatch {
 
 /// `ptr` holds at least the bytes asked for until `lock` is released: one grouped call at a time per
 /// stream stages into it. Growing synchronises the stream first, as the plan scratch does.
+/// `generation` changes whenever the buffer is (re)allocated, in any handle: a cache keyed by the
+/// address alone could not tell a new buffer from a freed one that cudaMalloc handed out again.
 struct StagingScratch {
   std::unique_lock<std::mutex> lock;
   char* ptr = nullptr;
+  uint64_t generation = 0;
 };
 StagingScratch staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes);
 
