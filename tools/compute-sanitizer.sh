@@ -89,7 +89,7 @@ for tool in ${tools//,/ }; do
     exe="$build/tests/${e%%|*}"
     spec="${e#*|}"
     name=$(basename "${e%%|*}")
-    log="$out/sanitizer-$tool-$name.log"
+    log="$out/sanitizer-$tool-$index-$name.log"  # an executable may appear in several entries
     if [ ! -x "$exe" ]; then
       echo "missing $exe" >> "$out/sanitizer-$tool.missing"; missing=$((missing + 1)); continue
     fi

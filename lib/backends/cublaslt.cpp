@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/tool_marks.hpp"
 #include "hash.hpp"
 #include "scalemm/status.hpp"
 
@@ -293,6 +294,7 @@ void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes,
     it = impl_->cache.emplace(key, std::move(p)).first;
   }
   launch(impl_->handle, *it->second, it->second->algo, c, workspace, workspace_bytes, stream);
+  mark_initialized(c.d, static_cast<size_t>(dtype_storage_bytes(c.d_dtype, c.m * c.n)), stream);
 }
 
 

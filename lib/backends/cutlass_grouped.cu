@@ -9,6 +9,7 @@
 //    transposed once to (sum K_g/128, M) they are (M-major, base at the group's first K-block). One
 //    transpose launch for both operands, whatever the sizes, so device-side sizes work unchanged.
 #include "backends/cutlass_grouped.hpp"
+#include "backends/tool_marks.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -462,6 +463,8 @@ void run_with(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t b
   }
   check(C::Gemm::run(params, stream), "kernel launch");
   cuda_check(cudaGetLastError(), "cutlass_grouped: kernel launch");
+  // D is stored through TMA (see tool_marks.hpp): every row of it, (ΣM_g, N) or (G, M, N), is written.
+  mark_initialized(a.d, static_cast<size_t>((kg ? a.groups * a.m : a.m) * a.n * 2), stream);
 }
 
 }  // namespace
