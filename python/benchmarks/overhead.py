@@ -2,10 +2,15 @@
 
 1. Tiny shape (launch-bound): torch._scaled_mm and scalemm.scaled_mm on the same FP8 tensors; per call
    the CPU time (time.perf_counter over a loop, no synchronisation inside) and the device time between
-   CUDA events around the same loop. Contract: scalemm's host overhead <= torch._scaled_mm's.
+   CUDA events around the same loop. Contract: scalemm's host overhead <= torch._scaled_mm's. The
+   blockwise case runs twice: with the scales in cuBLASLt's layout, the inputs torch._scaled_mm itself
+   takes (like for like), and with compact scales, which scalemm converts in one extra launch.
+   A breakdown of scalemm's call (signature lookup, output allocation, the library call) follows.
 2. Large shapes: scalemm.scaled_mm from Python against the same GEMM issued from C++ in a loop
    (Handle::gemm, CUDA events; scalemm._scalemm.Handle.time_gemm) and against torch._scaled_mm.
-   Contract: within 2% of the C++ call.
+   The three are sampled in turn (rotating order, after a warm-up that brings the clocks to their
+   loaded state), so that clock and power drift falls on all of them alike. Contract: within 2% of
+   the C++ call.
 
     python benchmarks/overhead.py [--json out.json]
 """
@@ -58,6 +63,37 @@ def torch_args(ra, rb, xq, wq, xs, ws):
     return xs, ws
 
 
+def breakdown(iters: int) -> dict:
+    """CPU time of the parts of one eager scalemm.scaled_mm call: the whole call, the output allocation
+    (torch.empty) and the prepared library call on a preallocated output; the rest is the signature
+    lookup in Python."""
+    from scalemm import torch as st
+
+    m = n = k = 128
+    xq, wq, xs, ws = operands(m, n, k, "block1x128", "block128x128")
+    call = lambda: scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128")  # noqa: E731
+    st._prepared.clear()
+    call()
+    (run, shape, dtype, device, index), = st._prepared.values()
+    d = torch.empty(shape, dtype=dtype, device=device)
+    stream = st._stream(index)
+    parts = {
+        "whole call": call,
+        "output allocation (torch.empty)": lambda: torch.empty(shape, dtype=dtype, device=device),
+        "current stream": lambda: st._stream(index),
+        "library call (Prepared.run)": lambda: run(xq.data_ptr(), xs.data_ptr(), wq.data_ptr(), ws.data_ptr(),
+                                                   d.data_ptr(), 0, stream),
+    }
+    out = {}
+    for name, fn in parts.items():
+        for _ in range(20):
+            fn()
+        out[name] = loop_times(fn, iters)[0]
+    out["the rest (signature lookup, addresses)"] = (out["whole call"] - out["output allocation (torch.empty)"] -
+                                                     out["current stream"] - out["library call (Prepared.run)"])
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--json")
@@ -68,18 +104,23 @@ def main():
     results = {"tiny": [], "large": []}
 
     print("\n== host overhead, tiny shape (median of 5 loops of", args.iters, "calls) ==")
-    print(f"{'case':<34} {'torch cpu us':>13} {'scalemm cpu us':>15} {'torch dev us':>13} {'scalemm dev us':>15}  verdict")
-    for ra, rb, (m, n, k) in [("tensorwise", "tensorwise", (16, 16, 32)), ("rowwise", "rowwise", (16, 16, 32)),
-                              ("block1x128", "block128x128", (128, 128, 128))]:
+    print(f"{'case':<44} {'torch cpu us':>13} {'scalemm cpu us':>15} {'torch dev us':>13} {'scalemm dev us':>15}  verdict")
+    for ra, rb, (m, n, k), fmt in [("tensorwise", "tensorwise", (16, 16, 32), "compact"),
+                                   ("rowwise", "rowwise", (16, 16, 32), "compact"),
+                                   ("block1x128", "block128x128", (128, 128, 128), "cublaslt"),
+                                   ("block1x128", "block128x128", (128, 128, 128), "compact")]:
         xq, wq, xs, ws = operands(m, n, k, ra, rb)
         tsa, tsb = torch_args(ra, rb, xq, wq, xs, ws)
         wt = wq.t()
+        if fmt == "cublaslt":
+            xs = scalemm.layouts.to_cublaslt(xs, ra, m, k)
+            ws = scalemm.layouts.to_cublaslt(ws, rb, n, k)
 
         def t_call():
             torch._scaled_mm(xq, wt, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16)
 
         def s_call():
-            scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=rb)
+            scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=rb, scale_format=fmt)
 
         try:
             for _ in range(20):
@@ -92,10 +133,15 @@ def main():
             s_call()
         sc, sd = loop_times(s_call, args.iters)
         verdict = "n/a" if tc != tc else ("PASS" if sc <= tc else "FAIL (scalemm slower on the host)")
-        name = f"{ra} x {rb} {m}x{n}x{k}"
-        print(f"{name:<34} {tc:>13.2f} {sc:>15.2f} {td:>13.2f} {sd:>15.2f}  {verdict}")
+        name = f"{ra} x {rb} {m}x{n}x{k}" + (f" ({fmt})" if ra.startswith("block") else "")
+        print(f"{name:<44} {tc:>13.2f} {sc:>15.2f} {td:>13.2f} {sd:>15.2f}  {verdict}")
         results["tiny"].append(dict(case=name, torch_cpu_us=tc, scalemm_cpu_us=sc, torch_dev_us=td,
                                     scalemm_dev_us=sd, verdict=verdict))
+
+    print("\n== where scalemm's host time goes (blockwise 128x128x128, compact scales; CPU us per call) ==")
+    results["breakdown"] = breakdown(args.iters)
+    for key, value in results["breakdown"].items():
+        print(f"  {key:<40} {value:8.2f}")
 
     print("\n== large shapes: Python call vs the C++ call (CUDA events, ms per GEMM) ==")
     print(f"{'case':<44} {'C++ ms':>9} {'python ms':>10} {'diff':>7} {'torch ms':>9}  verdict")
@@ -110,27 +156,43 @@ def main():
                                                                        None, None)
         h = _core.handle("auto")
         stream = torch.cuda.current_stream().cuda_stream
-        cpp = statistics.median(h.time_gemm(mm, nn, kk, op_a, op_b, d.data_ptr(), 2, 0, 1.0, stream, iters)
-                                for _ in range(5))
+        tsa, tsb = torch_args(ra, rb, xq, wq, xs, ws)
+        wt = wq.t()
 
         def s_call():
             scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=rb)
 
-        s_call()
-        py = loop_times(s_call, iters)[1] / 1e3
-        tsa, tsb = torch_args(ra, rb, xq, wq, xs, ws)
-        try:
-            wt = wq.t()
+        def t_call():
             torch._scaled_mm(xq, wt, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16)
-            tt = loop_times(lambda: torch._scaled_mm(xq, wt, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16),
-                            iters)[1] / 1e3
+
+        try:
+            t_call()
         except Exception:  # noqa: BLE001
-            tt = float("nan")
+            t_call = None
+        samplers = {
+            "cpp": lambda: h.time_gemm(mm, nn, kk, op_a, op_b, d.data_ptr(), 2, 0, 1.0, stream, iters),
+            "python": lambda: loop_times(s_call, iters, reps=1)[1] / 1e3,
+        }
+        if t_call is not None:
+            samplers["torch"] = lambda: loop_times(t_call, iters, reps=1)[1] / 1e3
+        warm_end = time.perf_counter() + 2.0  # loaded clocks before the first sample
+        while time.perf_counter() < warm_end:
+            for _ in range(10):
+                s_call()
+            torch.cuda.synchronize()
+        samples = {key: [] for key in samplers}
+        order = list(samplers)
+        for rep in range(9):
+            for key in order[rep % len(order):] + order[:rep % len(order)]:
+                samples[key].append(samplers[key]())
+        cpp, py = statistics.median(samples["cpp"]), statistics.median(samples["python"])
+        tt = statistics.median(samples["torch"]) if "torch" in samples else float("nan")
         diff = (py - cpp) / cpp
         verdict = "PASS" if diff <= 0.02 else "FAIL (more than 2% slower than C++)"
         name = f"{ra} x {rb} {m}x{n}x{k}"
         print(f"{name:<44} {cpp:>9.4f} {py:>10.4f} {diff * 100:>6.2f}% {tt:>9.4f}  {verdict}")
-        results["large"].append(dict(case=name, cpp_ms=cpp, python_ms=py, diff=diff, torch_ms=tt, verdict=verdict))
+        results["large"].append(dict(case=name, cpp_ms=cpp, python_ms=py, diff=diff, torch_ms=tt, verdict=verdict,
+                                    samples=samples))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
