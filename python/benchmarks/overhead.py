@@ -28,12 +28,16 @@ import scalemm
 from scalemm import _core
 
 
-def loop_times(fn, iters: int, reps: int = 5):
-    """(CPU microseconds per call, device microseconds per call), medians over `reps` loops."""
+def loop_times(fn, iters: int, reps: int = 5, hold: bool = False):
+    """(CPU microseconds per call, device microseconds per call), medians over `reps` loops. hold: a
+    1-ms spin kernel goes first, so that the loop's calls queue behind it and the events time the
+    device work alone, without the host's time to issue the first call."""
     cpu, dev = [], []
     for _ in range(reps):
         torch.cuda.synchronize()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if hold:
+            torch.cuda._sleep(2_000_000)
         start.record()
         t0 = time.perf_counter()
         for _ in range(iters):
@@ -44,6 +48,20 @@ def loop_times(fn, iters: int, reps: int = 5):
         cpu.append((t1 - t0) / iters * 1e6)
         dev.append(start.elapsed_time(stop) / iters * 1e3)
     return statistics.median(cpu), statistics.median(dev)
+
+
+def interleaved(fns: dict, iters: int, rounds: int = 11) -> dict:
+    """Median CPU and device us per call of each function, their loops taken in turn round by round
+    (rotating order), so that drift in the host's speed falls on all of them alike."""
+    names = list(fns)
+    cpu = {n: [] for n in names}
+    dev = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            c, d = loop_times(fns[n], iters, reps=1)
+            cpu[n].append(c)
+            dev[n].append(d)
+    return {n: (statistics.median(cpu[n]), statistics.median(dev[n])) for n in names}
 
 
 def operands(m, n, k, ra, rb):
@@ -84,11 +102,10 @@ def breakdown(iters: int) -> dict:
         "library call (Prepared.run)": lambda: run(xq.data_ptr(), xs.data_ptr(), wq.data_ptr(), ws.data_ptr(),
                                                    d.data_ptr(), 0, stream),
     }
-    out = {}
-    for name, fn in parts.items():
+    for fn in parts.values():
         for _ in range(20):
             fn()
-        out[name] = loop_times(fn, iters)[0]
+    out = {name: cpu for name, (cpu, _dev) in interleaved(parts, iters).items()}
     out["the rest (signature lookup, addresses)"] = (out["whole call"] - out["output allocation (torch.empty)"] -
                                                      out["current stream"] - out["library call (Prepared.run)"])
     return out
@@ -122,16 +139,17 @@ def main():
         def s_call():
             scalemm.scaled_mm(xq, wq, xs, ws, recipe_a=ra, recipe_b=rb, scale_format=fmt)
 
+        for _ in range(20):
+            s_call()
         try:
             for _ in range(20):
                 t_call()
-            tc, td = loop_times(t_call, args.iters)
+            times = interleaved({"torch": t_call, "scalemm": s_call}, args.iters)
+            (tc, td), (sc, sd) = times["torch"], times["scalemm"]
         except Exception as e:  # noqa: BLE001
             tc = td = float("nan")
             print(f"  torch._scaled_mm refuses {ra} x {rb} {m}x{n}x{k}: {str(e).splitlines()[0][:100]}")
-        for _ in range(20):
-            s_call()
-        sc, sd = loop_times(s_call, args.iters)
+            sc, sd = loop_times(s_call, args.iters)
         verdict = "n/a" if tc != tc else ("PASS" if sc <= tc else "FAIL (scalemm slower on the host)")
         name = f"{ra} x {rb} {m}x{n}x{k}" + (f" ({fmt})" if ra.startswith("block") else "")
         print(f"{name:<44} {tc:>13.2f} {sc:>15.2f} {td:>13.2f} {sd:>15.2f}  {verdict}")
@@ -151,7 +169,7 @@ def main():
                               ("mxfp8", "mxfp8-32x32", (4096, 4096, 4096))]:
         xq, wq, xs, ws = operands(m, n, k, ra, rb)
         d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        iters = 20
+        iters = 40
         va, mm, nn, kk, op_a, op_b, _bias, _keep = _core._gemm_inputs(xq, wq, xs, ws, ra, rb, "compact", None,
                                                                        None, None)
         h = _core.handle("auto")
@@ -170,11 +188,12 @@ def main():
         except Exception:  # noqa: BLE001
             t_call = None
         samplers = {
-            "cpp": lambda: h.time_gemm(mm, nn, kk, op_a, op_b, d.data_ptr(), 2, 0, 1.0, stream, iters),
-            "python": lambda: loop_times(s_call, iters, reps=1)[1] / 1e3,
+            "cpp": lambda: (torch.cuda.synchronize(), torch.cuda._sleep(2_000_000),
+                            h.time_gemm(mm, nn, kk, op_a, op_b, d.data_ptr(), 2, 0, 1.0, stream, iters))[-1],
+            "python": lambda: loop_times(s_call, iters, reps=1, hold=True)[1] / 1e3,
         }
         if t_call is not None:
-            samplers["torch"] = lambda: loop_times(t_call, iters, reps=1)[1] / 1e3
+            samplers["torch"] = lambda: loop_times(t_call, iters, reps=1, hold=True)[1] / 1e3
         warm_end = time.perf_counter() + 2.0  # loaded clocks before the first sample
         while time.perf_counter() < warm_end:
             for _ in range(10):
