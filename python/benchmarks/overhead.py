@@ -120,7 +120,7 @@ def main():
     print(f"scalemm plans for: {scalemm.device()}")
     results = {"tiny": [], "large": []}
 
-    print("\n== host overhead, tiny shape (median of 5 loops of", args.iters, "calls) ==")
+    print("\n== host overhead, tiny shape (median of 11 loops of", args.iters, "calls, torch and scalemm in turn) ==")
     print(f"{'case':<44} {'torch cpu us':>13} {'scalemm cpu us':>15} {'torch dev us':>13} {'scalemm dev us':>15}  verdict")
     for ra, rb, (m, n, k), fmt in [("tensorwise", "tensorwise", (16, 16, 32), "compact"),
                                    ("rowwise", "rowwise", (16, 16, 32), "compact"),

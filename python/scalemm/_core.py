@@ -245,8 +245,7 @@ def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", s
     if t is None and _is_torch_call(a):
         t = _load_torch_entry()
     if t is not None and isinstance(a, t[0]):
-        return t[1](a, b, scale_a, scale_b, recipe_a=recipe_a, recipe_b=recipe_b, out_dtype=out_dtype,
-                    scale_format=scale_format, bias=bias, backend=backend, dtype_a=dtype_a, dtype_b=dtype_b)
+        return t[1](a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b)
     return _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend,
                            dtype_a, dtype_b)
 
@@ -260,7 +259,7 @@ def _load_torch_entry():
 
     from . import torch as st
 
-    _torch_entry = (torch.Tensor, st.scaled_mm, st._traced_quantize, st.scaled_grouped_mm)
+    _torch_entry = (torch.Tensor, st._fast, st._traced_quantize, st.scaled_grouped_mm)
     return _torch_entry
 
 

@@ -40,7 +40,7 @@ def _scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
                   global_b: float) -> torch.Tensor:
     sa = (scale_a, global_a) if recipe_a == "nvfp4" else scale_a
     sb = (scale_b, global_b) if recipe_b == "nvfp4" else scale_b
-    return _fast(a, b, sa, sb, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b)
+    return _fast(a, b, sa, sb, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b, False)
 
 
 @_scaled_mm_op.register_fake
@@ -77,11 +77,16 @@ def _stream(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
-def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b):
-    """The eager path for torch tensors: the first call of a signature validates everything and
-    prepares the library call (Handle.prepare); later calls read six addresses, allocate D through
-    torch and run. The cache key holds everything the validation depended on except addresses,
-    which Handle::gemm checks on every call."""
+def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
+          traced=True):
+    """The eager path for torch tensors (and, with traced, the custom op while tracing: see scaled_mm):
+    the first call of a signature validates everything and prepares the library call (Handle.prepare);
+    later calls read six addresses, allocate D through torch and run. The cache key holds what the
+    validation depended on except addresses and the devices of b and the scales, which Handle::gemm
+    checks on every call (a pointer of another device or of host memory is a named error)."""
+    if traced and (_is_compiling() or type(a) is not torch.Tensor or _dispatch_modes()):
+        return _via_op(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
+                       dtype_b)
     T = torch.Tensor
     if not (isinstance(b, T) and isinstance(scale_a, T) and isinstance(scale_b, T)
             and (bias is None or isinstance(bias, T))):
@@ -90,8 +95,7 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
                                      backend, dtype_a, dtype_b)
     key = (recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a, dtype_b, a.dtype, b.dtype, scale_a.dtype,
            scale_b.dtype, a.shape, b.shape, a.stride(), b.stride(), scale_a.shape, scale_b.shape, scale_a.stride(),
-           scale_b.stride(), a.device, b.device, scale_a.device, scale_b.device,
-           None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.device))
+           scale_b.stride(), a.device, None if bias is None else (bias.dtype, bias.shape, bias.stride()))
     p = _prepared.get(key)
     if p is None:
         with _core.naming_backend(backend):
@@ -123,17 +127,19 @@ def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format
     return prepared.run, (m, n), _OUT[od], a.device, (va.device if va.space == 1 else -1)
 
 
+def _via_op(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b):
+    sa, ga = _split_global(scale_a, recipe_a)
+    sb, gb = _split_global(scale_b, recipe_b)
+    od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)
+    return torch.ops.scalemm.scaled_mm(a, b, sa, sb, recipe_a, recipe_b, od, scale_format, bias, backend, dtype_a,
+                                       dtype_b, ga, gb)
+
+
 def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
               backend="auto", dtype_a=None, dtype_b=None):
     """scalemm.scaled_mm for torch tensors: the custom op while compiling or for tensor subclasses
     (fake, functional, traced tensors: the dispatcher routes those) and under a dispatch mode
     (make_fx, FakeTensorMode), a direct call otherwise."""
-    if _is_compiling() or type(a) is not torch.Tensor or _dispatch_modes():
-        sa, ga = _split_global(scale_a, recipe_a)
-        sb, gb = _split_global(scale_b, recipe_b)
-        od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)
-        return torch.ops.scalemm.scaled_mm(a, b, sa, sb, recipe_a, recipe_b, od, scale_format, bias, backend,
-                                           dtype_a, dtype_b, ga, gb)
     return _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b)
 
 
