@@ -6,10 +6,12 @@
 //    distinct group shape) and run by the dense backends, so every group is bit-identical to the same
 //    dense call and every recipe pair the dense call accepts works grouped. It needs the sizes on the
 //    host: device-side sizes are copied over first (one synchronisation, refused during a capture).
+//    A device call's groups are spread over up to four streams forked from the caller's (events, so
+//    graph captures hold them), each with its own workspace, and joined back before the call returns.
 //  * m-grouped groups are views into A, B, their scales and D: nothing is copied.
-//  * k-grouped groups gather their K columns of A and B and their K-blocks of the scales into the
+//  * k-grouped groups gather their K columns of A and B and their K-blocks of the scales into their
 //    stream's staging scratch first (one 2-D copy per operand, one launch for both scale buffers);
-//    groups run one after another on the stream, so one staging buffer serves them all.
+//    a stream runs its groups one after another, so one staging buffer per stream serves them all.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -28,6 +30,10 @@
 
 namespace scalemm {
 namespace {
+
+// Streams the per-group backend spreads a device call's groups over (each with its own workspace).
+// Four keep a few small GEMMs in flight at once; more add fork/join work without filling the GPU more.
+constexpr size_t kPerGroupStreams = 4;
 
 void add(Diagnostics& out, std::string arg, std::string rule, std::string msg, std::string expected, std::string actual,
          std::string fix) {
@@ -374,38 +380,62 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     grouped_gemm(h, stream);
     return;
   }
+  // Empty k-groups first, on the caller's stream: an empty reduction makes D[g] = 0.
+  const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
+  for (int64_t g = 0; a.group_dim == GroupDim::kK && g < a.groups; ++g) {
+    if (a.group_sizes[g] != 0) continue;
+    uint8_t* dg = static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes;
+    if (host) std::memset(dg, 0, d_bytes);
+    else detail::cuda_check(cudaMemsetAsync(dg, 0, d_bytes, stream), "grouped_gemm: zero D[g] of an empty group");
+  }
+  // The non-empty groups, spread over a few streams (host arrays: one after another). Each stream
+  // takes the next-largest group while it has the least work (M_g or K_g: the work of a group is
+  // proportional to it), so the last stream to finish finishes early.
+  std::vector<int64_t> order;
+  for (int64_t g = 0; g < a.groups; ++g)
+    if (a.group_sizes[g] > 0) order.push_back(g);
+  const int lanes = host ? 1 : int(std::min<size_t>(order.size(), kPerGroupStreams));
+  dispatch::ForkedStreams forked = dispatch::fork_streams(*impl_, stream, lanes);
+  std::vector<Stream> streams = forked.streams;
+  if (streams.empty()) streams.push_back(stream);
+  std::vector<int> lane_of(size_t(a.groups), 0);
+  if (streams.size() > 1) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t x, int64_t y) { return a.group_sizes[x] > a.group_sizes[y]; });
+    std::vector<int64_t> load(streams.size(), 0);
+    for (int64_t g : order) {
+      const size_t lane = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+      lane_of[size_t(g)] = int(lane);
+      load[lane] += a.group_sizes[g];
+    }
+  }
   if (a.group_dim == GroupDim::kM) {
     std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
     for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];
     const std::vector<int64_t> offs = grouped_scale_offsets(a);
-    for (int64_t g = 0; g < a.groups; ++g)
-      if (a.group_sizes[g] > 0) gemm(m_group_call(a, rows, offs, g), stream);
+    for (int64_t g : order) gemm(m_group_call(a, rows, offs, g), streams[size_t(lane_of[size_t(g)])]);
     return;
   }
-  // k-grouped: stage each group's columns, then its dense call writes D[g]. Groups run one after
-  // another on the stream, so one staging buffer serves them all.
+  // k-grouped: stage each group's columns, then its dense call writes D[g]. A stream runs its groups
+  // one after another, so one staging buffer per stream serves them all.
+  std::vector<int64_t> k0(size_t(a.groups), 0);
+  for (int64_t g = 1; g < a.groups; ++g) k0[size_t(g)] = k0[size_t(g) - 1] + a.group_sizes[g - 1];
   const size_t need = k_stage_bytes(a);
   std::vector<uint8_t> host_stage;
-  dispatch::StagingScratch scratch;
-  char* base;
+  std::vector<dispatch::StagingScratch> scratch;  // locked in stream order: no two calls deadlock
+  std::vector<char*> base;
   if (host) {
     host_stage.resize(need);
-    base = reinterpret_cast<char*>(host_stage.data());
+    base.push_back(reinterpret_cast<char*>(host_stage.data()));
   } else {
-    scratch = dispatch::staging_scratch(*impl_, stream, need);
-    base = scratch.ptr;
-  }
-  const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
-  int64_t k0 = 0;
-  for (int64_t g = 0; g < a.groups; ++g) {
-    if (a.group_sizes[g] == 0) {  // an empty reduction: D[g] = 0
-      uint8_t* dg = static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes;
-      if (host) std::memset(dg, 0, d_bytes);
-      else detail::cuda_check(cudaMemsetAsync(dg, 0, d_bytes, stream), "grouped_gemm: zero D[g] of an empty group");
-      continue;
+    for (Stream s : streams) {
+      scratch.push_back(dispatch::staging_scratch(*impl_, s, need));
+      base.push_back(scratch.back().ptr);
     }
-    gemm(stage_k_group(a, g, k0, base, stream), stream);
-    k0 += a.group_sizes[g];
+  }
+  for (int64_t g : order) {
+    const size_t lane = size_t(lane_of[size_t(g)]);
+    gemm(stage_k_group(a, g, k0[size_t(g)], base[lane], streams[lane]), streams[lane]);
   }
 }
 
@@ -426,8 +456,12 @@ std::string Handle::explain(const GroupedGemmArgs& a) {
   // One plan per distinct group shape (what the plan cache holds), with the groups that share it.
   std::map<int64_t, std::vector<int64_t>> by_size;
   for (int64_t g = 0; g < a.groups; ++g) by_size[a.group_sizes[g]].push_back(g);
+  const int64_t busy = a.groups - (by_size.count(0) ? int64_t(by_size[0].size()) : 0);
   os << "per-group backend: one dense call per non-empty group, " << by_size.size() << " distinct group shape(s)"
      << " (CUTLASS grouped kernel passed over: " << why << ")";
+  if (a.space == MemorySpace::kDevice && busy > 1)
+    os << "; the groups run on " << std::min<int64_t>(busy, int64_t(kPerGroupStreams))
+       << " streams forked from the caller's, each with its own workspace";
   for (const auto& [size, gs] : by_size) {
     os << "\n" << (a.group_dim == GroupDim::kM ? "M_g=" : "K_g=") << size << " (groups";
     for (size_t i = 0; i < gs.size() && i < 8; ++i) os << ' ' << gs[i];

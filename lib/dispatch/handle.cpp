@@ -50,8 +50,17 @@ struct StreamArena {
   size_t staging_bytes = 0;
   uint64_t staging_generation = 0;  // dispatch::StagingScratch::generation
   std::unique_ptr<verify::AsyncSampler> sampler;  // SCALEMM_VERIFY=sample only
+  // Streams grouped calls on this stream fork their groups onto (dispatch::fork_streams), with the
+  // events of the fork (one) and the join (one per stream).
+  std::mutex fork_mu;
+  std::vector<cudaStream_t> forks;
+  cudaEvent_t fork_event = nullptr;
+  std::vector<cudaEvent_t> join_events;
 
   ~StreamArena() {
+    for (cudaEvent_t e : join_events) cudaEventDestroy(e);
+    if (fork_event) cudaEventDestroy(fork_event);
+    for (cudaStream_t s : forks) cudaStreamDestroy(s);  // after their work: destruction does not wait
     sampler.reset();  // reports an unreported failure before the buffers go
     if (lt_workspace) cudaFree(lt_workspace);
     if (scratch) cudaFree(scratch);
@@ -376,6 +385,41 @@ dispatch::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream st
   s.ptr = arena.staging;
   s.generation = arena.staging_generation;
   return s;
+}
+
+dispatch::ForkedStreams dispatch::fork_streams(Handle::Impl& impl, Stream caller, int count) {
+  ForkedStreams f;
+  if (impl.sim || count < 2) return f;
+  StreamArena& arena = impl.arena(caller, impl.device_of(caller));
+  f.lock_ = std::unique_lock<std::mutex>(arena.fork_mu);
+  if (!arena.fork_event)
+    cuda_check(cudaEventCreateWithFlags(&arena.fork_event, cudaEventDisableTiming), "grouped_gemm: fork event");
+  while (int(arena.forks.size()) < count) {
+    cudaStream_t s = nullptr;
+    cudaEvent_t e = nullptr;
+    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "grouped_gemm: a stream for the groups");
+    arena.forks.push_back(s);
+    cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "grouped_gemm: a join event");
+    arena.join_events.push_back(e);
+  }
+  cuda_check(cudaEventRecord(arena.fork_event, caller), "grouped_gemm: fork");
+  for (int i = 0; i < count; ++i) {
+    cuda_check(cudaStreamWaitEvent(arena.forks[size_t(i)], arena.fork_event, 0), "grouped_gemm: fork");
+    f.streams.push_back(arena.forks[size_t(i)]);
+    f.joins_.push_back(arena.join_events[size_t(i)]);
+  }
+  f.caller_ = caller;
+  return f;
+}
+
+dispatch::ForkedStreams::~ForkedStreams() {
+  // The join runs on every path, a group that threw included: a caller stream that did not wait for
+  // its forks would race them, and a capture left with unjoined streams cannot end.
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const cudaEvent_t e = static_cast<cudaEvent_t>(joins_[i]);
+    if (cudaEventRecord(e, streams[i]) != cudaSuccess || cudaStreamWaitEvent(caller_, e, 0) != cudaSuccess)
+      std::fprintf(stderr, "scalemm: grouped_gemm could not join stream %zu back to its caller\n", i);
+  }
 }
 
 const HandleOptions& dispatch::handle_options(const Handle::Impl& impl) { return impl.options; }

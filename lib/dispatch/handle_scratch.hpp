@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "dispatch/verify.hpp"
 #include "scalemm/gemm.hpp"
@@ -22,6 +24,33 @@ struct StagingScratch {
   uint64_t generation = 0;
 };
 StagingScratch staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes);
+
+/// Streams that a grouped call spreads its groups over (the per-group backend): up to `count`
+/// non-blocking streams of the caller stream's device, made on first use and kept with the caller
+/// stream's resources, each with its own workspace (a dense call on it uses that stream's arena). On
+/// creation each stream waits for the work enqueued on the caller stream so far; on destruction the
+/// caller stream waits for everything enqueued on them. Both are events, so the fork and the join are
+/// captured into a CUDA graph like any launch. `streams` is empty where there is nothing to fork (a
+/// simulated machine in host tests, count < 2): the caller then runs its groups on its own stream.
+/// One grouped call at a time per caller stream holds them (`lock`).
+class ForkedStreams {
+ public:
+  ForkedStreams() = default;
+  ForkedStreams(ForkedStreams&& o) noexcept
+      : streams(std::move(o.streams)), lock_(std::move(o.lock_)), caller_(o.caller_), joins_(std::move(o.joins_)) {
+    o.streams.clear();
+  }
+  ForkedStreams& operator=(ForkedStreams&&) = delete;
+  ~ForkedStreams();
+  std::vector<Stream> streams;
+
+ private:
+  friend ForkedStreams fork_streams(Handle::Impl&, Stream, int);
+  std::unique_lock<std::mutex> lock_;
+  Stream caller_ = nullptr;
+  std::vector<void*> joins_;  // cudaEvent_t, one per stream
+};
+ForkedStreams fork_streams(Handle::Impl& impl, Stream caller, int count);
 
 /// The handle's settings that grouped calls follow as dense calls do.
 const HandleOptions& handle_options(const Handle::Impl& impl);

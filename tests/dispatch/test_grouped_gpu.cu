@@ -137,6 +137,44 @@ TEST_CASE("grouped GEMMs on the GPU are bit-identical to the same dense calls (G
   }
 }
 
+TEST_CASE("the per-group backend's streams fork from and join back to the caller's stream",
+          "[gpu][dispatch][grouped]") {
+  // On the caller's stream: poison D, the grouped call (its groups spread over forked streams), then
+  // a copy of D. Only a fork that waits for the poison and a join that the copy waits behind give the
+  // exact products in the copy; the caller's stream alone is synchronised.
+  auto rng = scalemm::testing::rng(0x6B5);
+  Handle h;
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (GroupDim dim : {GroupDim::kM, GroupDim::kK}) {
+    const Recipe rb = dim == GroupDim::kM ? Recipe::kBlock128x128 : Recipe::kBlock1x128;
+    const int64_t ks = scalemm::testing::k_split(Recipe::kBlock1x128, rb);
+    const auto in = dim == GroupDim::kM
+                        ? scalemm::testing::make_grouped(dim, Recipe::kBlock1x128, rb, ScaleFormat::kCompact,
+                                                         ScaleFormat::kCompact,
+                                                         {129, 0, 7, 200, 1, 64, 150, 0, 33, 8, 100, 2}, 640, 256, rng)
+                        : scalemm::testing::make_grouped(dim, Recipe::kBlock1x128, rb, ScaleFormat::kCompact,
+                                                         ScaleFormat::kCompact,
+                                                         {ks, 0, 4 * ks, 2 * ks, ks, 0, 3 * ks, ks}, 128, 256, rng);
+    DeviceGrouped dg(in);
+    Dev d(in.expected.size() * 4), copy(in.expected.size() * 4);
+    for (int rep = 0; rep < 3; ++rep) {
+      CUDA_OK(cudaMemsetAsync(d.p, 0xFF, d.bytes, s));  // NaN poison, on the caller's stream
+      GroupedGemmArgs ga = dg.args(d.p, DType::kF32);
+      ga.backend = GroupedBackend::kPerGroup;
+      h.grouped_gemm(ga, s);
+      CUDA_OK(cudaMemcpyAsync(copy.p, d.p, d.bytes, cudaMemcpyDeviceToDevice, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      const auto got = download_f32(copy, in.expected.size());
+      int64_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
+      CAPTURE(to_string(dim), rep);
+      CHECK(bad == 0);
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
 TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 100 times identically",
           "[gpu][dispatch][grouped]") {
   // f32 output runs the per-group backend (cuBLASLt per group, k-grouped staging); bf16 the CUTLASS
