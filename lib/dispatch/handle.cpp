@@ -403,12 +403,12 @@ dispatch::ForkedStreams dispatch::fork_streams(Handle::Impl& impl, Stream caller
     arena.join_events.push_back(e);
   }
   cuda_check(cudaEventRecord(arena.fork_event, caller), "grouped_gemm: fork");
+  f.caller_ = caller;  // before the first stream joins f.streams: the destructor joins what was forked
   for (int i = 0; i < count; ++i) {
     cuda_check(cudaStreamWaitEvent(arena.forks[size_t(i)], arena.fork_event, 0), "grouped_gemm: fork");
     f.streams.push_back(arena.forks[size_t(i)]);
     f.joins_.push_back(arena.join_events[size_t(i)]);
   }
-  f.caller_ = caller;
   return f;
 }
 
