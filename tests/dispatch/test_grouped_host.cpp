@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "dispatch/devices.hpp"
 #include "grouped_inputs.hpp"
 #include "support/test_support.hpp"
 
@@ -165,6 +166,23 @@ TEST_CASE("a grouped call explains one plan per distinct group shape", "[dispatc
   CHECK_THAT(text, Catch::Contains("reference"));
   // The CUTLASS grouped kernel says why it did not take the call.
   CHECK_THAT(text, Catch::Contains("CUTLASS grouped kernel passed over: "));
+  // Host arrays run their groups one after another; device arrays spread them over forked streams,
+  // one per non-empty group up to four.
+  CHECK_THAT(text, !Catch::Contains("streams forked"));
+  Handle hs;  // device arrays are planned for a (simulated) sm_90
+  dispatch::SimulatedDevices sim;
+  sim.devices = {DeviceTarget::simulated(90, 130100, 0)};
+  dispatch::simulate_devices(hs, sim);
+  GroupedGemmArgs dev = in.args(d.data());
+  dev.space = MemorySpace::kDevice;
+  CHECK_THAT(hs.explain(dev), Catch::Contains("the groups run on 3 streams forked from the caller's"));
+  std::vector<int64_t> many(12, 1);
+  const auto wide = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kMxfp8, Recipe::kMxfp8, ScaleFormat::kCompact,
+                                                   ScaleFormat::kCompact, many, 64, 8, rng);
+  std::vector<float> dw(wide.expected.size());
+  GroupedGemmArgs w = wide.args(dw.data());
+  w.space = MemorySpace::kDevice;
+  CHECK_THAT(hs.explain(w), Catch::Contains("the groups run on 4 streams"));
 }
 
 TEST_CASE("device-side group sizes need A scales that do not depend on the sizes", "[dispatch][grouped][host]") {
