@@ -38,8 +38,8 @@ supp=$root/tools/sanitize
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
 # Host-side targets only: the benchmarks are GPU programs and have no host tests.
-targets=(test_core test_c_api test_c_api_shared test_formats test_layouts test_layouts_emu test_emulation
-         test_dispatch scalemm_cli scalemm_c)
+targets=(test_core test_c_api test_c_api_shared test_formats test_layouts test_layouts_emu test_emulation test_reliability
+         test_dispatch scalemm_cli scalemm_c scalemm_fuzz)
 
 t0=$(date +%s)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
