@@ -229,10 +229,7 @@ void ScaledLinear::backward(const float* dy, uint16_t* dx_bf16, float* dw, Strea
 }
 
 GemmArgs ScaledLinear::gemm_args(LinearGemm which) const {
-  const int i = int(which);
-  if (i < 0 || i > 2) invalid("unknown GEMM " + std::to_string(i));
-  if (!impl_->ran[i]) invalid(std::string(to_string(which)) + " has not run yet");
-  return impl_->last[i];
+  return detail::last_linear_gemm("ScaledLinear", impl_->last, impl_->ran, which);
 }
 
 }  // namespace scalemm

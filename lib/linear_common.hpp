@@ -114,4 +114,16 @@ inline GemmOperand linear_operand(const LinearOptions& options, const void* data
   return op;
 }
 
+/// The arguments of the layer's last `which` GEMM (forward, dgrad, wgrad), from its records `last`
+/// and `ran` (three each); `owner` names the layer in the error for an unknown or not yet run GEMM.
+template <class Args>
+const Args& last_linear_gemm(const char* owner, const Args (&last)[3], const bool (&ran)[3], LinearGemm which) {
+  const int i = int(which);
+  if (i < 0 || i > 2)
+    throw Error(StatusCode::kInvalidArgument, std::string(owner) + ": unknown GEMM " + std::to_string(i));
+  if (!ran[i])
+    throw Error(StatusCode::kInvalidArgument, std::string(owner) + ": " + std::string(to_string(which)) + " has not run yet");
+  return last[i];
+}
+
 }  // namespace scalemm::detail
