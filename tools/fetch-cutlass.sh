@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs CUTLASS's C++ headers for the grouped blockwise kernel (lib/backends/cutlass_grouped.cu):
 # the PyPI wheel nvidia-cutlass carries them under cutlass_library/source/include. They are unpacked
-# into .deps/cutlass/include (git-ignored), where CMake looks first (SCALEMM_CUTLASS_DIR overrides).
+# into .deps/cutlass/include (git-ignored), where CMake looks first (SCALEMM_CUTLASS_DIR overrides),
+# and given one barrier per scale-stage release in the blockwise mainloop (tools/cutlass/).
 #   tools/fetch-cutlass.sh [WHEEL]     WHEEL: a downloaded nvidia_cutlass-*.whl (no network needed);
 #                                      default: download nvidia-cutlass==$CUTLASS_VERSION from PyPI
 # Environment: CUTLASS_VERSION (default 4.2.0.0).
@@ -10,7 +11,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 version=${CUTLASS_VERSION:-4.2.0.0}
 dest=$root/.deps/cutlass
 stamp=$dest/VERSION
+# The one change made to CUTLASS's headers (idempotent): see tools/cutlass/scale_release_barrier.py.
+patch_headers() { python3 "$root/tools/cutlass/scale_release_barrier.py" "$dest/include"; }
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version" ] && [ -f "$dest/include/cutlass/cutlass.h" ]; then
+  patch_headers
   echo "fetch-cutlass: CUTLASS $version headers already in $dest/include"; exit 0
 fi
 tmp=$(mktemp -d)
@@ -38,5 +42,6 @@ EOF
 rm -rf "$dest"
 mkdir -p "$dest"
 mv "$tmp/unpacked/cutlass_library/source/include" "$dest/include"
+patch_headers
 echo "$version" > "$stamp"
 echo "fetch-cutlass: CUTLASS $version headers in $dest/include ($(du -sh "$dest/include" | cut -f1))"
