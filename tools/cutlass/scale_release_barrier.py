@@ -6,12 +6,14 @@ of warp 0 of each consumer warpgroup then release the stage (an mbarrier arrive)
 refill with cp.async. Nothing orders the other threads' reads before that arrive, which
 compute-sanitizer's racecheck reports as write-after-read hazards (docs/reliability.md). This script
 inserts a barrier over the warpgroup's 128 threads before each release: after it every thread's reads
-happen before the arrive. One named barrier per consumer warpgroup (ids from FirstUserBarrier on),
-so the two warpgroups of the cooperative schedule never share one.
+happen before the arrive. One named barrier per consumer warpgroup: user ids 0 and 1, which CUTLASS
+places after its reserved ones (hardware ids 8 and 9 of 16), so the two warpgroups of the
+cooperative schedule never share one. The unaligned form (barrier.sync) does not assume the warp
+is converged there.
 
     python3 tools/cutlass/scale_release_barrier.py .deps/cutlass/include
 
-Idempotent; fails when the header does not have the expected release sites (another CUTLASS version).
+Idempotent (an earlier form of the barrier is replaced); fails when the header does not have the expected release sites (another CUTLASS version).
 """
 
 import pathlib
@@ -20,18 +22,19 @@ import sys
 HEADER = "cutlass/gemm/collective/sm90_mma_array_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling.hpp"
 SITE = "pipeline.consumer_release(smem_pipe_release);"
 MARK = "// scalemm: scale reads before release"
-BARRIER = ("cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, "
-           "int(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) + cutlass::canonical_warp_group_idx() - 1);")
+BARRIER = ("cutlass::arch::NamedBarrier(cutlass::NumThreadsPerWarpGroup, "
+           "uint32_t(cutlass::canonical_warp_group_idx() - 1)).arrive_and_wait_unaligned();")
 EXPECTED_SITES = 3  # two in the k-tile loop, one in mma_tail (CUTLASS 4.2.0.0)
 
 
 def main() -> int:
     path = pathlib.Path(sys.argv[1]) / HEADER
     text = path.read_text()
-    if MARK in text:
+    lines = text.splitlines(keepends=True)
+    if any(BARRIER in line and MARK in line for line in lines):
         print(f"scale_release_barrier: {path.name} already has the barriers")
         return 0
-    lines = text.splitlines(keepends=True)
+    lines = [line for line in lines if MARK not in line]  # an earlier form of the barrier
     out, sites = [], 0
     for line in lines:
         if line.strip().startswith(SITE):
