@@ -9,12 +9,16 @@
 //    A device call's groups are spread over up to four streams forked from the caller's (events, so
 //    graph captures hold them), each with its own workspace, and joined back before the call returns.
 //  * m-grouped groups are views into A, B, their scales and D: nothing is copied.
-//  * k-grouped groups gather their K columns of A and B and their K-blocks of the scales into their
-//    stream's staging scratch first (one 2-D copy per operand, one launch for both scale buffers);
-//    a stream runs its groups one after another, so one staging buffer per stream serves them all.
+//  * k-grouped groups gather their K columns of A and B into their stream's staging scratch first
+//    (one 2-D copy per operand); a stream runs its groups one after another, so one staging buffer
+//    per stream serves them all.
+//  * On the device, the scale conversions the groups' dense calls would each launch (to cuBLASLt's
+//    layout, and every k-group's K slice) run for all groups in one launch before the fork
+//    (ScaleBatch), into the caller stream's staging scratch.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -250,30 +254,38 @@ std::vector<int64_t> sizes_to_host(const GroupedGemmArgs& a, const std::string& 
   return sizes;
 }
 
-// Stages k-grouped group g (columns [k0, k0 + K_g)) into `base` and returns its dense call, writing D[g].
-GemmArgs stage_k_group(const GroupedGemmArgs& a, int64_t g, int64_t k0, char* base, Stream stream) {
-  const bool host = a.space == MemorySpace::kHost;
-  const int64_t kg = a.group_sizes[g];
+// First K-block of column k0 in a scale layout (tensorwise and rowwise scale all of K: 0).
+int64_t first_kblock(const layouts::ScaleLayout& l, int64_t k0) {
+  return l.recipe == Recipe::kTensorwise || l.recipe == Recipe::kRowwise ? 0 : k0 / l.block_k();
+}
+
+// The dense call of k-grouped group g before staging: its shape and D[g], with the whole tensors'
+// operands (staging points them at the group's own columns and scales).
+GemmArgs k_group_call(const GroupedGemmArgs& a, int64_t g) {
+  GemmArgs c;
+  c.m = a.m, c.n = a.n, c.k = a.group_sizes[g];
+  c.a = a.a, c.a.scale_format = ScaleFormat::kCompact;
+  c.b = a.b, c.b.scale_format = ScaleFormat::kCompact;
+  c.d = static_cast<uint8_t*>(a.d) + size_t(g) * size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
+  c.d_dtype = a.d_dtype, c.alpha = a.alpha, c.space = a.space;
+  return c;
+}
+
+// Gathers the K columns [k0, k0 + K_g) of A and B into `base` (KStage's first two slots) and points
+// c's data at them.
+void stage_k_data(const GroupedGemmArgs& a, int64_t k0, char* base, Stream stream, GemmArgs& c) {
+  const int64_t kg = c.k;
   const KStage st = k_stage(a, kg);
-  auto al = [](size_t b) { return (b + 255) / 256 * 256; };
   char* pa = base;
-  char* pb = pa + al(st.a_bytes);
-  char* psa = pb + al(st.b_bytes);
-  char* psb = psa + al(st.sa_bytes);
+  char* pb = pa + (st.a_bytes + 255) / 256 * 256;
   const size_t a_row = data_row_bytes(a.a.dtype, a.k), b_row = data_row_bytes(a.b.dtype, a.k);
-  const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
   const size_t a_off = size_t(dtype_storage_bytes(a.a.dtype, k0)), b_off = size_t(dtype_storage_bytes(a.b.dtype, k0));
   const size_t a_w = data_row_bytes(a.a.dtype, kg), b_w = data_row_bytes(a.b.dtype, kg);
-  const layouts::ScaleLayout ga(a.a.recipe, a.m, kg, ScaleFormat::kCompact), gb(a.b.recipe, a.n, kg, ScaleFormat::kCompact);
-  const int64_t kb0_a = a.a.recipe == Recipe::kTensorwise || a.a.recipe == Recipe::kRowwise ? 0 : k0 / la.block_k();
-  const int64_t kb0_b = a.b.recipe == Recipe::kTensorwise || a.b.recipe == Recipe::kRowwise ? 0 : k0 / lb.block_k();
-  if (host) {
+  if (a.space == MemorySpace::kHost) {
     for (int64_t r = 0; r < a.m; ++r)
       std::memcpy(pa + size_t(r) * a_w, static_cast<const char*>(a.a.data) + size_t(r) * a_row + a_off, a_w);
     for (int64_t r = 0; r < a.n; ++r)
       std::memcpy(pb + size_t(r) * b_w, static_cast<const char*>(a.b.data) + size_t(r) * b_row + b_off, b_w);
-    layouts::slice_kblocks(la, a.a.scale, kb0_a, ga, psa);
-    layouts::slice_kblocks(lb, a.b.scale, kb0_b, gb, psb);
   } else {
     detail::cuda_check(cudaMemcpy2DAsync(pa, a_w, static_cast<const char*>(a.a.data) + a_off, a_row, a_w, size_t(a.m),
                                          cudaMemcpyDeviceToDevice, stream),
@@ -281,16 +293,79 @@ GemmArgs stage_k_group(const GroupedGemmArgs& a, int64_t g, int64_t k0, char* ba
     detail::cuda_check(cudaMemcpy2DAsync(pb, b_w, static_cast<const char*>(a.b.data) + b_off, b_row, b_w, size_t(a.n),
                                          cudaMemcpyDeviceToDevice, stream),
                        "grouped_gemm: gather B's K columns");
-    layouts::gpu::ScaleConversion conv[2] = {{la, ga, a.a.scale, psa, kb0_a}, {lb, gb, a.b.scale, psb, kb0_b}};
+  }
+  c.a.data = pa, c.b.data = pb;
+}
+
+// Stages k-grouped group g (columns [k0, k0 + K_g)) into `base`, its scales as compact slices in
+// KStage's last two slots, and returns its dense call, writing D[g].
+GemmArgs stage_k_group(const GroupedGemmArgs& a, int64_t g, int64_t k0, char* base, Stream stream) {
+  GemmArgs c = k_group_call(a, g);
+  stage_k_data(a, k0, base, stream, c);
+  const int64_t kg = c.k;
+  const KStage st = k_stage(a, kg);
+  auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+  char* psa = base + al(st.a_bytes) + al(st.b_bytes);
+  char* psb = psa + al(st.sa_bytes);
+  const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
+  const layouts::ScaleLayout ga(a.a.recipe, a.m, kg, ScaleFormat::kCompact), gb(a.b.recipe, a.n, kg, ScaleFormat::kCompact);
+  if (a.space == MemorySpace::kHost) {
+    layouts::slice_kblocks(la, a.a.scale, first_kblock(la, k0), ga, psa);
+    layouts::slice_kblocks(lb, a.b.scale, first_kblock(lb, k0), gb, psb);
+  } else {
+    layouts::gpu::ScaleConversion conv[2] = {{la, ga, a.a.scale, psa, first_kblock(la, k0)},
+                                             {lb, gb, a.b.scale, psb, first_kblock(lb, k0)}};
     layouts::gpu::convert_small(conv, 2, stream);
   }
-  GemmArgs c;
-  c.m = a.m, c.n = a.n, c.k = kg;
-  c.a = a.a, c.a.data = pa, c.a.scale = psa, c.a.scale_format = ScaleFormat::kCompact;
-  c.b = a.b, c.b.data = pb, c.b.scale = psb, c.b.scale_format = ScaleFormat::kCompact;
-  c.d = static_cast<uint8_t*>(a.d) + size_t(g) * size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
-  c.d_dtype = a.d_dtype, c.alpha = a.alpha, c.space = a.space;
+  c.a.scale = psa, c.b.scale = psb;
   return c;
+}
+
+// The scale buffers of a device call's groups, prepared for all of them at once. Where a group's
+// dense plan would convert its scales to cuBLASLt's layout (or realign them: one launch per group
+// and operand), and for every k-grouped group's K slice, the conversion joins one batch
+// (layouts::gpu::convert_batch), run on the caller's stream before the groups fork, and the group's
+// call takes the converted buffer. Bit-identical: the dense call would have converted the same bytes
+// the same way.
+class ScaleBatch {
+ public:
+  // `op` reads layout `to`, made from `from`'s K-blocks kb0 on, once run() has placed it.
+  void add(const layouts::ScaleLayout& from, const void* src, int64_t kb0, const layouts::ScaleLayout& to,
+           GemmOperand* op) {
+    items_.push_back({from, to, src, nullptr, kb0});
+    offsets_.push_back(bytes_);
+    ops_.push_back(op);
+    bytes_ += (size_t(to.bytes()) + 255) / 256 * 256;
+  }
+  size_t bytes() const { return bytes_; }
+  size_t count() const { return items_.size(); }
+  // Converts into `region` (bytes() long) on `stream` and points each operand at its buffer.
+  void run(char* region, Stream stream) {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      items_[i].dst = region + offsets_[i];
+      ops_[i]->scale = items_[i].dst;
+      ops_[i]->scale_format = items_[i].to.format;
+    }
+    layouts::gpu::convert_batch(items_.data(), int(items_.size()), stream);
+  }
+
+ private:
+  std::vector<layouts::gpu::ScaleConversion> items_;
+  std::vector<size_t> offsets_;
+  std::vector<GemmOperand*> ops_;
+  size_t bytes_ = 0;
+};
+
+// Whether `p` prepares the scales itself as cuBLASLt's layout (native::plan_scales: the native
+// backend, and the convert-native one padding M): such a call takes cuBLASLt-format scales as they are.
+bool takes_cublaslt_scales(const Plan& p) {
+  return p.backend == Backend::kNative || (p.backend == Backend::kConvertNative && p.padded_m > 0);
+}
+
+// Whether the dense call of `p` would convert or realign the compact scales of `op` (A: is_a).
+bool converts_scales(const Plan& p, const GemmOperand& op, bool is_a) {
+  if (!takes_cublaslt_scales(p) || op.scale_format != ScaleFormat::kCompact) return false;
+  return (is_a ? p.convert_scale_a : p.convert_scale_b) || (reinterpret_cast<uintptr_t>(op.scale) & 15u) != 0;
 }
 
 size_t k_stage_bytes(const GroupedGemmArgs& a) {
@@ -388,45 +463,82 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     if (host) std::memset(dg, 0, d_bytes);
     else detail::cuda_check(cudaMemsetAsync(dg, 0, d_bytes, stream), "grouped_gemm: zero D[g] of an empty group");
   }
-  // The non-empty groups, spread over a few streams (host arrays: one after another). Each stream
-  // takes the next-largest group while it has the least work (M_g or K_g: the work of a group is
-  // proportional to it), so the last stream to finish finishes early.
+  // The non-empty groups, spread over a few streams (host arrays: one after another).
   std::vector<int64_t> order;
   for (int64_t g = 0; g < a.groups; ++g)
     if (a.group_sizes[g] > 0) order.push_back(g);
   const int lanes = host ? 1 : int(std::min<size_t>(order.size(), kPerGroupStreams));
+  // Every group's dense call; on the device, the scale conversions they would each launch are
+  // queued into one batch (plans looked up once per group size).
+  const bool mg = a.group_dim == GroupDim::kM;
+  std::vector<GemmArgs> calls(size_t(a.groups));
+  ScaleBatch batch;
+  std::map<int64_t, const Plan*> plans;
+  std::vector<int64_t> first(size_t(a.groups) + 1, 0);  // m-grouped: first row; k-grouped: first column
+  for (int64_t g = 0; g < a.groups; ++g) first[size_t(g) + 1] = first[size_t(g)] + a.group_sizes[g];
+  std::vector<int64_t> offs;  // m-grouped: each group's offset into A's scales
+  if (mg) offs = grouped_scale_offsets(a);
+  const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
+  for (int64_t g : order) {
+    GemmArgs& c = calls[size_t(g)] = mg ? m_group_call(a, first, offs, g) : k_group_call(a, g);
+    if (host) continue;  // the host reference reads any layout; k-groups stage theirs below
+    const Plan*& p = plans[a.group_sizes[g]];
+    if (!p) p = &dispatch::cached_plan(*impl_, c, stream);
+    const ScaleFormat to = takes_cublaslt_scales(*p) ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
+    if (mg) {
+      if (converts_scales(*p, c.a, true))
+        batch.add(layouts::ScaleLayout(c.a.recipe, c.m, c.k, ScaleFormat::kCompact), c.a.scale, 0,
+                  layouts::ScaleLayout(c.a.recipe, c.m, c.k, to), &c.a);
+      if (converts_scales(*p, c.b, false))
+        batch.add(layouts::ScaleLayout(c.b.recipe, c.n, c.k, ScaleFormat::kCompact), c.b.scale, 0,
+                  layouts::ScaleLayout(c.b.recipe, c.n, c.k, to), &c.b);
+    } else {  // the group's K slice of the whole tensors' scales, in the layout its plan reads
+      batch.add(la, a.a.scale, first_kblock(la, first[size_t(g)]), layouts::ScaleLayout(a.a.recipe, a.m, c.k, to), &c.a);
+      batch.add(lb, a.b.scale, first_kblock(lb, first[size_t(g)]), layouts::ScaleLayout(a.b.recipe, a.n, c.k, to), &c.b);
+    }
+  }
+  // k-grouped groups gather their K columns into their stream's staging buffer: a stream runs its
+  // groups one after another, so one buffer per stream serves them all. Without forked streams that
+  // is the caller's, which also holds the batch.
+  const size_t need = mg ? 0 : k_stage_bytes(a);
+  const bool one_lane = lanes < 2;
+  dispatch::StagingScratch caller_scratch;
+  std::vector<uint8_t> host_stage;
+  char* caller_stage = nullptr;
+  if (host) {
+    host_stage.resize(need);
+    caller_stage = reinterpret_cast<char*>(host_stage.data());
+  } else if (batch.count() > 0 || (need > 0 && one_lane)) {
+    caller_scratch = dispatch::staging_scratch(*impl_, stream, batch.bytes() + (one_lane ? need : 0));
+    batch.run(caller_scratch.ptr, stream);
+    caller_stage = caller_scratch.ptr + batch.bytes();
+  }
+  // The fork follows the batch, so every stream sees its conversions. Each stream takes the
+  // next-largest group while it has the least work (M_g or K_g: the work of a group is proportional
+  // to it), so the last stream to finish finishes early.
   dispatch::ForkedStreams forked = dispatch::fork_streams(*impl_, stream, lanes);
   std::vector<Stream> streams = forked.streams;
   if (streams.empty()) streams.push_back(stream);
   std::vector<int> lane_of(size_t(a.groups), 0);
   if (streams.size() > 1) {
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t x, int64_t y) { return a.group_sizes[x] > a.group_sizes[y]; });
-    std::vector<int64_t> load(streams.size(), 0);
+    std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      return a.group_sizes[x] != a.group_sizes[y] ? a.group_sizes[x] > a.group_sizes[y] : x < y;
+    });
+    std::array<int64_t, kPerGroupStreams> load{};
     for (int64_t g : order) {
-      const size_t lane = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+      const size_t lane = size_t(std::min_element(load.begin(), load.begin() + streams.size()) - load.begin());
       lane_of[size_t(g)] = int(lane);
       load[lane] += a.group_sizes[g];
     }
   }
-  if (a.group_dim == GroupDim::kM) {
-    std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
-    for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];
-    const std::vector<int64_t> offs = grouped_scale_offsets(a);
-    for (int64_t g : order) gemm(m_group_call(a, rows, offs, g), streams[size_t(lane_of[size_t(g)])]);
+  if (mg) {
+    for (int64_t g : order) gemm(calls[size_t(g)], streams[size_t(lane_of[size_t(g)])]);
     return;
   }
-  // k-grouped: stage each group's columns, then its dense call writes D[g]. A stream runs its groups
-  // one after another, so one staging buffer per stream serves them all.
-  std::vector<int64_t> k0(size_t(a.groups), 0);
-  for (int64_t g = 1; g < a.groups; ++g) k0[size_t(g)] = k0[size_t(g) - 1] + a.group_sizes[g - 1];
-  const size_t need = k_stage_bytes(a);
-  std::vector<uint8_t> host_stage;
   std::vector<dispatch::StagingScratch> scratch;  // locked in stream order: no two calls deadlock
   std::vector<char*> base;
-  if (host) {
-    host_stage.resize(need);
-    base.push_back(reinterpret_cast<char*>(host_stage.data()));
+  if (streams.size() == 1) {
+    base.push_back(caller_stage);
   } else {
     for (Stream s : streams) {
       scratch.push_back(dispatch::staging_scratch(*impl_, s, need));
@@ -435,7 +547,12 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   }
   for (int64_t g : order) {
     const size_t lane = size_t(lane_of[size_t(g)]);
-    gemm(stage_k_group(a, g, k0[size_t(g)], base[lane], streams[lane]), streams[lane]);
+    if (host) {
+      gemm(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), streams[lane]);
+      continue;
+    }
+    stage_k_data(a, first[size_t(g)], base[lane], streams[lane], calls[size_t(g)]);
+    gemm(calls[size_t(g)], streams[lane]);
   }
 }
 

@@ -422,6 +422,10 @@ dispatch::ForkedStreams::~ForkedStreams() {
   }
 }
 
+const Plan& dispatch::cached_plan(Handle::Impl& impl, const GemmArgs& args, Stream stream) {
+  return impl.cached_plan(GemmProblem::from(args), impl.device_of(stream));
+}
+
 const HandleOptions& dispatch::handle_options(const Handle::Impl& impl) { return impl.options; }
 verify::Mode dispatch::handle_verify_mode(const Handle::Impl& impl) { return impl.verify_mode; }
 

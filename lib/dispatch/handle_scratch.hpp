@@ -52,6 +52,9 @@ class ForkedStreams {
 };
 ForkedStreams fork_streams(Handle::Impl& impl, Stream caller, int count);
 
+/// The plan a dense call on `stream` gets (the handle's cache: planned once per distinct problem).
+const Plan& cached_plan(Handle::Impl& impl, const GemmArgs& args, Stream stream);
+
 /// The handle's settings that grouped calls follow as dense calls do.
 const HandleOptions& handle_options(const Handle::Impl& impl);
 verify::Mode handle_verify_mode(const Handle::Impl& impl);

@@ -175,6 +175,85 @@ TEST_CASE("the per-group backend's streams fork from and join back to the caller
   CUDA_OK(cudaStreamDestroy(s));
 }
 
+namespace {
+// Kernel nodes of what `enqueue` puts on a fresh stream, captured into a graph (after one eager call:
+// plans and scratch exist first).
+template <class F>
+size_t kernel_nodes(F enqueue) {
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  enqueue(s);
+  CUDA_OK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  enqueue(s);
+  CUDA_OK(cudaStreamEndCapture(s, &g));
+  size_t count = 0;
+  CUDA_OK(cudaGraphGetNodes(g, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  CUDA_OK(cudaGraphGetNodes(g, nodes.data(), &count));
+  size_t kernels = 0;
+  for (cudaGraphNode_t n : nodes) {
+    cudaGraphNodeType t;
+    CUDA_OK(cudaGraphNodeGetType(n, &t));
+    kernels += t == cudaGraphNodeTypeKernel;
+  }
+  CUDA_OK(cudaGraphDestroy(g));
+  CUDA_OK(cudaStreamDestroy(s));
+  return kernels;
+}
+}  // namespace
+
+TEST_CASE("the per-group backend converts every group's scales in one launch", "[gpu][dispatch][grouped]") {
+  // Compact block1x128 scales need cuBLASLt's layout, so each group's dense call would convert its
+  // own. The grouped call must launch exactly one conversion besides each group's GEMM kernels, which
+  // are those of the same dense call given cuBLASLt-format scales (a dense call that converts nothing).
+  auto rng = scalemm::testing::rng(0x6B6);
+  Handle h;
+  for (GroupDim dim : {GroupDim::kM, GroupDim::kK}) {
+    const Recipe rb = dim == GroupDim::kM ? Recipe::kBlock128x128 : Recipe::kBlock1x128;
+    const std::vector<int64_t> sizes = dim == GroupDim::kM ? std::vector<int64_t>{64, 64, 0, 64, 64, 64, 64, 64, 64}
+                                                           : std::vector<int64_t>{128, 128, 0, 128, 128, 128, 128};
+    const auto in = scalemm::testing::make_grouped(dim, Recipe::kBlock1x128, rb, ScaleFormat::kCompact,
+                                                   ScaleFormat::kCompact, sizes, 256, 256, rng);
+    const auto lt = scalemm::testing::make_grouped(dim, Recipe::kBlock1x128, rb, ScaleFormat::kCublasLt,
+                                                   ScaleFormat::kCublasLt, sizes, 256, 256, rng);
+    DeviceGrouped dg(in), dl(lt);
+    Dev d(in.expected.size() * 4);
+    GroupedGemmArgs ga = dg.args(d.p, DType::kF32);  // f32 out: the per-group backend
+    CHECK(h.explain(ga).find("per-group backend") != std::string::npos);
+    // One group alone, as a dense call with cuBLASLt-format scales (the first group's shape).
+    GemmArgs one;
+    one.m = dim == GroupDim::kM ? sizes[0] : in.m, one.n = in.n, one.k = dim == GroupDim::kM ? in.k : sizes[0];
+    const layouts::ScaleLayout sa(Recipe::kBlock1x128, one.m, one.k, ScaleFormat::kCublasLt),
+        sb(rb, one.n, one.k, ScaleFormat::kCublasLt);
+    Dev oa(size_t(one.m * one.k)), ob(size_t(one.n * one.k)), osa(size_t(sa.bytes())), osb(size_t(sb.bytes()));
+    CUDA_OK(cudaMemset(oa.p, 0, oa.bytes));
+    CUDA_OK(cudaMemset(ob.p, 0, ob.bytes));
+    CUDA_OK(cudaMemset(osa.p, 0, osa.bytes));
+    CUDA_OK(cudaMemset(osb.p, 0, osb.bytes));
+    one.a = {oa.p, in.da, Recipe::kBlock1x128, osa.p, ScaleFormat::kCublasLt};
+    one.b = {ob.p, in.db, rb, osb.p, ScaleFormat::kCublasLt};
+    one.d = d.p, one.d_dtype = DType::kF32;
+    const size_t dense = kernel_nodes([&](cudaStream_t s) { h.gemm(one, s); });
+    const size_t busy = size_t(std::count_if(sizes.begin(), sizes.end(), [](int64_t x) { return x > 0; }));
+    const size_t grouped = kernel_nodes([&](cudaStream_t s) { h.grouped_gemm(ga, s); });
+    const size_t grouped_lt = kernel_nodes([&](cudaStream_t s) { h.grouped_gemm(dl.args(d.p, DType::kF32), s); });
+    CAPTURE(to_string(dim), dense, busy);
+    CHECK(dense >= 1);
+    CHECK(grouped == busy * dense + 1);
+    // Given cuBLASLt's layout, m-grouped needs no conversion; k-grouped still slices each group's K.
+    CHECK(grouped_lt == busy * dense + (dim == GroupDim::kM ? 0 : 1));
+    CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));
+    h.grouped_gemm(ga);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto got = download_f32(d, in.expected.size());
+    int64_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 100 times identically",
           "[gpu][dispatch][grouped]") {
   // f32 output runs the per-group backend (cuBLASLt per group, k-grouped staging); bf16 the CUTLASS

@@ -218,6 +218,65 @@ TEST_CASE("GPU grouped conversion runs in one launch, inside graph capture, and 
     }
 }
 
+TEST_CASE("GPU batched conversions (whole buffers and K slices, any count) match the host in few launches",
+          "[gpu][layouts]") {
+  // convert_batch: what a grouped call's groups would each convert, in one launch per 256 small ones;
+  // large whole buffers go through the bandwidth kernels. Byte-identical to convert() / slice_kblocks().
+  OwnedStream st;
+  auto g = scalemm::testing::rng(0x6b7);
+  for (int count : {1, 2, 3, 40, 300}) {
+    std::vector<gpu::ScaleConversion> conv;
+    std::vector<std::vector<uint8_t>> want;
+    std::vector<std::unique_ptr<DevBuf>> srcs, dsts;
+    bool any_large = false;
+    for (int i = 0; i < count; ++i) {
+      const Recipe rc = kAllRecipes[g() % std::size(kAllRecipes)];
+      const ScaleFormat ff = g() % 2 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+      const ScaleFormat tf = ff == ScaleFormat::kCompact ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
+      const bool large = count == 3 && i == 1;  // past kSmallConversionElements: the bandwidth path
+      const int64_t rows = large ? 70001 : int64_t(1 + g() % 300);
+      const ScaleLayout one(rc, 1, 1, ScaleFormat::kCompact);
+      const int64_t bk = rc == Recipe::kTensorwise || rc == Recipe::kRowwise ? 128 : one.block_k();
+      const int64_t k = large ? 4096 : bk * int64_t(1 + g() % 12);
+      const bool slice = !large && g() % 2;
+      const int64_t kb0 = slice ? int64_t(g() % 3) : 0;
+      const ScaleLayout from(rc, rows, slice ? k + (kb0 + int64_t(g() % 2)) * bk : k, ff);
+      const ScaleLayout to(rc, rows, k, tf);
+      const int64_t first = rc == Recipe::kTensorwise || rc == Recipe::kRowwise ? 0 : kb0;
+      std::vector<uint8_t> src(size_t(from.bytes()));
+      for (auto& x : src) x = uint8_t(g() | 1);
+      std::vector<uint8_t> w(size_t(to.bytes()));
+      slice_kblocks(from, src.data(), first, to, w.data());
+      any_large |= large && to.size() > gpu::kSmallConversionElements;
+      srcs.push_back(std::make_unique<DevBuf>(std::max<size_t>(src.size(), 1)));
+      srcs.back()->upload(src);
+      dsts.push_back(std::make_unique<DevBuf>(std::max<size_t>(w.size(), 1)));
+      conv.push_back({from, to, srcs.back()->p(), dsts.back()->p(), first});
+      want.push_back(std::move(w));
+    }
+    CAPTURE(count);
+    cudaGraph_t graph;
+    CUDA_REQUIRE(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeGlobal));
+    gpu::convert_batch(conv.data(), count, st.s);
+    CUDA_REQUIRE(cudaStreamEndCapture(st.s, &graph));
+    size_t nodes = 0;
+    CUDA_REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes));
+    CHECK(nodes == size_t((count - (any_large ? 1 : 0) + 255) / 256 + (any_large ? 1 : 0)));
+    cudaGraphExec_t exec;
+    CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_REQUIRE(cudaGraphLaunch(exec, st.s));
+    CUDA_REQUIRE(cudaStreamSynchronize(st.s));
+    for (int i = 0; i < count; ++i) {
+      auto got = dsts[size_t(i)]->download();
+      got.resize(want[size_t(i)].size());
+      CAPTURE(i, to_string(conv[size_t(i)].to.recipe), conv[size_t(i)].to.rows, conv[size_t(i)].to.k, conv[size_t(i)].kb0);
+      CHECK(got == want[size_t(i)]);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
 TEST_CASE("the device content check finds what the host check finds, without a host sync", "[gpu][layouts]") {
   OwnedStream st;
   auto g = scalemm::testing::rng(0x6b5);

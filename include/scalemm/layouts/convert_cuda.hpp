@@ -64,6 +64,12 @@ constexpr int64_t kSmallConversionElements = int64_t(1) << 18;
 /// zero). Byte-identical to convert(), or to slice_kblocks() for a conversion with kb0 > 0.
 void convert_small(const ScaleConversion* conv, int count, Stream stream);
 
+/// Any number of conversions in as few launches as their sizes allow: whole buffers of more than
+/// kSmallConversionElements destination elements each through the bandwidth kernels (convert()),
+/// the rest (K slices of any size included) together, up to 256 per launch. A dense GEMM's scale
+/// conversions, or every group's of a grouped call. Byte-identical to convert() / slice_kblocks().
+void convert_batch(const ScaleConversion* conv, int count, Stream stream);
+
 /// tensorwise -> rowwise: dst[i] = *src for i < rows (the single fp32 scale broadcast to a vector).
 void broadcast_tensorwise(const float* src, float* dst, int64_t rows, Stream stream);
 
