@@ -183,6 +183,11 @@ scalemm::GroupedGemmArgs grouped_from(const scalemm_grouped_gemm_t* g) {
     a.device_status = g->device_status;
     a.backend = checked_enum<scalemm::GroupedBackend>(g->backend, "grouped_gemm.backend");
   }
+  if (g->struct_size >= offsetof(scalemm_grouped_gemm_t, graph_replay) + sizeof(int32_t)) {
+    require(g->graph_replay == 0 || g->graph_replay == 1,
+            "grouped_gemm.graph_replay: expected 0 or 1, got " + std::to_string(g->graph_replay));
+    a.graph_replay = g->graph_replay == 1;
+  }
   return a;
 }
 
@@ -276,6 +281,15 @@ scalemm_status_t scalemm_grouped_plan_explain(scalemm_handle_t handle, const sca
   return guarded([&] {
     require(handle != nullptr, "handle: null");
     copy_text(handle->impl.explain(grouped_from(gemm)), buf, buf_size, needed);
+  });
+}
+
+scalemm_status_t scalemm_grouped_graph_counts(scalemm_handle_t handle, uint64_t* captures, uint64_t* replays) {
+  return guarded([&] {
+    require(handle != nullptr, "handle: null");
+    const scalemm::Handle::GraphCounts c = handle->impl.grouped_graph_counts();
+    if (captures) *captures = c.captures;
+    if (replays) *replays = c.replays;
   });
 }
 

@@ -233,6 +233,11 @@ class Handle {
   void grouped_gemm(const GroupedGemmArgs& args, Stream stream = nullptr);
   /// The plan of each distinct group shape of `args`, one block per shape.
   std::string explain(const GroupedGemmArgs& args);
+  /// Whole-call graphs of grouped calls made with graph_replay: captured, and calls that replayed one.
+  struct GraphCounts {
+    uint64_t captures = 0, replays = 0;
+  };
+  GraphCounts grouped_graph_counts() const;
 
   /// SCALEMM_VERIFY=sample checks run asynchronously and are reported at the next call on the same
   /// stream; this waits for every check in flight and throws Error(kVerificationFailed) for the first

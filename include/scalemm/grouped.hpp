@@ -68,6 +68,16 @@ struct GroupedGemmArgs {
   float alpha = 1.0f;
   MemorySpace space = MemorySpace::kDevice;
   GroupedBackend backend = GroupedBackend::kAuto;
+  /// Per-group backend: capture the whole call (its scale conversions, the fork, every group's
+  /// launches, the join) as a CUDA graph the first time, and replay it while the call repeats
+  /// exactly (the same sizes, shapes, pointers, alpha, stream and device), so a call costs one graph
+  /// launch of host time. For loops with fixed sizes and fixed buffers (decoding); a call whose
+  /// pointers or sizes change each time pays a capture on top of its run instead. The first call
+  /// runs as usual, then captures; a graph is captured anew after any stream's buffers grew. The
+  /// CUTLASS kernel is one launch already and ignores it, as does a call with host arrays, on the
+  /// default stream (which cannot be captured), under SCALEMM_VERIFY, or inside the caller's own
+  /// capture. Handle::grouped_graph_counts() says how often graphs were captured and replayed.
+  bool graph_replay = false;
 };
 
 /// Checks everything that does not need a backend: G, the sizes (non-negative, summing to m or k),

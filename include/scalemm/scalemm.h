@@ -184,6 +184,10 @@ typedef struct scalemm_grouped_gemm_t {
   int32_t group_sizes_int64;       /* element type of group_sizes_device: 1 = int64, 0 = int32 */
   int32_t* device_status;          /* optional device word: 0, or 1 + the first bad group (G + 1: bad sum) */
   int32_t backend;                 /* scalemm_grouped_backend_t */
+  /* Added in 0.5: */
+  int32_t graph_replay;            /* 1: the per-group backend captures the whole call as a CUDA graph on its
+                                      first run and replays it while the call repeats exactly (fixed sizes and
+                                      buffers); scalemm_grouped_graph_counts reports captures and replays */
 } scalemm_grouped_gemm_t;
 
 /* Validates every group, then runs each non-empty group on `stream` (one cached plan per distinct
@@ -193,6 +197,10 @@ scalemm_status_t scalemm_grouped_gemm(scalemm_handle_t handle, const scalemm_gro
 /* The plan of each distinct group shape, copied into buf as scalemm_plan_explain does. */
 scalemm_status_t scalemm_grouped_plan_explain(scalemm_handle_t handle, const scalemm_grouped_gemm_t* gemm, char* buf,
                                               size_t buf_size, size_t* needed);
+
+/* Whole-call graphs of grouped calls made with graph_replay on this handle (0.5): how many were captured
+ * and how many calls replayed one. Either pointer may be NULL. */
+scalemm_status_t scalemm_grouped_graph_counts(scalemm_handle_t handle, uint64_t* captures, uint64_t* replays);
 
 /* "native", "convert-native", "emulated", "reference"; "unknown" outside the enum. */
 const char* scalemm_backend_name(int backend);

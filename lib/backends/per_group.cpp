@@ -415,6 +415,138 @@ void verify_cutlass_call(Handle::Impl& impl, const GroupedGemmArgs& in, verify::
 
 }  // namespace
 
+namespace {
+
+// The per-group backend on host sizes, after validation: every non-empty group's dense call.
+void run_groups(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream stream) {
+  const bool host = a.space == MemorySpace::kHost;
+  // Empty k-groups first, on the caller's stream: an empty reduction makes D[g] = 0.
+  const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
+  for (int64_t g = 0; a.group_dim == GroupDim::kK && g < a.groups; ++g) {
+    if (a.group_sizes[g] != 0) continue;
+    uint8_t* dg = static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes;
+    if (host) std::memset(dg, 0, d_bytes);
+    else detail::cuda_check(cudaMemsetAsync(dg, 0, d_bytes, stream), "grouped_gemm: zero D[g] of an empty group");
+  }
+  // The non-empty groups, spread over a few streams (host arrays: one after another).
+  std::vector<int64_t> order;
+  for (int64_t g = 0; g < a.groups; ++g)
+    if (a.group_sizes[g] > 0) order.push_back(g);
+  const int lanes = host ? 1 : int(std::min<size_t>(order.size(), kPerGroupStreams));
+  // Every group's dense call; on the device, the scale conversions they would each launch are
+  // queued into one batch (plans looked up once per group size).
+  const bool mg = a.group_dim == GroupDim::kM;
+  std::vector<GemmArgs> calls(size_t(a.groups));
+  ScaleBatch batch;
+  std::map<int64_t, const Plan*> plans;
+  std::vector<int64_t> first(size_t(a.groups) + 1, 0);  // m-grouped: first row; k-grouped: first column
+  for (int64_t g = 0; g < a.groups; ++g) first[size_t(g) + 1] = first[size_t(g)] + a.group_sizes[g];
+  std::vector<int64_t> offs;  // m-grouped: each group's offset into A's scales
+  if (mg) offs = grouped_scale_offsets(a);
+  const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
+  for (int64_t g : order) {
+    GemmArgs& c = calls[size_t(g)] = mg ? m_group_call(a, first, offs, g) : k_group_call(a, g);
+    if (host) continue;  // the host reference reads any layout; k-groups stage theirs below
+    const Plan*& p = plans[a.group_sizes[g]];
+    if (!p) p = &dispatch::cached_plan(impl, c, stream);
+    const ScaleFormat to = takes_cublaslt_scales(*p) ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
+    if (mg) {
+      if (converts_scales(*p, c.a, true))
+        batch.add(layouts::ScaleLayout(c.a.recipe, c.m, c.k, ScaleFormat::kCompact), c.a.scale, 0,
+                  layouts::ScaleLayout(c.a.recipe, c.m, c.k, to), &c.a);
+      if (converts_scales(*p, c.b, false))
+        batch.add(layouts::ScaleLayout(c.b.recipe, c.n, c.k, ScaleFormat::kCompact), c.b.scale, 0,
+                  layouts::ScaleLayout(c.b.recipe, c.n, c.k, to), &c.b);
+    } else {  // the group's K slice of the whole tensors' scales, in the layout its plan reads
+      batch.add(la, a.a.scale, first_kblock(la, first[size_t(g)]), layouts::ScaleLayout(a.a.recipe, a.m, c.k, to), &c.a);
+      batch.add(lb, a.b.scale, first_kblock(lb, first[size_t(g)]), layouts::ScaleLayout(a.b.recipe, a.n, c.k, to), &c.b);
+    }
+  }
+  // k-grouped groups gather their K columns into their stream's staging buffer: a stream runs its
+  // groups one after another, so one buffer per stream serves them all. Without forked streams that
+  // is the caller's, which also holds the batch.
+  const size_t need = mg ? 0 : k_stage_bytes(a);
+  const bool one_lane = lanes < 2;
+  dispatch::StagingScratch caller_scratch;
+  std::vector<uint8_t> host_stage;
+  char* caller_stage = nullptr;
+  if (host) {
+    host_stage.resize(need);
+    caller_stage = reinterpret_cast<char*>(host_stage.data());
+  } else if (batch.count() > 0 || (need > 0 && one_lane)) {
+    caller_scratch = dispatch::staging_scratch(impl, stream, batch.bytes() + (one_lane ? need : 0));
+    batch.run(caller_scratch.ptr, stream);
+    caller_stage = caller_scratch.ptr + batch.bytes();
+  }
+  // The fork follows the batch, so every stream sees its conversions. Each stream takes the
+  // next-largest group while it has the least work (M_g or K_g: the work of a group is proportional
+  // to it), so the last stream to finish finishes early.
+  dispatch::ForkedStreams forked = dispatch::fork_streams(impl, stream, lanes);
+  std::vector<Stream> streams = forked.streams;
+  if (streams.empty()) streams.push_back(stream);
+  std::vector<int> lane_of(size_t(a.groups), 0);
+  if (streams.size() > 1) {
+    std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      return a.group_sizes[x] != a.group_sizes[y] ? a.group_sizes[x] > a.group_sizes[y] : x < y;
+    });
+    std::array<int64_t, kPerGroupStreams> load{};
+    for (int64_t g : order) {
+      const size_t lane = size_t(std::min_element(load.begin(), load.begin() + streams.size()) - load.begin());
+      lane_of[size_t(g)] = int(lane);
+      load[lane] += a.group_sizes[g];
+    }
+  }
+  if (mg) {
+    for (int64_t g : order) h.gemm(calls[size_t(g)], streams[size_t(lane_of[size_t(g)])]);
+    return;
+  }
+  std::vector<dispatch::StagingScratch> scratch;  // locked in stream order: no two calls deadlock
+  std::vector<char*> base;
+  if (streams.size() == 1) {
+    base.push_back(caller_stage);
+  } else {
+    for (Stream s : streams) {
+      scratch.push_back(dispatch::staging_scratch(impl, s, need));
+      base.push_back(scratch.back().ptr);
+    }
+  }
+  for (int64_t g : order) {
+    const size_t lane = size_t(lane_of[size_t(g)]);
+    if (host) {
+      h.gemm(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), streams[lane]);
+      continue;
+    }
+    stage_k_data(a, first[size_t(g)], base[lane], streams[lane], calls[size_t(g)]);
+    h.gemm(calls[size_t(g)], streams[lane]);
+  }
+}
+
+// What a call's launches bake in, as a key for its whole-call graph: the sizes, shapes, dtypes,
+// recipes, pointers, alpha and global scales, the stream and the device.
+std::string replay_key(const GroupedGemmArgs& a, Stream stream, int device) {
+  std::string k;
+  auto put = [&k](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(a.group_dim), put(a.groups), put(a.m), put(a.n), put(a.k), put(a.d), put(a.d_dtype), put(a.alpha);
+  for (const GemmOperand* op : {&a.a, &a.b})
+    put(op->data), put(op->dtype), put(op->recipe), put(op->scale), put(op->scale_format), put(op->global_scale);
+  put(stream), put(device);
+  k.append(reinterpret_cast<const char*>(a.group_sizes), size_t(a.groups) * sizeof(int64_t));
+  return k;
+}
+
+// Why a graph_replay call runs without its graph (empty: it can have one).
+std::string graph_blocker(const GroupedGemmArgs& a, Stream stream, verify::Mode mode) {
+  if (a.space == MemorySpace::kHost) return "host arrays";
+  if (dispatch::is_default_stream(stream)) return "the default stream cannot be captured";
+  if (mode != verify::Mode::kOff) return "SCALEMM_VERIFY checks each call";
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  detail::cuda_check(cudaStreamIsCapturing(stream, &capturing), "grouped_gemm: capture status");
+  if (capturing != cudaStreamCaptureStatusNone) return "the caller is capturing the stream";
+  return "";
+}
+
+}  // namespace
+
 void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   const bool host = a.space == MemorySpace::kHost;
   // The call's device (the stream's), then the backend for it (its blocker reads no buffer), so that
@@ -455,105 +587,32 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     grouped_gemm(h, stream);
     return;
   }
-  // Empty k-groups first, on the caller's stream: an empty reduction makes D[g] = 0.
-  const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
-  for (int64_t g = 0; a.group_dim == GroupDim::kK && g < a.groups; ++g) {
-    if (a.group_sizes[g] != 0) continue;
-    uint8_t* dg = static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes;
-    if (host) std::memset(dg, 0, d_bytes);
-    else detail::cuda_check(cudaMemsetAsync(dg, 0, d_bytes, stream), "grouped_gemm: zero D[g] of an empty group");
-  }
-  // The non-empty groups, spread over a few streams (host arrays: one after another).
-  std::vector<int64_t> order;
-  for (int64_t g = 0; g < a.groups; ++g)
-    if (a.group_sizes[g] > 0) order.push_back(g);
-  const int lanes = host ? 1 : int(std::min<size_t>(order.size(), kPerGroupStreams));
-  // Every group's dense call; on the device, the scale conversions they would each launch are
-  // queued into one batch (plans looked up once per group size).
-  const bool mg = a.group_dim == GroupDim::kM;
-  std::vector<GemmArgs> calls(size_t(a.groups));
-  ScaleBatch batch;
-  std::map<int64_t, const Plan*> plans;
-  std::vector<int64_t> first(size_t(a.groups) + 1, 0);  // m-grouped: first row; k-grouped: first column
-  for (int64_t g = 0; g < a.groups; ++g) first[size_t(g) + 1] = first[size_t(g)] + a.group_sizes[g];
-  std::vector<int64_t> offs;  // m-grouped: each group's offset into A's scales
-  if (mg) offs = grouped_scale_offsets(a);
-  const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
-  for (int64_t g : order) {
-    GemmArgs& c = calls[size_t(g)] = mg ? m_group_call(a, first, offs, g) : k_group_call(a, g);
-    if (host) continue;  // the host reference reads any layout; k-groups stage theirs below
-    const Plan*& p = plans[a.group_sizes[g]];
-    if (!p) p = &dispatch::cached_plan(*impl_, c, stream);
-    const ScaleFormat to = takes_cublaslt_scales(*p) ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
-    if (mg) {
-      if (converts_scales(*p, c.a, true))
-        batch.add(layouts::ScaleLayout(c.a.recipe, c.m, c.k, ScaleFormat::kCompact), c.a.scale, 0,
-                  layouts::ScaleLayout(c.a.recipe, c.m, c.k, to), &c.a);
-      if (converts_scales(*p, c.b, false))
-        batch.add(layouts::ScaleLayout(c.b.recipe, c.n, c.k, ScaleFormat::kCompact), c.b.scale, 0,
-                  layouts::ScaleLayout(c.b.recipe, c.n, c.k, to), &c.b);
-    } else {  // the group's K slice of the whole tensors' scales, in the layout its plan reads
-      batch.add(la, a.a.scale, first_kblock(la, first[size_t(g)]), layouts::ScaleLayout(a.a.recipe, a.m, c.k, to), &c.a);
-      batch.add(lb, a.b.scale, first_kblock(lb, first[size_t(g)]), layouts::ScaleLayout(a.b.recipe, a.n, c.k, to), &c.b);
+  if (a.graph_replay && graph_blocker(a, stream, dispatch::handle_verify_mode(*impl_)).empty()) {
+    // Replayed while the call repeats exactly; otherwise run as usual (which allocates whatever the
+    // call needs and computes D), then captured for the next time.
+    const std::string key = replay_key(a, stream, device);
+    if (dispatch::replay_graph(*impl_, key, stream)) return;
+    run_groups(*this, *impl_, a, stream);
+    const uint64_t epoch = dispatch::arena_epoch_now();
+    cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
+    detail::cuda_check(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), "grouped_gemm: graph capture");
+    cudaGraph_t graph = nullptr;
+    try {
+      run_groups(*this, *impl_, a, stream);
+    } catch (...) {
+      cudaStreamEndCapture(cs, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
     }
-  }
-  // k-grouped groups gather their K columns into their stream's staging buffer: a stream runs its
-  // groups one after another, so one buffer per stream serves them all. Without forked streams that
-  // is the caller's, which also holds the batch.
-  const size_t need = mg ? 0 : k_stage_bytes(a);
-  const bool one_lane = lanes < 2;
-  dispatch::StagingScratch caller_scratch;
-  std::vector<uint8_t> host_stage;
-  char* caller_stage = nullptr;
-  if (host) {
-    host_stage.resize(need);
-    caller_stage = reinterpret_cast<char*>(host_stage.data());
-  } else if (batch.count() > 0 || (need > 0 && one_lane)) {
-    caller_scratch = dispatch::staging_scratch(*impl_, stream, batch.bytes() + (one_lane ? need : 0));
-    batch.run(caller_scratch.ptr, stream);
-    caller_stage = caller_scratch.ptr + batch.bytes();
-  }
-  // The fork follows the batch, so every stream sees its conversions. Each stream takes the
-  // next-largest group while it has the least work (M_g or K_g: the work of a group is proportional
-  // to it), so the last stream to finish finishes early.
-  dispatch::ForkedStreams forked = dispatch::fork_streams(*impl_, stream, lanes);
-  std::vector<Stream> streams = forked.streams;
-  if (streams.empty()) streams.push_back(stream);
-  std::vector<int> lane_of(size_t(a.groups), 0);
-  if (streams.size() > 1) {
-    std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
-      return a.group_sizes[x] != a.group_sizes[y] ? a.group_sizes[x] > a.group_sizes[y] : x < y;
-    });
-    std::array<int64_t, kPerGroupStreams> load{};
-    for (int64_t g : order) {
-      const size_t lane = size_t(std::min_element(load.begin(), load.begin() + streams.size()) - load.begin());
-      lane_of[size_t(g)] = int(lane);
-      load[lane] += a.group_sizes[g];
-    }
-  }
-  if (mg) {
-    for (int64_t g : order) gemm(calls[size_t(g)], streams[size_t(lane_of[size_t(g)])]);
+    detail::cuda_check(cudaStreamEndCapture(cs, &graph), "grouped_gemm: graph capture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    detail::cuda_check(made, "grouped_gemm: graph instantiation");
+    dispatch::keep_graph(*impl_, key, exec, epoch);
     return;
   }
-  std::vector<dispatch::StagingScratch> scratch;  // locked in stream order: no two calls deadlock
-  std::vector<char*> base;
-  if (streams.size() == 1) {
-    base.push_back(caller_stage);
-  } else {
-    for (Stream s : streams) {
-      scratch.push_back(dispatch::staging_scratch(*impl_, s, need));
-      base.push_back(scratch.back().ptr);
-    }
-  }
-  for (int64_t g : order) {
-    const size_t lane = size_t(lane_of[size_t(g)]);
-    if (host) {
-      gemm(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), streams[lane]);
-      continue;
-    }
-    stage_k_data(a, first[size_t(g)], base[lane], streams[lane], calls[size_t(g)]);
-    gemm(calls[size_t(g)], streams[lane]);
-  }
+  run_groups(*this, *impl_, a, stream);
 }
 
 std::string Handle::explain(const GroupedGemmArgs& a) {
@@ -563,6 +622,7 @@ std::string Handle::explain(const GroupedGemmArgs& a) {
   const std::string why = cutlass_blocker(a, target(), dispatch::handle_options(*impl_).plan);
   if (why.empty()) {
     os << "CUTLASS grouped backend: " << backends::cutlass_grouped::describe(a);
+    if (a.graph_replay) os << " (graph_replay has no effect: the call is one launch already)";
     return os.str();
   }
   if (a.group_sizes_device) {
@@ -579,6 +639,24 @@ std::string Handle::explain(const GroupedGemmArgs& a) {
   if (a.space == MemorySpace::kDevice && busy > 1)
     os << "; the groups run on " << std::min<int64_t>(busy, int64_t(kPerGroupStreams))
        << " streams forked from the caller's, each with its own workspace";
+  if (a.space == MemorySpace::kDevice && busy > 0) {
+    bool converts = a.group_dim == GroupDim::kK;  // every k-group's K slice of the scales
+    if (!converts) {
+      std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
+      for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];
+      const std::vector<int64_t> offs = grouped_scale_offsets(a);
+      for (int64_t g = 0; g < a.groups && !converts; ++g) {
+        if (a.group_sizes[g] == 0) continue;
+        const GemmArgs c = m_group_call(a, rows, offs, g);
+        const Plan p = plan(c);
+        converts = converts_scales(p, c.a, true) || converts_scales(p, c.b, false);
+      }
+    }
+    if (converts) os << "; every group's scale conversions run in one launch before the groups";
+    if (a.graph_replay)
+      os << "; graph_replay: on a non-default stream the whole call is captured as a CUDA graph on its first run"
+         << " and replayed while it repeats exactly";
+  }
   for (const auto& [size, gs] : by_size) {
     os << "\n" << (a.group_dim == GroupDim::kM ? "M_g=" : "K_g=") << size << " (groups";
     for (size_t i = 0; i < gs.size() && i < 8; ++i) os << ' ' << gs[i];

@@ -35,6 +35,10 @@ bool log_plans() {
   return on;
 }
 
+// Reallocations of any stream's buffers, in any handle: whole-call graphs made before the last one
+// are not replayed (they may hold a freed buffer).
+std::atomic<uint64_t> arena_epoch{0};
+
 // Device memory owned by one stream: nothing here is ever shared by GEMMs that can run concurrently.
 // It lives on the stream's device; Handle::Impl destroys it with that device current.
 struct StreamArena {
@@ -72,6 +76,7 @@ struct StreamArena {
   static void grow(char*& buf, size_t& have, size_t bytes, Stream stream, const char* what) {
     if (bytes <= have) return;
     cuda_check(cudaStreamSynchronize(stream), std::string(what) + " growth");
+    ++arena_epoch;  // a graph captured before now may hold the old buffer (dispatch::replay_graph)
     if (buf) cudaFree(buf);
     buf = nullptr;
     have = 0;
@@ -175,11 +180,22 @@ struct Handle::Impl {
   // allocation while it lives, so a warm call (and a call inside a graph capture after a warm-up) asks
   // CUDA nothing about its pointers.
   std::unordered_map<const void*, int> device_pointers;
+  // Whole-call graphs of grouped calls (GroupedGemmArgs::graph_replay), by call key.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t epoch = 0;     // arena_epoch when captured
+    uint64_t last_use = 0;  // for evicting the least recently used
+  };
+  std::mutex graph_mu;
+  std::unordered_map<std::string, Graph> graphs;
+  uint64_t graph_clock = 0;
+  Handle::GraphCounts graph_counts;
   std::mutex stream_mu;  // guards stream_devices
   // The device of each non-default stream seen, asked once (a stream stays on its device).
   std::unordered_map<Stream, int> stream_devices;
 
   ~Impl() {
+    for (auto& [key, g] : graphs) cudaGraphExecDestroy(g.exec);
     // Each stream's resources are freed with their own device current, whatever device the
     // destroying thread has made current.
     for (auto& [key, arena] : arenas) {
@@ -420,6 +436,43 @@ dispatch::ForkedStreams::~ForkedStreams() {
     if (cudaEventRecord(e, streams[i]) != cudaSuccess || cudaStreamWaitEvent(caller_, e, 0) != cudaSuccess)
       std::fprintf(stderr, "scalemm: grouped_gemm could not join stream %zu back to its caller\n", i);
   }
+}
+
+bool dispatch::replay_graph(Handle::Impl& impl, const std::string& key, Stream stream) {
+  std::lock_guard<std::mutex> lock(impl.graph_mu);
+  auto it = impl.graphs.find(key);
+  if (it == impl.graphs.end()) return false;
+  if (it->second.epoch != arena_epoch.load()) {  // a buffer it holds may be gone: capture anew
+    cudaGraphExecDestroy(it->second.exec);
+    impl.graphs.erase(it);
+    return false;
+  }
+  cuda_check(cudaGraphLaunch(it->second.exec, reinterpret_cast<cudaStream_t>(stream)), "grouped_gemm: graph replay");
+  it->second.last_use = ++impl.graph_clock;
+  ++impl.graph_counts.replays;
+  return true;
+}
+
+void dispatch::keep_graph(Handle::Impl& impl, const std::string& key, void* exec, uint64_t epoch) {
+  constexpr size_t kMaxGraphs = 64;
+  std::lock_guard<std::mutex> lock(impl.graph_mu);
+  ++impl.graph_counts.captures;
+  auto& slot = impl.graphs[key];
+  if (slot.exec) cudaGraphExecDestroy(slot.exec);  // another thread captured the same call meanwhile
+  slot = {static_cast<cudaGraphExec_t>(exec), epoch, ++impl.graph_clock};
+  if (impl.graphs.size() <= kMaxGraphs) return;
+  auto oldest = impl.graphs.begin();
+  for (auto it = impl.graphs.begin(); it != impl.graphs.end(); ++it)
+    if (it->second.last_use < oldest->second.last_use) oldest = it;
+  cudaGraphExecDestroy(oldest->second.exec);
+  impl.graphs.erase(oldest);
+}
+
+uint64_t dispatch::arena_epoch_now() { return arena_epoch.load(); }
+
+Handle::GraphCounts Handle::grouped_graph_counts() const {
+  std::lock_guard<std::mutex> lock(impl_->graph_mu);
+  return impl_->graph_counts;
 }
 
 const Plan& dispatch::cached_plan(Handle::Impl& impl, const GemmArgs& args, Stream stream) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,16 @@ class ForkedStreams {
   std::vector<void*> joins_;  // cudaEvent_t, one per stream
 };
 ForkedStreams fork_streams(Handle::Impl& impl, Stream caller, int count);
+
+/// Whole-call graphs of grouped calls (GroupedGemmArgs::graph_replay), kept by the handle under a
+/// key that holds everything the call's launches bake in (sizes, shapes, pointers, stream, device).
+/// replay_graph launches the graph of `key` on `stream` and returns true, unless there is none or a
+/// stream buffer has been reallocated since it was captured (arena_epoch_now() moved on: the graph
+/// is dropped). keep_graph stores a cudaGraphExec_t captured at `epoch` (the 64 most recently used
+/// are kept).
+bool replay_graph(Handle::Impl& impl, const std::string& key, Stream stream);
+void keep_graph(Handle::Impl& impl, const std::string& key, void* exec, uint64_t epoch);
+uint64_t arena_epoch_now();
 
 /// The plan a dense call on `stream` gets (the handle's cache: planned once per distinct problem).
 const Plan& cached_plan(Handle::Impl& impl, const GemmArgs& args, Stream stream);

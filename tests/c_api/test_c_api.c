@@ -151,6 +151,25 @@ int main(void) {
           ++failures;
         }
         gg.backend = SCALEMM_GROUPED_BACKEND_AUTO;
+        /* The 0.5 field: graph_replay outside 0/1 is named; on host arrays it has nothing to capture. */
+        gg.graph_replay = 2;
+        if (scalemm_grouped_gemm(h, &gg, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT || d[0] != -1.0f ||
+            strstr(scalemm_last_error_message(), "grouped_gemm.graph_replay") == NULL) {
+          fprintf(stderr, "a bad graph_replay was not named: %s\n", scalemm_last_error_message());
+          ++failures;
+        }
+        gg.graph_replay = 1;
+        {
+          uint64_t captures = 7, replays = 7;
+          if (scalemm_grouped_gemm(h, &gg, NULL) != SCALEMM_STATUS_OK || d[0] != 64.0f ||
+              scalemm_grouped_graph_counts(h, &captures, &replays) != SCALEMM_STATUS_OK || captures != 0 ||
+              replays != 0 || scalemm_grouped_graph_counts(NULL, NULL, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT) {
+            fprintf(stderr, "graph_replay on host arrays: d[0] = %g, %llu captures: %s\n", (double)d[0],
+                    (unsigned long long)captures, scalemm_last_error_message());
+            ++failures;
+          }
+        }
+        gg.graph_replay = 0;
       }
       /* FP8 output: D = e4m3(0.25 * 64) = 16.0 (0x58), amax 64. */
       {

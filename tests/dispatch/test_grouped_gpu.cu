@@ -254,6 +254,84 @@ TEST_CASE("the per-group backend converts every group's scales in one launch", "
   }
 }
 
+TEST_CASE("graph_replay captures a per-group call once and replays it while the call repeats",
+          "[gpu][dispatch][grouped]") {
+  // The replay must read the buffers' current contents, follow new sizes with a new capture, and
+  // never replay a graph captured before a stream buffer was reallocated (any handle's growth).
+  auto rng = scalemm::testing::rng(0x6B7);
+  Handle h;
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (GroupDim dim : {GroupDim::kM, GroupDim::kK}) {
+    const Recipe rb = dim == GroupDim::kM ? Recipe::kBlock128x128 : Recipe::kBlock1x128;
+    const int64_t ks = scalemm::testing::k_split(Recipe::kBlock1x128, rb);
+    const std::vector<int64_t> split1 = dim == GroupDim::kM ? std::vector<int64_t>{129, 0, 7, 64, 200, 8}
+                                                            : std::vector<int64_t>{ks, 0, 3 * ks, 2 * ks};
+    const std::vector<int64_t> split2 = dim == GroupDim::kM ? std::vector<int64_t>{8, 200, 64, 7, 0, 129}
+                                                            : std::vector<int64_t>{2 * ks, ks, 0, 3 * ks};
+    auto make = [&](const std::vector<int64_t>& sizes) {
+      return scalemm::testing::make_grouped(dim, Recipe::kBlock1x128, rb, ScaleFormat::kCompact, ScaleFormat::kCompact,
+                                            sizes, dim == GroupDim::kM ? 384 : 96, 256, rng);
+    };
+    const auto first = make(split1), second = make(split1), other = make(split2);
+    DeviceGrouped dg(first);
+    Dev d(first.expected.size() * 4);
+    auto run = [&](const GroupedInputs& in, const std::vector<int64_t>& sizes) {
+      CUDA_OK(cudaMemsetAsync(d.p, 0xFF, d.bytes, s));  // NaN poison
+      GroupedGemmArgs ga = dg.args(d.p, DType::kF32);   // f32 out: the per-group backend
+      ga.group_sizes = sizes.data();
+      ga.graph_replay = true;
+      h.grouped_gemm(ga, s);
+      CUDA_OK(cudaStreamSynchronize(s));
+      const auto got = download_f32(d, in.expected.size());
+      int64_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
+      return bad;
+    };
+    auto upload = [&](const GroupedInputs& in) {  // new contents, same buffers
+      CUDA_OK(cudaMemcpy(dg.ad.p, in.a_data.data(), in.a_data.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(dg.as.p, in.a_scale.data(), in.a_scale.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(dg.bd.p, in.b_data.data(), in.b_data.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(dg.bs.p, in.b_scale.data(), in.b_scale.size(), cudaMemcpyHostToDevice));
+    };
+    CAPTURE(to_string(dim));
+    const Handle::GraphCounts c0 = h.grouped_graph_counts();
+    CHECK(run(first, split1) == 0);  // runs, then captures
+    CHECK(h.grouped_graph_counts().captures == c0.captures + 1);
+    for (int r = 0; r < 3; ++r) CHECK(run(first, split1) == 0);
+    CHECK(h.grouped_graph_counts().replays == c0.replays + 3);
+    CHECK(h.grouped_graph_counts().captures == c0.captures + 1);
+    upload(second);  // the replay reads what the buffers hold now
+    CHECK(run(second, split1) == 0);
+    CHECK(h.grouped_graph_counts().replays == c0.replays + 4);
+    // Other sizes are another call: captured on their own, the first graph kept.
+    upload(other);
+    CHECK(run(other, split2) == 0);
+    CHECK(h.grouped_graph_counts().captures == c0.captures + 2);
+    upload(second);
+    CHECK(run(second, split1) == 0);
+    CHECK(h.grouped_graph_counts().replays == c0.replays + 5);
+    // A reallocation anywhere (here: another handle's first call on this stream) retires every graph.
+    {
+      Handle other_handle;
+      GroupedGemmArgs ga = dg.args(d.p, DType::kF32);
+      ga.group_sizes = split1.data();
+      other_handle.grouped_gemm(ga, s);
+      CUDA_OK(cudaStreamSynchronize(s));
+    }
+    CHECK(run(second, split1) == 0);
+    CHECK(h.grouped_graph_counts().captures == c0.captures + 3);
+    // The default stream cannot be captured: the call runs as usual.
+    GroupedGemmArgs ga = dg.args(d.p, DType::kF32);
+    ga.group_sizes = split1.data();
+    ga.graph_replay = true;
+    h.grouped_gemm(ga);
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(h.grouped_graph_counts().captures == c0.captures + 3);
+  }
+  CUDA_OK(cudaStreamDestroy(s));
+}
+
 TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 100 times identically",
           "[gpu][dispatch][grouped]") {
   // f32 output runs the per-group backend (cuBLASLt per group, k-grouped staging); bf16 the CUTLASS

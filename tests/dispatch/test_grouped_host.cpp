@@ -183,6 +183,19 @@ TEST_CASE("a grouped call explains one plan per distinct group shape", "[dispatc
   GroupedGemmArgs w = wide.args(dw.data());
   w.space = MemorySpace::kDevice;
   CHECK_THAT(hs.explain(w), Catch::Contains("the groups run on 4 streams"));
+  // Emulated groups read compact scales as they are: no batch of conversions.
+  CHECK_THAT(hs.explain(w), !Catch::Contains("scale conversions run in one launch"));
+  CHECK_THAT(hs.explain(w), !Catch::Contains("graph_replay"));
+  // Native groups with compact blockwise A scales: all groups' conversions in one launch; with
+  // graph_replay the whole call is captured once (f32 output: the CUTLASS kernel passes).
+  const auto bw = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                 ScaleFormat::kCompact, ScaleFormat::kCompact, {64, 0, 128}, 128, 128, rng);
+  std::vector<float> db(bw.expected.size());
+  GroupedGemmArgs b = bw.args(db.data());
+  b.space = MemorySpace::kDevice;
+  CHECK_THAT(hs.explain(b), Catch::Contains("every group's scale conversions run in one launch before the groups"));
+  b.graph_replay = true;
+  CHECK_THAT(hs.explain(b), Catch::Contains("graph_replay: on a non-default stream the whole call is captured"));
 }
 
 TEST_CASE("device-side group sizes need A scales that do not depend on the sizes", "[dispatch][grouped][host]") {
