@@ -1,0 +1,143 @@
+// Grouped (MoE) GEMMs without Python: the CUTLASS grouped kernel, the per-group backend, and the
+// per-group backend replaying its whole-call graph (graph_replay), on the MoE shapes of
+// docs/benchmarks.md. block1x128 x block128x128 compact scales, bf16 out. CUDA events around 20
+// back-to-back calls on one stream (host time counts where it exceeds the GPU's), median of 7.
+// Usage: bench_grouped [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+
+using namespace scalemm;
+
+namespace {
+
+#define OK(x) scalemm::detail::cuda_check((x), #x)
+
+double median_us_per_call(cudaStream_t s, const std::function<void()>& call, int calls = 20, int samples = 7) {
+  cudaEvent_t a, b;
+  OK(cudaEventCreate(&a));
+  OK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) call();
+  std::vector<float> t;
+  for (int r = 0; r < samples; ++r) {
+    OK(cudaEventRecord(a, s));
+    for (int i = 0; i < calls; ++i) call();
+    OK(cudaEventRecord(b, s));
+    OK(cudaEventSynchronize(b));
+    float ms = 0;
+    OK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0f / float(calls));
+  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[t.size() / 2];
+}
+
+struct DevMem {
+  void* p = nullptr;
+  explicit DevMem(size_t n) { OK(cudaMalloc(&p, n ? n : 1)); }
+  ~DevMem() { cudaFree(p); }
+};
+
+struct Shape {
+  int64_t g, mg, n, k;
+  bool uneven;
+};
+
+// Sizes summing to g * mg: equal, or a fixed uneven split in multiples of 16 with empty experts.
+std::vector<int64_t> split(const Shape& s, std::mt19937_64& rng) {
+  std::vector<int64_t> sizes(size_t(s.g), s.mg);
+  if (!s.uneven) return sizes;
+  std::gamma_distribution<double> gamma(1.0, 1.0);
+  std::vector<double> w(size_t(s.g));
+  double sum = 0;
+  for (auto& x : w) sum += (x = gamma(rng));
+  const int64_t units = s.g * s.mg / 16;
+  int64_t used = 0;
+  for (size_t i = 0; i < w.size(); ++i) used += (sizes[i] = int64_t(w[i] / sum * double(units))) ;
+  sizes[0] += units - used;
+  for (auto& x : sizes) x *= 16;
+  return sizes;
+}
+
+void run_shape(const Shape& sh, std::mt19937_64& rng) {
+  const std::vector<int64_t> sizes = split(sh, rng);
+  const int64_t m = sh.g * sh.mg, n = sh.n, k = sh.k;
+  DevMem a(size_t(m * k)), b(size_t(sh.g * n * k)), d(size_t(m * n * 2));
+  const layouts::ScaleLayout la(Recipe::kBlock1x128, m, k, ScaleFormat::kCompact);
+  const layouts::ScaleLayout lb(Recipe::kBlock128x128, n, k, ScaleFormat::kCompact);
+  DevMem sa(size_t(la.bytes())), sb(size_t(sh.g * lb.bytes()));
+  {  // small finite E4M3 values and unit scales
+    std::vector<uint8_t> h(size_t(std::max(m, sh.g * n) * k));
+    for (auto& x : h) x = uint8_t(rng() & 0xB7);
+    OK(cudaMemcpy(a.p, h.data(), size_t(m * k), cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(b.p, h.data(), size_t(sh.g * n * k), cudaMemcpyHostToDevice));
+    std::vector<float> ones(size_t(std::max(la.size(), sh.g * lb.size())), 1.0f);
+    OK(cudaMemcpy(sa.p, ones.data(), size_t(la.bytes()), cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(sb.p, ones.data(), size_t(sh.g * lb.bytes()), cudaMemcpyHostToDevice));
+  }
+  GroupedGemmArgs ga;
+  ga.group_dim = GroupDim::kM;
+  ga.groups = sh.g;
+  ga.group_sizes = sizes.data();
+  ga.m = m, ga.n = n, ga.k = k;
+  ga.a = {a.p, DType::kE4M3, Recipe::kBlock1x128, sa.p, ScaleFormat::kCompact};
+  ga.b = {b.p, DType::kE4M3, Recipe::kBlock128x128, sb.p, ScaleFormat::kCompact};
+  ga.d = d.p;
+  ga.d_dtype = DType::kBF16;
+  cudaStream_t s;
+  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Handle h;
+  auto time = [&](GroupedBackend backend, bool graph) {
+    GroupedGemmArgs c = ga;
+    c.backend = backend;
+    c.graph_replay = graph;
+    return median_us_per_call(s, [&] { h.grouped_gemm(c, s); });
+  };
+  const double cutlass = time(GroupedBackend::kCutlass, false);
+  const double per_group = time(GroupedBackend::kPerGroup, false);
+  const double replay = time(GroupedBackend::kPerGroup, true);
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  int64_t empty = 0;
+  for (int64_t x : sizes) empty += x == 0;
+  std::printf("| %lld | %lld | %lld | %lld | %s (%lld empty) | %.1f (%.0f) | %.1f (%.0f) | %.1f (%.0f) | %.2fx |\n",
+              (long long)sh.g, (long long)sh.mg, (long long)n, (long long)k, sh.uneven ? "uneven" : "equal",
+              (long long)empty, cutlass, flops / cutlass * 1e-6, per_group, flops / per_group * 1e-6, replay,
+              flops / replay * 1e-6, per_group / replay);
+  std::fflush(stdout);
+  OK(cudaStreamSynchronize(s));
+  OK(cudaStreamDestroy(s));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  std::mt19937_64 rng(0x9E0);
+  std::printf("bench_grouped: us per call (TF/s); block1x128 x block128x128, bf16 out, m-grouped\n");
+  std::printf("| G | M_g | N | K | sizes | CUTLASS | per-group | per-group graph_replay | per-group / replay |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<Shape> shapes = {{8, 2048, 4096, 7168, false}, {32, 1024, 2048, 7168, false},
+                               {16, 256, 2048, 2048, false}, {64, 8, 4096, 7168, false},
+                               {16, 256, 2048, 2048, true},  {64, 8, 4096, 7168, true}};
+  if (quick) shapes = {shapes[2], shapes[3], shapes[4]};
+  try {
+    for (const Shape& s : shapes) run_shape(s, rng);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_grouped: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
