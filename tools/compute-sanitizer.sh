@@ -9,6 +9,7 @@
 # ./out). Exit status 1 unless every entry ran to its end with no error and no failing test (an
 # entry cut by the time limit, a missing executable or a machine without a CUDA device is not clean).
 #
+# SAN_ARGS_<TOOL> adds options to one tool's command line (SAN_ARGS_RACECHECK="...").
 # Each tool runs a list of "executable|Catch2 test spec" entries (SAN_<TOOL> overrides it, entries
 # separated by ';') within a time budget (SAN_BUDGET_<TOOL> seconds); an entry gets an equal share of
 # what is left of its tool's budget, and one cut short is reported as such, never as clean. The
@@ -104,6 +105,8 @@ for tool in ${tools//,/ }; do
     runs=$((runs + 1))
     extra=()
     [ "$tool" = "racecheck" ] && extra+=(--racecheck-report hazard)
+    more_var="SAN_ARGS_${tool^^}"  # e.g. SAN_ARGS_RACECHECK="--racecheck-indirect-barrier-dependency yes"
+    [ -n "${!more_var:-}" ] && read -r -a more <<< "${!more_var}" && extra+=("${more[@]}")
     SCALEMM_VERIFY=off timeout -k 10 "$left" "$san" --tool "$tool" --error-exitcode 1 --print-limit 50 "${extra[@]}" \
       "$exe" "$spec" > "$log" 2>&1
     rc=$?
