@@ -1,13 +1,15 @@
-// The CUTLASS grouped blockwise backend (cutlass_grouped.hpp): plan (blocker, workspace) and run, with
-// the set-up kernel that builds the pointer-array kernel's per-group arguments on the device.
+// The CUTLASS grouped backend (cutlass_grouped.hpp): plan (blocker, workspace) and run, with the set-up
+// kernel that builds the pointer-array kernels' per-group arguments on the device.
 //
-// Scales: the kernel reads each group's scale grid as a packed CuTe layout of that group's own extents
-// (cp.async, element by element), K-major or M/N-major by instantiation.
+// Blockwise scales: the kernel reads each group's scale grid as a packed CuTe layout of that group's
+// own extents (cp.async, element by element), K-major or M/N-major by instantiation.
 //  * m-grouped: the compact grids (sum M_g, ceil(K/128)) and, per expert, (ceil(N/128) or N,
 //    ceil(K/128)) are K-major and packed for every group (all share K): read in place, no conversion.
 //  * k-grouped: a group's K-blocks are a column window of (M, sum K_g/128), not packed in K-major;
 //    transposed once to (sum K_g/128, M) they are (M-major, base at the group's first K-block). One
 //    transpose launch for both operands, whatever the sizes, so device-side sizes work unchanged.
+// Rowwise scales never enter the mainloop: the epilogue multiplies by A's row scale and B's column
+// scale through per-group pointers into the caller's vectors, so nothing is converted.
 #include "backends/cutlass_grouped.hpp"
 #include "backends/tool_marks.hpp"
 
@@ -70,6 +72,7 @@ using Epilogue = cutlass::epilogue::collective::CollectiveBuilder<
 
 #define SCALEMM_CUTLASS_GROUPED_CONFIG(NAME, GRAN_N, MAJOR)                                                      \
   struct NAME {                                                                                                 \
+    static constexpr bool kBlockwise = true;                                                                    \
     using ElementA = cutlass_grouped::ElementA;                                                                 \
     using ElementB = cutlass_grouped::ElementB;                                                                 \
     using ElementD = cutlass_grouped::ElementD;                                                                 \
@@ -93,6 +96,41 @@ SCALEMM_CUTLASS_GROUPED_CONFIG(MGrouped128, 128, cute::GMMA::Major::K);
 SCALEMM_CUTLASS_GROUPED_CONFIG(MGrouped1, 1, cute::GMMA::Major::K);
 SCALEMM_CUTLASS_GROUPED_CONFIG(KGrouped1, 1, cute::GMMA::Major::MN);
 #undef SCALEMM_CUTLASS_GROUPED_CONFIG
+
+// Rowwise x rowwise, both groupings: the plain FP8 pointer-array mainloop (fp32 promotion of the tensor
+// cores' partial sums every 4 MMAs, as cuBLASLt's default) and an epilogue tree that computes
+// alpha * (scale_b[n] * (scale_a[m] * acc)) with both vectors read through per-group pointers.
+namespace rowwise_tree {
+using namespace cutlass::epilogue::fusion;
+template <class Out>
+using Mul = Sm90Compute<cutlass::multiplies, Out, float, cutlass::FloatRoundStyle::round_to_nearest>;
+using ScaleA = Sm90ColBroadcast<0, TileShape, float*, float, Stride<_1, _0, _0>>;  // float*: one pointer per group
+using ScaleB = Sm90RowBroadcast<0, TileShape, float*, float, Stride<_0, _1, _0>>;
+using Tree = Sm90EVT<Mul<ElementD>, Sm90ScalarBroadcast<float>,
+                     Sm90EVT<Mul<float>, ScaleB, Sm90EVT<Mul<float>, ScaleA, Sm90AccFetch>>>;
+}  // namespace rowwise_tree
+using RowwiseEpilogue = cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
+    cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, rowwise_tree::Tree>::CollectiveOp;
+struct Rowwise {
+  static constexpr bool kBlockwise = false;
+  using ElementA = cutlass_grouped::ElementA;
+  using ElementB = cutlass_grouped::ElementB;
+  using ElementD = cutlass_grouped::ElementD;
+  using LayoutSFA = int32_t;  // no scale grids: the per-group arrays keep their slots unused
+  using LayoutSFB = int32_t;
+  using Mainloop = cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignAB, ElementB, LayoutB*, kAlignAB,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(RowwiseEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, RowwiseEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  using StrideA = GemmKernel::InternalStrideA;
+  using StrideB = GemmKernel::InternalStrideB;
+  using StrideD = GemmKernel::InternalStrideD;
+};
 
 // The per-group argument arrays, carved from the workspace in this order (each 256-byte aligned),
 // then the k-grouped transposed scales and the kernel's own workspace.
@@ -156,6 +194,7 @@ struct SetupBase {
   bool k_grouped;
   int64_t sb_group_stride;  // floats between two experts' B scale grids (m-grouped)
   int gran_n;
+  int k_align;  // k-grouped: every K_g is a multiple of this (128: the blockwise kernels' K blocks)
   const void* device_sizes;
   bool device_sizes_int64;
   int32_t* device_status;
@@ -183,7 +222,7 @@ __device__ void write_group(const SetupBase& p, const Arrays<C>& out, int64_t g,
     out.a[g] = reinterpret_cast<const typename C::ElementA*>(p.a + start * p.k);
     out.b[g] = reinterpret_cast<const typename C::ElementB*>(p.b + g * p.n * p.k);
     out.d[g] = reinterpret_cast<typename C::ElementD*>(p.d + start * p.n * 2);
-    out.sfa[g] = p.sa + start * kb;
+    out.sfa[g] = p.sa + start * (C::kBlockwise ? kb : 1);  // rowwise: one scale per row
     out.sfb[g] = p.sb + g * p.sb_group_stride;
     out.empty[g] = 0;
   } else {  // K columns [start, start + size) of A and B; D[g]
@@ -193,14 +232,15 @@ __device__ void write_group(const SetupBase& p, const Arrays<C>& out, int64_t g,
     out.a[g] = reinterpret_cast<const typename C::ElementA*>(p.a + start);
     out.b[g] = reinterpret_cast<const typename C::ElementB*>(p.b + start);
     out.d[g] = reinterpret_cast<typename C::ElementD*>(p.d + g * p.m * p.n * 2);
-    out.sfa[g] = p.sa + kb0 * p.m;
-    out.sfb[g] = p.sb + kb0 * layouts::ceil_div(p.n, p.gran_n);
+    out.sfa[g] = C::kBlockwise ? p.sa + kb0 * p.m : p.sa;  // rowwise: the same (M,) and (N,) for every group
+    out.sfb[g] = C::kBlockwise ? p.sb + kb0 * layouts::ceil_div(p.n, p.gran_n) : p.sb;
     out.empty[g] = valid && size == 0;
   }
   out.shapes[g] = Problem(m, n, k);
-  // What the kernel derives from the shape itself (it reads these arrays only on other paths).
-  out.layout_sfa[g] = C::ScaleConfig::tile_atom_to_shape_SFA(make_shape(m, n, k, 1));
-  out.layout_sfb[g] = C::ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, n, k, 1));
+  if constexpr (C::kBlockwise) {  // what the kernel derives from the shape itself (read only on other paths)
+    out.layout_sfa[g] = C::ScaleConfig::tile_atom_to_shape_SFA(make_shape(m, n, k, 1));
+    out.layout_sfb[g] = C::ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, n, k, 1));
+  }
 }
 
 // One block: validates the sizes, takes their exclusive prefix sum and fills every group's arguments.
@@ -223,7 +263,7 @@ __global__ void __launch_bounds__(kSetupThreads) setup_kernel(const __grid_const
   for (int64_t base = 0; base < p.groups; base += kSetupThreads) {
     const int64_t g = base + threadIdx.x;
     const int64_t s = g < p.groups ? size_of(g) : 0;
-    if (g < p.groups && (s < 0 || (p.k_grouped && s % 128 != 0))) atomicMin(&first_bad, int32_t(g));
+    if (g < p.groups && (s < 0 || (p.k_grouped && s % p.k_align != 0))) atomicMin(&first_bad, int32_t(g));
     int64_t ignored, total;
     Scan(scan_storage).ExclusiveSum(s < 0 ? 0 : s, ignored, total);
     __syncthreads();
@@ -250,15 +290,12 @@ __global__ void __launch_bounds__(kSetupThreads) setup_kernel(const __grid_const
   }
 }
 
-// Scale grids the kernel reads that the caller's are not: a compact (rows, kb) grid transposed to
-// (kb, rows) (k-grouped), or rowwise scales (rows,) broadcast to every K-block, K-major (rows, kb) for
-// m-grouped or (kb, rows) for k-grouped. 32x32 tiles; blockIdx.z picks A's job or B's.
+// k-grouped blockwise scales: a compact (rows, kb) grid transposed to (kb, rows). 32x32 tiles;
+// blockIdx.z picks A's job or B's.
 struct ScaleJob {
   const float* src;
   float* dst;  // nullptr: nothing to do
   int64_t rows, cols;  // the grid (rows, kb)
-  bool broadcast;      // src holds one scale per row
-  bool mn_major;       // dst is (kb, rows)
 };
 __global__ void prepare_scales_kernel(ScaleJob ja, ScaleJob jb) {
   const ScaleJob& j = blockIdx.z == 0 ? ja : jb;
@@ -267,17 +304,12 @@ __global__ void prepare_scales_kernel(ScaleJob ja, ScaleJob jb) {
   if (!j.dst || r0 >= j.rows || c0 >= j.cols) return;
   for (int i = threadIdx.y; i < 32; i += blockDim.y) {
     const int64_t r = r0 + i, c = c0 + threadIdx.x;
-    if (r < j.rows && c < j.cols) tile[i][threadIdx.x] = j.broadcast ? j.src[r] : j.src[r * j.cols + c];
+    if (r < j.rows && c < j.cols) tile[i][threadIdx.x] = j.src[r * j.cols + c];
   }
   __syncthreads();
   for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-    if (j.mn_major) {
-      const int64_t c = c0 + i, r = r0 + threadIdx.x;
-      if (r < j.rows && c < j.cols) j.dst[c * j.rows + r] = tile[threadIdx.x][i];
-    } else {
-      const int64_t r = r0 + i, c = c0 + threadIdx.x;
-      if (r < j.rows && c < j.cols) j.dst[r * j.cols + c] = tile[i][threadIdx.x];
-    }
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < j.rows && c < j.cols) j.dst[c * j.rows + r] = tile[threadIdx.x][i];
   }
 }
 
@@ -309,6 +341,20 @@ typename C::Gemm::Arguments kernel_arguments(const GroupedGemmArgs& a, const Arr
   cutlass::KernelHardwareInfo hw;
   cuda_check(cudaGetDevice(&hw.device_id), "cutlass_grouped: current device");
   hw.sm_count = sm_count();
+  if constexpr (!C::kBlockwise) {
+    typename C::Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
+                                     {int(a.groups), arr.shapes, nullptr},
+                                     {arr.a, arr.stride_a, arr.b, arr.stride_b},
+                                     {{}, nullptr, arr.stride_d, arr.d, arr.stride_d},
+                                     hw};
+    // The tree's arguments nest as it does: {alpha, {scale_b, {scale_a, acc, *}, *}, *}.
+    auto& t = args.epilogue.thread;
+    t.op_0.scalars[0] = a.alpha;
+    t.op_0.scalar_ptrs[0] = nullptr;
+    t.op_1.op_0.ptr_row = arr.sfb;
+    t.op_1.op_1.op_0.ptr_col = arr.sfa;
+    return args;
+  } else {
   typename C::Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGrouped,
       {int(a.groups), arr.shapes, nullptr},
@@ -325,21 +371,21 @@ typename C::Gemm::Arguments kernel_arguments(const GroupedGemmArgs& a, const Arr
   f.dAlpha = {_0{}, _0{}, 0};
   f.dBeta = {_0{}, _0{}, 0};
   return args;
+  }
 }
 
 int gran_n(const GroupedGemmArgs& a) { return a.b.recipe == Recipe::kBlock128x128 ? 128 : 1; }
 
-// The prepared scale grid of each operand (ScaleJob): none for m-grouped block scales (read in place).
+bool rowwise(const GroupedGemmArgs& a) { return a.a.recipe == Recipe::kRowwise; }
+
+// The prepared scale grid of each operand (ScaleJob): only k-grouped block scales need one.
 ScaleJob job_a(const GroupedGemmArgs& a, float* dst) {
-  const bool kg = a.group_dim == GroupDim::kK, bc = a.a.recipe == Recipe::kRowwise;
-  if (!kg && !bc) return {};
-  return {static_cast<const float*>(a.a.scale), dst, a.m, layouts::ceil_div(a.k, 128), bc, kg};
+  if (a.group_dim != GroupDim::kK || rowwise(a)) return {};
+  return {static_cast<const float*>(a.a.scale), dst, a.m, layouts::ceil_div(a.k, 128)};
 }
 ScaleJob job_b(const GroupedGemmArgs& a, float* dst) {
-  const bool kg = a.group_dim == GroupDim::kK, bc = a.b.recipe == Recipe::kRowwise;
-  if (!kg && !bc) return {};
-  const int64_t rows = kg ? layouts::ceil_div(a.n, gran_n(a)) : a.groups * a.n;  // m-grouped: every expert's rows
-  return {static_cast<const float*>(a.b.scale), dst, rows, layouts::ceil_div(a.k, 128), bc, kg};
+  if (a.group_dim != GroupDim::kK || rowwise(a)) return {};
+  return {static_cast<const float*>(a.b.scale), dst, layouts::ceil_div(a.n, gran_n(a)), layouts::ceil_div(a.k, 128)};
 }
 size_t transposed_a(const GroupedGemmArgs& a) {
   const ScaleJob j = job_a(a, nullptr);
@@ -404,9 +450,8 @@ void run_with(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t b
   p.m = a.m, p.n = a.n, p.k = a.k, p.groups = a.groups;
   p.k_grouped = kg;
   p.gran_n = gran_n(a);
-  p.sb_group_stride = kg                                ? 0
-                      : a.b.recipe == Recipe::kRowwise ? a.n * layouts::ceil_div(a.k, 128)
-                                                       : grouped_b_scale_stride(a) / int64_t(sizeof(float));
+  p.k_align = C::kBlockwise ? 128 : 16;
+  p.sb_group_stride = kg ? 0 : grouped_b_scale_stride(a) / int64_t(sizeof(float));
   p.device_sizes = a.group_sizes_device;
   p.device_sizes_int64 = a.group_sizes_int64;
   p.device_status = a.device_status;
@@ -474,21 +519,16 @@ bool built() { return true; }
 std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
   if (a.space != MemorySpace::kDevice) return "host memory";
   if (t.sm != 90) return "the CUTLASS grouped kernel is built for sm_90a; this device is sm_" + std::to_string(t.sm);
-  const bool rowwise = a.a.recipe == Recipe::kRowwise && a.b.recipe == Recipe::kRowwise;
-  if (!rowwise && (a.a.recipe != Recipe::kBlock1x128 ||
+  const bool rw = a.a.recipe == Recipe::kRowwise && a.b.recipe == Recipe::kRowwise;
+  if (!rw && (a.a.recipe != Recipe::kBlock1x128 ||
                    (a.b.recipe != Recipe::kBlock128x128 && a.b.recipe != Recipe::kBlock1x128)))
     return "the CUTLASS grouped kernel runs block1x128 x block128x128, block1x128 x block1x128 and rowwise x rowwise";
   if (a.group_dim == GroupDim::kK && a.b.recipe == Recipe::kBlock128x128)
     return "the CUTLASS k-grouped kernel is built for block1x128 x block1x128 and rowwise x rowwise";
-  // Rowwise runs here with its scales broadcast to every K block, which costs per-element work the
-  // per-group cuBLASLt calls do not do: measured slower for large groups (H100: 1288 vs 806 us at G=8,
-  // M_g=2048), faster for small ones (78 vs 292 us at G=16, M_g=256; 912 vs 1666 us at G=64, M_g=8).
-  if (rowwise && a.group_dim == GroupDim::kM && a.m > 512 * a.groups)
-    return "rowwise with large groups (average M_g > 512): one cuBLASLt call per group is faster";
-  if (rowwise && a.group_dim == GroupDim::kK) {  // the kernel's K-blocks are 128 wide; rowwise K_g are any size
-    if (a.group_sizes_device) return "rowwise k-grouped sizes on the device may fall off the kernel's 128-wide K blocks";
+  if (rw && a.group_dim == GroupDim::kK) {  // each group's K columns start on a TMA-aligned byte
+    if (a.group_sizes_device) return "rowwise k-grouped sizes on the device may break the kernel's 16-byte K alignment";
     for (int64_t g = 0; g < a.groups && a.group_sizes; ++g)
-      if (a.group_sizes[g] % 128 != 0) return "a rowwise K_g that is not a multiple of 128 (group " + std::to_string(g) + ")";
+      if (a.group_sizes[g] % 16 != 0) return "a rowwise K_g that is not a multiple of 16 (group " + std::to_string(g) + ")";
   }
   if (a.a.dtype != DType::kE4M3 || a.b.dtype != DType::kE4M3) return "the CUTLASS grouped kernel is built for e4m3 x e4m3";
   if (a.d_dtype != DType::kBF16) return "the CUTLASS grouped kernel is built for bf16 output";
@@ -503,6 +543,10 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
 }
 
 size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) {
+  if (rowwise(a)) {
+    Arrays<Rowwise> arr{};
+    return carve<Rowwise>(a, arr, nullptr);
+  }
   if (a.group_dim == GroupDim::kK) {
     Arrays<KGrouped1> arr{};
     return carve<KGrouped1>(a, arr, nullptr);
@@ -516,18 +560,20 @@ size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t bytes, uint64_t generation) {
-  if (a.group_dim == GroupDim::kK) run_with<KGrouped1>(a, stream, workspace, bytes, generation);
+  if (rowwise(a)) run_with<Rowwise>(a, stream, workspace, bytes, generation);
+  else if (a.group_dim == GroupDim::kK) run_with<KGrouped1>(a, stream, workspace, bytes, generation);
   else if (gran_n(a) == 128) run_with<MGrouped128>(a, stream, workspace, bytes, generation);
   else run_with<MGrouped1>(a, stream, workspace, bytes, generation);
 }
 
 std::string describe(const GroupedGemmArgs& a) {
   std::ostringstream os;
-  const bool rowwise = a.a.recipe == Recipe::kRowwise;
-  os << "CUTLASS sm_90a pointer-array kernel, one launch for all " << a.groups << " groups: FP8 blockwise 1x128 x "
-     << (gran_n(a) == 128 ? "128x128" : "1x128") << ", 128x128x128 tiles, 1x2 clusters, cooperative; shapes and "
-     << "pointers built on the device from " << (a.group_sizes_device ? "device-side" : "host") << " sizes; "
-     << (rowwise ? "rowwise scales broadcast to every 128-wide K block in one launch"
+  os << "CUTLASS sm_90a pointer-array kernel, one launch for all " << a.groups << " groups: FP8 "
+     << (rowwise(a) ? std::string("rowwise")
+                    : std::string("blockwise 1x128 x ") + (gran_n(a) == 128 ? "128x128" : "1x128"))
+     << ", 128x128x128 tiles, 1x2 clusters, cooperative; shapes and pointers built on the device from "
+     << (a.group_sizes_device ? "device-side" : "host") << " sizes; "
+     << (rowwise(a)                    ? "row and column scales applied in the epilogue, read in place"
          : a.group_dim == GroupDim::kK ? "scales transposed to M/N-major in one launch"
                                        : "compact scales read in place");
   return os.str();

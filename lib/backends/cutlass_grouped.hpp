@@ -1,8 +1,9 @@
-// The CUTLASS grouped blockwise backend: DeepSeek-style blockwise FP8 grouped GEMMs (block1x128 A with
-// block128x128 or block1x128 B) in ONE launch of CUTLASS's Hopper pointer-array kernel (TMA,
-// warp-specialized, problem shapes read on the device). A small set-up kernel turns the group sizes,
-// from the host or from device memory, into the kernel's per-group shapes, pointers and scale layouts
-// on the device, so device-side sizes never reach the host and the call is graph-capturable.
+// The CUTLASS grouped backend: DeepSeek-style blockwise FP8 grouped GEMMs (block1x128 A with
+// block128x128 or block1x128 B) and rowwise x rowwise ones in ONE launch of CUTLASS's Hopper
+// pointer-array kernels (TMA, warp-specialized, problem shapes read on the device). A small set-up
+// kernel turns the group sizes, from the host or from device memory, into the kernel's per-group
+// shapes, pointers and scale layouts on the device, so device-side sizes never reach the host and the
+// call is graph-capturable.
 //
 // Built only when CUTLASS's headers were found at configure time (tools/fetch-cutlass.sh) and sm_90 is
 // among the architectures; otherwise built() is false and blocker() says why.

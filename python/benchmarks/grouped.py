@@ -6,7 +6,8 @@ unevenly (Dirichlet, each size a multiple of 16 as torch requires), CUDA-event m
                       kernel), host sizes and device-side sizes
   scalemm per-group   the same call on the per-group backend (one cuBLASLt call per group)
   naive loop          a Python loop of scalemm.scaled_mm over the groups (what a user writes first)
-  scalemm rowwise     scalemm.scaled_grouped_mm, rowwise x rowwise (per-group backend)
+  scalemm rowwise     scalemm.scaled_grouped_mm, rowwise x rowwise (the CUTLASS rowwise grouped kernel),
+                      and the same call on the per-group backend
   torch rowwise       torch._scaled_grouped_mm (rowwise: what torch runs on sm_90)
   torch bf16          torch._grouped_mm on bf16 copies
 and the memory floor: A, B and D bytes at this run's device-to-device copy bandwidth.
@@ -113,7 +114,10 @@ def run(args):
             ra_s = torch.rand(M, device="cuda", generator=gen) + 0.5
             rb_s = torch.rand(G, N, device="cuda", generator=gen) + 0.5
             rkw = dict(recipe_a="rowwise", recipe_b="rowwise")
+            row["rowwise_plan"] = scalemm.explain(a, b, ra_s, rb_s, group_sizes=sizes, **rkw).splitlines()[0]
             row["scalemm_rowwise_us"] = ms(lambda: scalemm.scaled_grouped_mm(a, b, ra_s, rb_s, sizes, **rkw))
+            row["scalemm_rowwise_per_group_us"] = ms(lambda: scalemm.scaled_grouped_mm(
+                a, b, ra_s, rb_s, sizes, grouped_backend="per-group", **rkw))
             offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
             bt = b.transpose(1, 2)
             try:
@@ -136,7 +140,7 @@ def run(args):
             print(f"G={G:3d} M_g={mg:5d} N={N} K={K} {kind:6s}: blockwise {row['scalemm_blockwise_us']:8.1f} us "
                   f"({tf(row['scalemm_blockwise_us']):6.0f} TF/s, host {row['scalemm_blockwise_host_us']:.0f} us), device sizes {row['scalemm_blockwise_device_sizes_us']:8.1f}, "
                   f"per-group {row['scalemm_per_group_us']:8.1f}, naive {row['naive_loop_us']:8.1f}, "
-                  f"rowwise {row['scalemm_rowwise_us']:8.1f} | torch rowwise "
+                  f"rowwise {row['scalemm_rowwise_us']:8.1f} (per-group {row['scalemm_rowwise_per_group_us']:.1f}) | torch rowwise "
                   f"{t_rw if t_rw is None else round(t_rw, 1)}, bf16 {row.get('torch_bf16_us', 'n/a')}"
                   f" | floor {row['memory_floor_us']:.1f}")
             if t_rw:
@@ -178,7 +182,7 @@ def plot(src, dst):
     rows = r["grouped"]
     labels = [f"G={x['G']} M_g={x['M_g']}\nN={x['N']} K={x['K']}\n{x['sizes']}" for x in rows]
     series = [("scalemm blockwise (CUTLASS grouped)", "scalemm_blockwise_us"),
-              ("scalemm rowwise (per-group)", "scalemm_rowwise_us"),
+              ("scalemm rowwise (CUTLASS grouped)", "scalemm_rowwise_us"),
               ("torch._scaled_grouped_mm rowwise", "torch_rowwise_us"),
               ("torch._grouped_mm bf16", "torch_bf16_us"),
               ("naive loop of scalemm.scaled_mm", "naive_loop_us")]

@@ -455,8 +455,12 @@ TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 
     Recipe ra = Recipe::kBlock1x128;
   };
   const Case cases[] = {
-      {GroupDim::kM, Recipe::kRowwise, {7, 0, 1, 129}, 704, 256, Recipe::kRowwise},     // rowwise, broadcast
+      {GroupDim::kM, Recipe::kRowwise, {7, 0, 1, 129}, 704, 264, Recipe::kRowwise},     // rowwise, K and N tails
+      {GroupDim::kM, Recipe::kRowwise, g16, 512, 256, Recipe::kRowwise},                // rowwise, G = 16
+      {GroupDim::kM, Recipe::kRowwise, decode, 256, 384, Recipe::kRowwise},             // rowwise, G = 64
+      {GroupDim::kM, Recipe::kRowwise, {1}, 16, 8, Recipe::kRowwise},                   // rowwise, smallest
       {GroupDim::kK, Recipe::kRowwise, {128, 0, 384}, 136, 256, Recipe::kRowwise},      // rowwise wgrad
+      {GroupDim::kK, Recipe::kRowwise, {48, 0, 16, 80}, 7, 264, Recipe::kRowwise},      // K_g off 128, M = 7
       {GroupDim::kM, Recipe::kBlock128x128, {129}, 640, 256},               // G = 1
       {GroupDim::kM, Recipe::kBlock128x128, {7, 0, 1, 129}, 704, 264},      // K tail (704 = 5.5 x 128), N tail
       {GroupDim::kM, Recipe::kBlock128x128, g16, 512, 256},                 // G = 16, uneven and empty
@@ -485,12 +489,14 @@ TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) wit
           "[gpu][dispatch][grouped][cutlass]") {
   auto rng = scalemm::testing::rng(0x6C1);
   Handle h;
-  for (GroupDim dim : {GroupDim::kM, GroupDim::kK}) {
+  for (int variant = 0; variant < 3; ++variant) {  // m-grouped blockwise, k-grouped blockwise, m-grouped rowwise
+    const GroupDim dim = variant == 1 ? GroupDim::kK : GroupDim::kM;
     const std::vector<int64_t> sizes = dim == GroupDim::kM ? std::vector<int64_t>{40, 0, 1, 215, 8}
                                                            : std::vector<int64_t>{256, 0, 128, 128, 384};
-    const auto in = scalemm::testing::make_grouped(dim, Recipe::kBlock1x128, dim == GroupDim::kM ? Recipe::kBlock128x128
-                                                                                                  : Recipe::kBlock1x128,
-                                                   ScaleFormat::kCompact, ScaleFormat::kCompact, sizes, 256, 256, rng);
+    const Recipe ra = variant == 2 ? Recipe::kRowwise : Recipe::kBlock1x128;
+    const Recipe rb = variant == 2 ? Recipe::kRowwise : variant == 0 ? Recipe::kBlock128x128 : Recipe::kBlock1x128;
+    const auto in = scalemm::testing::make_grouped(dim, ra, rb, ScaleFormat::kCompact, ScaleFormat::kCompact, sizes,
+                                                   256, 256, rng);
     DeviceGrouped dg(in);
     const size_t bytes = in.expected.size() * 2;
     Dev ref(bytes), got(bytes), status(4);
@@ -508,7 +514,7 @@ TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) wit
       ga.group_sizes_device = wide ? d64.p : d32.p;
       ga.group_sizes_int64 = wide;
       ga.device_status = status.as<int32_t>();
-      CAPTURE(to_string(dim), wide);
+      CAPTURE(variant, wide);
       CHECK(h.explain(ga).find("device-side sizes") != std::string::npos);
       h.grouped_gemm(ga);
       CUDA_OK(cudaDeviceSynchronize());
