@@ -24,6 +24,10 @@ bool built();
 /// Empty when this backend runs `args` on `t`; else why not (printable, one line).
 std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 
+/// Empty unless measurements say the per-group backend runs `args` faster (large even groups with host
+/// sizes); else why. The auto choice only: a call that asks for this kernel still gets it.
+std::string slower_than_per_group(const GroupedGemmArgs& args);
+
 /// Device scratch the call needs (256-byte aligned pieces, one allocation).
 size_t workspace_bytes(const GroupedGemmArgs& args, const DeviceTarget& t);
 

@@ -231,7 +231,9 @@ std::string cutlass_blocker(const GroupedGemmArgs& a, const DeviceTarget& t, con
     return "not built (CUTLASS's headers were not found at configure time: tools/fetch-cutlass.sh)";
   if (options.force && *options.force != Backend::kNative)
     return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
-  return backends::cutlass_grouped::blocker(a, t);
+  std::string why = backends::cutlass_grouped::blocker(a, t);
+  if (why.empty() && a.backend == GroupedBackend::kAuto) why = backends::cutlass_grouped::slower_than_per_group(a);
+  return why;
 }
 
 // The per-group backend needs the sizes on the host: one copy and one synchronisation.
@@ -682,6 +684,7 @@ std::string Handle::explain(const GroupedGemmArgs& a) {
 namespace backends::cutlass_grouped {
 bool built() { return false; }
 std::string blocker(const GroupedGemmArgs&, const DeviceTarget&) { return "not built"; }
+std::string slower_than_per_group(const GroupedGemmArgs&) { return {}; }
 size_t workspace_bytes(const GroupedGemmArgs&, const DeviceTarget&) { return 0; }
 void run(const GroupedGemmArgs&, Stream, char*, size_t, uint64_t) {
   throw Error(StatusCode::kInternal, "cutlass_grouped: not built");

@@ -485,6 +485,43 @@ TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 
   }
 }
 
+TEST_CASE("auto leaves large even groups with host sizes to the per-group backend; asking for the kernel still gets it",
+          "[gpu][dispatch][grouped][cutlass]") {
+  auto rng = scalemm::testing::rng(0x6C4);
+  Handle h;
+  struct Case {
+    Recipe ra, rb;
+    std::vector<int64_t> sizes;
+  };
+  for (const Case& c : {Case{Recipe::kRowwise, Recipe::kRowwise, {1024, 0, 1040}},
+                        Case{Recipe::kBlock1x128, Recipe::kBlock128x128, {2048, 2048}}}) {
+    const auto in = scalemm::testing::make_grouped(GroupDim::kM, c.ra, c.rb, ScaleFormat::kCompact,
+                                                   ScaleFormat::kCompact, c.sizes, 256, 128, rng);
+    DeviceGrouped dg(in);
+    for (GroupedBackend backend : {GroupedBackend::kAuto, GroupedBackend::kCutlass}) {
+      Dev d(in.expected.size() * 2);
+      CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));
+      GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
+      ga.backend = backend;
+      const std::string plan = h.explain(ga);
+      CAPTURE(to_string(c.ra), plan);
+      if (backend == GroupedBackend::kAuto) CHECK(plan.find("measured faster as one cuBLASLt call per group") != std::string::npos);
+      else CHECK(plan.find("CUTLASS grouped backend") != std::string::npos);
+      h.grouped_gemm(ga);
+      CUDA_OK(cudaDeviceSynchronize());
+      CHECK(bf16_mismatches(d, in.expected) == 0);
+    }
+    // Device-side sizes keep the kernel: the per-group backend would read them back synchronously.
+    Dev d(in.expected.size() * 2);
+    GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
+    std::vector<int32_t> s32(c.sizes.begin(), c.sizes.end());
+    Dev sizes(s32);
+    ga.group_sizes = nullptr;
+    ga.group_sizes_device = sizes.p;
+    CHECK(h.explain(ga).find("CUTLASS grouped backend") != std::string::npos);
+  }
+}
+
 TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) with the same bits as host sizes",
           "[gpu][dispatch][grouped][cutlass]") {
   auto rng = scalemm::testing::rng(0x6C1);
