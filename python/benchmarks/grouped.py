@@ -2,12 +2,12 @@
 
 For each MoE shape (G experts, M_g tokens each, N, K), with equal sizes and with the same total split
 unevenly (Dirichlet, each size a multiple of 16 as torch requires), CUDA-event medians of:
-  scalemm blockwise   scalemm.scaled_grouped_mm, block1x128 x block128x128 (the CUTLASS grouped
-                      kernel), host sizes and device-side sizes
+  scalemm blockwise   scalemm.scaled_grouped_mm, block1x128 x block128x128 (auto: the CUTLASS grouped
+                      kernel, or per-group for large groups), host sizes and device-side sizes
   scalemm per-group   the same call on the per-group backend (one cuBLASLt call per group)
   naive loop          a Python loop of scalemm.scaled_mm over the groups (what a user writes first)
-  scalemm rowwise     scalemm.scaled_grouped_mm, rowwise x rowwise (the CUTLASS rowwise grouped kernel),
-                      and the same call on the per-group backend
+  scalemm rowwise     scalemm.scaled_grouped_mm, rowwise x rowwise (auto: the CUTLASS rowwise grouped
+                      kernel, or per-group for large groups), and the same call on the per-group backend
   torch rowwise       torch._scaled_grouped_mm (rowwise: what torch runs on sm_90)
   torch bf16          torch._grouped_mm on bf16 copies
 and the memory floor: A, B and D bytes at this run's device-to-device copy bandwidth.
@@ -181,8 +181,8 @@ def plot(src, dst):
         r = json.load(f)
     rows = r["grouped"]
     labels = [f"G={x['G']} M_g={x['M_g']}\nN={x['N']} K={x['K']}\n{x['sizes']}" for x in rows]
-    series = [("scalemm blockwise (CUTLASS grouped)", "scalemm_blockwise_us"),
-              ("scalemm rowwise (CUTLASS grouped)", "scalemm_rowwise_us"),
+    series = [("scalemm blockwise (auto: CUTLASS grouped or per-group)", "scalemm_blockwise_us"),
+              ("scalemm rowwise (auto: CUTLASS grouped or per-group)", "scalemm_rowwise_us"),
               ("torch._scaled_grouped_mm rowwise", "torch_rowwise_us"),
               ("torch._grouped_mm bf16", "torch_bf16_us"),
               ("naive loop of scalemm.scaled_mm", "naive_loop_us")]

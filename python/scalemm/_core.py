@@ -439,8 +439,10 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     in "cublaslt" format each group's buffer is zero-padded to a multiple of 16 bytes. Any
     contiguous array of the right byte size is accepted (a flat 1-D buffer is simplest). NVFP4
     takes (scales, global) with one global decode scale per operand.
-    grouped_backend: "auto" runs the CUTLASS grouped kernel (one launch for all groups) where it can
-    (block1x128 A with block128x128 or block1x128 B, e4m3, bf16 out, sm_90), else "per-group", where
+    grouped_backend: "auto" runs a CUTLASS grouped kernel (one launch for all groups) where it can
+    (block1x128 A with block128x128 or block1x128 B, or rowwise x rowwise; e4m3, bf16 out, sm_90) and
+    the groups are not large (host sizes averaging >= 2048 rows blockwise or > 512 rowwise measured
+    faster per group), else "per-group", where
     each group runs the dense planner (`backend` forces it as in scaled_mm), so a group's rows are
     bit-identical to scaled_mm on that group. "cutlass" or "per-group" insist (UnsupportedError when
     the chosen one cannot run the call).
