@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The GPU reliability run of docs/reliability.md, in one command, on a build that already exists
 # (tools/gpu-check.sh makes BUILD_DIR, default build-gpu):
-#   1. scalemm_fuzz: FUZZ_CONFIGS (default 6000) differential configurations, seed FUZZ_SEED (default 1)
+#   1. scalemm_fuzz: FUZZ_CONFIGS (default 6000) differential configurations, seed FUZZ_SEED (default 1),
+#      then GROUPED_CONFIGS (default 1000) grouped ones (--grouped, same seed)
 #   2. test_reliability: the bad-input catalogue (host and device rows), CUDA graphs, threads
 #   3. tools/compute-sanitizer.sh: memcheck, synccheck, racecheck, initcheck over the [gpu] suite
 # Logs go to $OUT (default ./out/reliability): fuzz.log, test_reliability.log, sanitizer-*.log and
-# summary.txt (commit, device, one line per step). At most about 9 minutes whatever happens: the
-# fuzzer stops drawing after FUZZ_SECONDS (default 120; expected to finish 6000 well before),
+# summary.txt (commit, device, one line per step). At most about 10 minutes whatever happens: the
+# fuzzer stops drawing after FUZZ_SECONDS (default 120; expected to finish 6000 well before), the
+# grouped run after GROUPED_SECONDS (default 60),
 # test_reliability is cut at TEST_TIMEOUT (default 90 s; expected well under a minute), and
 # compute-sanitizer has a budget per tool (300 s in all by default).
 #   tools/reliability-gpu.sh [--no-sanitizer]
@@ -33,6 +35,16 @@ rc=$?
 { grep -E '^(backends that ran|regimes|outputs|agreement|checks|skipped|scalemm_fuzz)' "$out/fuzz.log"
   grep -c '^FAIL' "$out/fuzz.log" | sed 's/^/fuzz failures printed: /'
   echo "fuzz: exit $rc, $(( $(date +%s) - t0 )) s"; } | tee -a "$summary"
+
+t0=$(date +%s)
+grouped_limit=${GROUPED_SECONDS:-60}
+timeout -k 10 $((grouped_limit + 20)) "$build/tools/reliability/scalemm_fuzz" --grouped \
+  --configs "${GROUPED_CONFIGS:-1000}" --seed "${FUZZ_SEED:-1}" --max-seconds "$grouped_limit" > "$out/fuzz-grouped.log" 2>&1
+rc=$?
+[ $rc -ne 0 ] && status=1
+{ grep -E '^(grouped paths|regimes|outputs|agreement|checks|skipped|scalemm_fuzz)' "$out/fuzz-grouped.log"
+  grep -c '^FAIL' "$out/fuzz-grouped.log" | sed 's/^/grouped fuzz failures printed: /'
+  echo "fuzz --grouped: exit $rc, $(( $(date +%s) - t0 )) s"; } | tee -a "$summary"
 
 t0=$(date +%s)
 SCALEMM_VERIFY=off timeout -k 10 "${TEST_TIMEOUT:-90}" "$build/tests/reliability/test_reliability" \

@@ -23,6 +23,14 @@
 //               on devices with native MX; on sm_90 the emulated backend runs only pairs that have no
 //               native path), else the forced reference backend, agrees with it within the sum of both
 //               backends' tolerances; an emulated result likewise agrees with the reference backend.
+//
+// --grouped draws grouped calls instead (Handle::grouped_gemm): m- or k-grouped, G in {1, ..., 64} with
+// empty and odd-sized groups, any recipe pair (weighted to the CUTLASS kernel's), host or device-side
+// sizes, the automatic choice or a forced grouped backend. Each group's rows are checked against a
+// float64 product of the dequantized operands within the tolerance of the dense plan that group runs
+// (the native tier's for the CUTLASS kernel), an empty k-group's D[g] must be exactly zero, two calls
+// must give the same bytes, device_status must say 0, and a CUTLASS result must agree with the
+// per-group backend's on the same inputs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,6 +52,7 @@
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 
 using namespace scalemm;
@@ -85,6 +94,7 @@ struct Config {
   Regime regime = Regime::kNormal;
   int backend = -1;  // -1: the planner's choice; else the forced Backend
   uint64_t data_seed = 0;
+  static constexpr bool kGrouped = false;
 
   std::string describe() const {
     std::ostringstream os;
@@ -166,6 +176,120 @@ Config draw(uint64_t seed, uint64_t id) {
   const double b = unif(g);
   c.backend = b < 0.5 ? -1 : b < 0.7 ? int(Backend::kNative) : b < 0.8 ? int(Backend::kConvertNative)
             : b < 0.92 ? int(Backend::kEmulated) : int(Backend::kReference);
+  c.data_seed = g();
+  return c;
+}
+
+
+// ---- grouped configurations (--grouped) ------------------------------------------------------------
+
+struct GroupedConfig {
+  uint64_t id = 0;
+  GroupDim dim = GroupDim::kM;
+  Recipe ra = Recipe::kRowwise, rb = Recipe::kRowwise;
+  DType da = DType::kE4M3, db = DType::kE4M3;
+  ScaleFormat fa = ScaleFormat::kCompact, fb = ScaleFormat::kCompact;
+  std::vector<int64_t> sizes;  // M_g (m-grouped) or K_g (k-grouped)
+  int64_t m_or_k = 0, n = 0;   // m-grouped: K; k-grouped: M
+  DType out = DType::kBF16;
+  float alpha = 1.0f;
+  Regime regime = Regime::kNormal;
+  GroupedBackend backend = GroupedBackend::kAuto;
+  int device_sizes = 0;  // 0: host sizes; 1: device int32; 2: device int64
+  uint64_t data_seed = 0;
+  static constexpr bool kGrouped = true;
+
+  std::string describe() const {
+    std::ostringstream os;
+    os << to_string(dim) << "-grouped G=" << sizes.size() << " sizes=";
+    for (size_t i = 0; i < sizes.size(); ++i) os << (i ? "," : "") << sizes[i];
+    os << ' ' << to_string(ra) << '(' << to_string(da) << ")x" << to_string(rb) << '(' << to_string(db) << ") "
+       << to_string(fa) << '/' << to_string(fb) << (dim == GroupDim::kM ? " K=" : " M=") << m_or_k << " N=" << n
+       << " out=" << to_string(out) << " alpha=" << alpha << " regime=" << regime_name(regime)
+       << " backend=" << to_string(backend)
+       << (device_sizes ? device_sizes == 2 ? " sizes=device-int64" : " sizes=device-int32" : "");
+    return os.str();
+  }
+};
+
+// K granularity of a k-grouped split for one recipe (its K block; 16 keeps FP8 rows 16-byte aligned).
+int64_t k_granule(Recipe r) {
+  switch (r) {
+    case Recipe::kBlock1x128:
+    case Recipe::kBlock128x128: return 128;
+    case Recipe::kMxfp8:
+    case Recipe::kMxfp8_32x32: return 32;
+    default: return 16;
+  }
+}
+
+// --host runs every call on host memory (the host reference backend against emulation::gemm_host):
+// the generators and checks of this program, testable without a GPU.
+bool g_host = false;
+
+GroupedConfig draw_grouped(uint64_t seed, uint64_t id) {
+  auto g = config_rng(seed ^ 0x6A09E667F3BCC908ull, id);  // a stream of its own: ids do not collide with dense ones
+  GroupedConfig c;
+  c.id = id;
+  c.dim = unif(g) < 0.7 ? GroupDim::kM : GroupDim::kK;
+  // 55%: a pair the CUTLASS grouped kernels take; 30%: the pairs dense calls accelerate; 15%: any.
+  static const std::pair<Recipe, Recipe> kernel_pairs[] = {{Recipe::kRowwise, Recipe::kRowwise},
+                                                          {Recipe::kBlock1x128, Recipe::kBlock128x128},
+                                                          {Recipe::kBlock1x128, Recipe::kBlock1x128}};
+  static const std::pair<Recipe, Recipe> accelerated[] = {
+      {Recipe::kTensorwise, Recipe::kTensorwise}, {Recipe::kTensorwise, Recipe::kRowwise},
+      {Recipe::kBlock128x128, Recipe::kBlock1x128}, {Recipe::kMxfp8, Recipe::kMxfp8},
+      {Recipe::kMxfp8, Recipe::kMxfp8_32x32},     {Recipe::kNvfp4, Recipe::kNvfp4}};
+  const double p = unif(g);
+  std::pair<Recipe, Recipe> pr = p < 0.55 ? pick(g, kernel_pairs) : p < 0.85 ? pick(g, accelerated)
+                                 : std::pair<Recipe, Recipe>{kAllRecipes[size_t(uni(g, 0, 6))], kAllRecipes[size_t(uni(g, 0, 6))]};
+  c.ra = pr.first, c.rb = pr.second;
+  auto data_dtype = [&](Recipe r) {
+    if (r == Recipe::kNvfp4) return DType::kE2M1;
+    return unif(g) < 0.8 ? DType::kE4M3 : DType::kE5M2;
+  };
+  c.da = data_dtype(c.ra);
+  c.db = data_dtype(c.rb);
+  c.fa = unif(g) < 0.75 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+  c.fb = unif(g) < 0.75 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+  static const int64_t dims[] = {1, 2, 3, 7, 8, 16, 17, 31, 32, 33, 64, 65, 96, 127, 128, 129, 192, 256, 264};
+  static const int64_t aligned[] = {16, 32, 64, 96, 128, 192, 256};
+  c.n = unif(g) < 0.6 ? pick(g, aligned) : pick(g, dims);
+  const bool fp4 = c.ra == Recipe::kNvfp4 || c.rb == Recipe::kNvfp4;
+  if (c.dim == GroupDim::kM) {
+    static const int64_t groups[] = {1, 2, 3, 4, 7, 16, 64};
+    const int64_t G = pick(g, groups);
+    // Totals stay near 1024 rows at most (the float64 reference runs on the host).
+    static const int64_t few[] = {0, 1, 7, 16, 33, 64, 129, 200}, some[] = {0, 1, 7, 16, 33, 64}, many[] = {0, 1, 8, 16};
+    const bool equal = unif(g) < 0.15;
+    const int64_t first = G <= 4 ? pick(g, few) : G <= 16 ? pick(g, some) : pick(g, many);
+    for (int64_t i = 0; i < G; ++i)
+      c.sizes.push_back(equal ? first : G <= 4 ? pick(g, few) : G <= 16 ? pick(g, some) : pick(g, many));
+    if (std::all_of(c.sizes.begin(), c.sizes.end(), [](int64_t v) { return v == 0; })) c.sizes[0] = 7;
+    const double kmode = unif(g);
+    if (kmode < 0.45) c.m_or_k = 128 * uni(g, 1, 5);
+    else if (kmode < 0.8) c.m_or_k = (fp4 ? 32 : 16) * uni(g, 1, 24);
+    else c.m_or_k = 8 * uni(g, 1, 80);
+  } else {
+    static const int64_t groups[] = {1, 2, 3, 4, 7};
+    const int64_t G = pick(g, groups);
+    const int64_t gran = std::max(k_granule(c.ra), k_granule(c.rb));
+    // Per-row and per-tensor pairs have no K blocks: K_g may be any multiple of 8 there.
+    const bool free_k = gran == 16 && !fp4 && unif(g) < 0.3;
+    for (int64_t i = 0; i < G; ++i) c.sizes.push_back(free_k ? 8 * uni(g, 0, 12) : gran * uni(g, 0, 3));
+    if (std::all_of(c.sizes.begin(), c.sizes.end(), [](int64_t v) { return v == 0; })) c.sizes[0] = gran;
+    c.m_or_k = unif(g) < 0.5 ? pick(g, aligned) : pick(g, dims);
+  }
+  const double o = unif(g);
+  c.out = o < 0.6 ? DType::kBF16 : o < 0.8 ? DType::kF16 : DType::kF32;
+  static const float alphas[] = {1.0f, 1.0f, 1.0f, 0.5f, 2.0f, -1.25f};
+  c.alpha = pick(g, alphas);
+  const double r = unif(g);
+  c.regime = r < 0.45 ? Regime::kNormal : r < 0.6 ? Regime::kTiny : r < 0.75 ? Regime::kNearMax
+           : r < 0.9 ? Regime::kZeroBlocks : Regime::kNonFinite;
+  const double b = unif(g);
+  c.backend = b < 0.6 ? GroupedBackend::kAuto : b < 0.8 ? GroupedBackend::kPerGroup : GroupedBackend::kCutlass;
+  if (!g_host && unif(g) < (c.dim == GroupDim::kM ? 0.25 : 0.1)) c.device_sizes = unif(g) < 0.5 ? 1 : 2;
   c.data_seed = g();
   return c;
 }
@@ -325,9 +449,6 @@ std::vector<float> dequant(const HostOp& op) {
 
 // ---- device buffers --------------------------------------------------------------------------------
 
-// --host runs every call on host memory (the host reference backend against emulation::gemm_host):
-// the generators and checks of this program, testable without a GPU.
-bool g_host = false;
 
 struct Buf {
   void* p = nullptr;
@@ -401,6 +522,7 @@ struct Stats {
   int64_t by_regime[kRegimeCount] = {};
   std::map<std::string, int64_t> by_out;
   std::map<std::string, int64_t> agreement;
+  std::map<std::string, int64_t> grouped_paths;  // --grouped: "cutlass" / "per-group", m or k, size source
 };
 
 class Fuzzer {
@@ -423,15 +545,18 @@ class Fuzzer {
 
   // Runs one configuration; returns false when it was skipped.
   bool run(const Config& c, Stats& st);
+  bool run_grouped(const GroupedConfig& c, Stats& st);
 
  private:
-  void fail(const Config& c, Stats& st, const std::string& what) {
+  template <class C>
+  void fail(const C& c, Stats& st, const std::string& what) {
     if (!failed_now_) ++st.failed;
     failed_now_ = true;
     if (st.failed <= 50 || verbose_)
       std::printf("FAIL seed=%" PRIu64 " id=%" PRIu64 ": %s\n  config: %s\n  reproduce: scalemm_fuzz --seed %" PRIu64
-                  " --only %" PRIu64 "%s\n",
-                  seed_, c.id, what.c_str(), c.describe().c_str(), seed_, c.id, g_host ? " --host" : "");
+                  " --only %" PRIu64 "%s%s\n",
+                  seed_, c.id, what.c_str(), c.describe().c_str(), seed_, c.id, c.kGrouped ? " --grouped" : "",
+                  g_host ? " --host" : "");
   }
 
   uint64_t seed_;
@@ -439,7 +564,7 @@ class Fuzzer {
   bool failed_now_ = false;
   cudaStream_t stream_{};
   std::unique_ptr<Handle> auto_, forced_[kBackendCount];
-  Buf da_, db_, sa_, sb_, bias_, biasf_, d1_, d2_, d3_, ref_, ws_, scal_;
+  Buf da_, db_, sa_, sb_, bias_, biasf_, d1_, d2_, d3_, ref_, ws_, scal_, sizes_;
 };
 
 bool Fuzzer::run(const Config& c, Stats& st) {
@@ -748,15 +873,294 @@ bool Fuzzer::run(const Config& c, Stats& st) {
   return true;
 }
 
+bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
+  failed_now_ = false;
+  const bool mg = c.dim == GroupDim::kM;
+  const int64_t G = int64_t(c.sizes.size());
+  int64_t total = 0;
+  for (int64_t v : c.sizes) total += v;
+  const int64_t M = mg ? total : c.m_or_k, K = mg ? c.m_or_k : total, N = c.n;
+  if (g_host && c.backend == GroupedBackend::kCutlass) {
+    ++st.skipped["forced cutlass cannot run host memory"];
+    return false;
+  }
+  auto g = std::mt19937_64(c.data_seed);
+  int ea = 0, eb = 0;
+  if (c.regime == Regime::kNearMax) {
+    const int target = c.out == DType::kF16 ? 13 : 100;
+    const int e_total = target - int(std::ceil(std::log2(double(K) * data_max(c.da) * data_max(c.db))));
+    ea = e_total / 2;
+    eb = e_total - ea;
+  } else if (c.regime == Regime::kTiny) {
+    ea = -int(uni(g, 10, 40));
+    eb = -int(uni(g, 10, 40));
+  }
+  // Operands: m-grouped, each group's A rows and each expert's B quantized on their own (as a caller's
+  // per-group quantizer does); k-grouped, A (M, sum K_g) and B (N, sum K_g) whole.
+  std::vector<HostOp> as, bs;
+  if (mg) {
+    for (int64_t i = 0; i < G; ++i) {
+      as.push_back(c.sizes[size_t(i)] ? make_op(c.ra, c.da, c.fa, c.sizes[size_t(i)], K, c.regime, ea, g) : HostOp{});
+      bs.push_back(make_op(c.rb, c.db, c.fb, N, K, c.regime, eb, g));
+    }
+  } else {
+    as.push_back(make_op(c.ra, c.da, c.fa, M, K, c.regime, ea, g));
+    bs.push_back(make_op(c.rb, c.db, c.fb, N, K, c.regime, eb, g));
+  }
+  // NVFP4's global decode scale is one per operand: every group takes the first one's.
+  auto share_gs = [](std::vector<HostOp>& ops) {
+    float gs = 1.0f;
+    for (const HostOp& o : ops)
+      if (!o.data.empty()) {
+        gs = o.gs;
+        break;
+      }
+    for (HostOp& o : ops) o.gs = gs;
+    return gs;
+  };
+  const float gsa = share_gs(as), gsb = share_gs(bs);
+  // The buffers a caller passes: groups' data back to back; scale buffers in group order, each on a
+  // 16-byte boundary in cublaslt format, an empty group's buffer empty.
+  auto concat = [&](const std::vector<HostOp>& ops, Recipe r, ScaleFormat f, std::vector<uint8_t>& data,
+                    std::vector<uint8_t>& scales) {
+    for (const HostOp& o : ops) {
+      data.insert(data.end(), o.data.begin(), o.data.end());
+      if (f == ScaleFormat::kCublasLt) scales.resize(size_t(layouts::round_up(int64_t(scales.size()), 16)), 0);
+      if (o.data.empty()) scales.resize(scales.size() + size_t(layouts::ScaleLayout(r, 0, K, f).bytes()), 0);
+      else scales.insert(scales.end(), o.scales.begin(), o.scales.end());
+    }
+  };
+  std::vector<uint8_t> a_data, a_scales, b_data, b_scales;
+  concat(as, c.ra, c.fa, a_data, a_scales);
+  concat(bs, c.rb, c.fb, b_data, b_scales);
+
+  // The float64 reference of each group from the dequantized operands, and a bound on
+  // sum_k |A_ik B_jk| per group (non-finite entries left out) for its tolerance.
+  const size_t count = size_t(mg ? M * N : G * M * N);
+  std::vector<double> ref(count, 0.0), bound(size_t(G), 0.0);
+  {
+    std::vector<float> fa_all, fb_all;
+    if (!mg) fa_all = dequant(as[0]), fb_all = dequant(bs[0]);
+    int64_t start = 0;
+    for (int64_t gi = 0; gi < G; ++gi) {
+      const int64_t sz = c.sizes[size_t(gi)];
+      if (sz == 0) continue;
+      std::vector<float> fa_g, fb_g;
+      if (mg) fa_g = dequant(as[size_t(gi)]), fb_g = dequant(bs[size_t(gi)]);
+      const float* fa = mg ? fa_g.data() : fa_all.data();
+      const float* fb = mg ? fb_g.data() : fb_all.data();
+      const int64_t k0 = mg ? 0 : start, kn = mg ? K : sz, rows = mg ? sz : M;
+      std::vector<double> ca(size_t(kn), 0.0), cb(size_t(kn), 0.0);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t kk = 0; kk < kn; ++kk) {
+          const float v = std::fabs(fa[size_t(i * K + k0 + kk)]);
+          if (std::isfinite(v)) ca[size_t(kk)] = std::max(ca[size_t(kk)], double(v));
+        }
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t kk = 0; kk < kn; ++kk) {
+          const float v = std::fabs(fb[size_t(j * K + k0 + kk)]);
+          if (std::isfinite(v)) cb[size_t(kk)] = std::max(cb[size_t(kk)], double(v));
+        }
+      for (int64_t kk = 0; kk < kn; ++kk) bound[size_t(gi)] += ca[size_t(kk)] * cb[size_t(kk)];
+      double* out = ref.data() + (mg ? start * N : gi * M * N);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double acc = 0.0;
+          const float* ai = fa + i * K + k0;
+          const float* bj = fb + j * K + k0;
+          for (int64_t kk = 0; kk < kn; ++kk) acc += double(ai[kk]) * double(bj[kk]);
+          out[i * N + j] = acc;
+        }
+      start += sz;
+    }
+  }
+  float alpha = c.alpha;
+  const double bmax = *std::max_element(bound.begin(), bound.end());
+  while (bmax * std::fabs(alpha) > (c.out == DType::kF16 ? 16384.0 : 1e36)) alpha *= 0.5f;
+
+  // Upload.
+  const cudaStream_t s = stream_;
+  auto up = [&](Buf& buf, const void* host, size_t bytes) {
+    void* p = buf.need(bytes);
+    if (bytes) copy_async(p, host, bytes, cudaMemcpyHostToDevice, s);
+    return p;
+  };
+  GroupedGemmArgs ga;
+  ga.group_dim = c.dim;
+  ga.groups = G;
+  ga.group_sizes = c.sizes.data();
+  ga.m = M, ga.n = N, ga.k = K;
+  ga.a.data = up(da_, a_data.data(), a_data.size());
+  ga.a.dtype = c.da, ga.a.recipe = c.ra, ga.a.scale_format = c.fa, ga.a.global_scale = gsa;
+  ga.a.scale = up(sa_, a_scales.data(), a_scales.size());
+  ga.b.data = up(db_, b_data.data(), b_data.size());
+  ga.b.dtype = c.db, ga.b.recipe = c.rb, ga.b.scale_format = c.fb, ga.b.global_scale = gsb;
+  ga.b.scale = up(sb_, b_scales.data(), b_scales.size());
+  ga.d_dtype = c.out;
+  static const double perturb = std::getenv("SCALEMM_FUZZ_PERTURB") ? std::atof(std::getenv("SCALEMM_FUZZ_PERTURB")) : 0.0;
+  ga.alpha = float(double(alpha) * (1.0 + perturb));
+  ga.space = g_host ? MemorySpace::kHost : MemorySpace::kDevice;
+  ga.backend = c.backend;
+  int32_t* status = nullptr;
+  if (c.device_sizes) {
+    std::vector<int32_t> s32(c.sizes.begin(), c.sizes.end());
+    ga.group_sizes = nullptr;
+    ga.group_sizes_int64 = c.device_sizes == 2;
+    ga.group_sizes_device = c.device_sizes == 2 ? up(sizes_, c.sizes.data(), c.sizes.size() * 8)
+                                                : up(sizes_, s32.data(), s32.size() * 4);
+    status = static_cast<int32_t*>(scal_.need(8));
+    ga.device_status = status;
+    if (!g_host) FUZZ_CUDA(cudaStreamSynchronize(s));  // s32 leaves scope: its upload must be done
+  }
+  const size_t out_bytes = count * elem_bytes(c.out);
+  void* d1 = d1_.need(out_bytes);
+  void* d2 = d2_.need(out_bytes);
+  ga.d = d1;
+  std::string how;
+  try {
+    how = auto_->explain(ga);
+  } catch (const Error& e) {
+    fail(c, st, std::string("explain() threw on valid input: ") + e.what());
+    return true;
+  }
+  const bool cutlass_ran = how.find("CUTLASS grouped backend") != std::string::npos;
+  if (c.backend == GroupedBackend::kCutlass && !cutlass_ran) {
+    ++st.skipped["forced cutlass cannot run the call"];
+    return false;
+  }
+  if (verbose_) std::printf("plan: %s\n", how.c_str());
+
+  auto call = [&](GroupedGemmArgs x, void* d) -> bool {
+    fill_async(d, 0xFF, out_bytes, s);
+    if (x.device_status) fill_async(x.device_status, 0x7F, 4, s);
+    x.d = d;
+    try {
+      auto_->grouped_gemm(x, reinterpret_cast<Stream>(s));
+    } catch (const Error& e) {
+      fail(c, st, std::string("grouped_gemm() threw on valid input: ") + e.what());
+      return false;
+    }
+    return true;
+  };
+  int32_t status1 = 0;
+  if (!call(ga, d1)) return true;
+  if (status) copy_async(&status1, status, 4, cudaMemcpyDeviceToHost, s);
+  if (!call(ga, d2)) return true;
+  void* d3 = nullptr;
+  if (cutlass_ran) {  // the same inputs on the per-group backend (cuBLASLt or the dense plans)
+    GroupedGemmArgs x = ga;
+    x.backend = GroupedBackend::kPerGroup;
+    d3 = d3_.need(out_bytes);
+    if (!call(x, d3)) return true;
+  }
+  const cudaError_t sync = g_host ? cudaSuccess : cudaStreamSynchronize(s);
+  if (sync != cudaSuccess) {
+    std::printf("FATAL seed=%" PRIu64 " id=%" PRIu64 ": CUDA error %s after the calls\n  config: %s\n  reproduce: "
+                "scalemm_fuzz --grouped --seed %" PRIu64 " --only %" PRIu64 "\n",
+                seed_, c.id, cudaGetErrorString(sync), c.describe().c_str(), seed_, c.id);
+    std::exit(3);
+  }
+  std::vector<uint8_t> r1(out_bytes), r2(out_bytes), r3(d3 ? out_bytes : 0);
+  copy_async(r1.data(), d1, out_bytes, cudaMemcpyDeviceToHost, s);
+  copy_async(r2.data(), d2, out_bytes, cudaMemcpyDeviceToHost, s);
+  if (d3) copy_async(r3.data(), d3, out_bytes, cudaMemcpyDeviceToHost, s);
+  if (!g_host) FUZZ_CUDA(cudaStreamSynchronize(s));
+
+  ++st.by_regime[int(c.regime)];
+  ++st.by_out[std::string(to_string(c.out))];
+  ++st.grouped_paths[std::string(cutlass_ran ? "cutlass" : "per-group") + (mg ? " m" : " k") +
+                     (c.device_sizes ? " device-sizes" : "")];
+  if (status && status1 != 0) fail(c, st, "device_status " + std::to_string(status1) + " after valid device-side sizes");
+  ++st.determinism_checks;
+  int64_t first = -1;
+  if (!emulation::bitwise_equal(r1.data(), r2.data(), out_bytes, &first))
+    fail(c, st, "two identical grouped calls differ (first differing byte " + std::to_string(first) + ")");
+
+  // Each group against the reference, within the tolerance of what ran it: the CUTLASS kernel (the
+  // native tier's) or the dense plan of that group on the per-group backend.
+  ++st.tolerance_checks;
+  if (d3) ++st.agreement_checks, ++st.agreement["cutlass/per-group"];
+  int64_t start = 0;
+  for (int64_t gi = 0; gi < G; ++gi) {
+    const int64_t sz = c.sizes[size_t(gi)];
+    const size_t lo = size_t(mg ? start * N : gi * M * N), hi = size_t(mg ? (start + sz) * N : (gi + 1) * M * N);
+    start += sz;
+    if (lo == hi) continue;
+    if (sz == 0) {  // an empty k-group: D[g] is zero
+      for (size_t i = lo; i < hi; ++i)
+        if (widen_one(r1.data(), i, c.out) != 0.0f) {
+          fail(c, st, "empty group " + std::to_string(gi) + ": D[g] is not zero at element " + std::to_string(i - lo));
+          break;
+        }
+      continue;
+    }
+    GemmArgs probe;
+    probe.m = mg ? sz : M, probe.n = N, probe.k = mg ? K : sz;
+    probe.a.dtype = c.da, probe.a.recipe = c.ra, probe.a.scale_format = c.fa;
+    probe.b.dtype = c.db, probe.b.recipe = c.rb, probe.b.scale_format = c.fb;
+    probe.d_dtype = c.out;
+    probe.space = ga.space;
+    Plan plan;
+    plan.backend = Backend::kNative;
+    if (!cutlass_ran) {
+      try {
+        plan = auto_->plan(probe);
+      } catch (const Error& e) {
+        fail(c, st, "group " + std::to_string(gi) + ": plan() of its dense call threw " + e.what());
+        continue;
+      }
+    }
+    const double ref_scale = std::fabs(alpha) * bound[size_t(gi)];
+    const emulation::Tolerance tol = verify::tolerance_for(probe, plan, ref_scale);
+    const size_t n = hi - lo;
+    std::vector<float> want(n), got(n);
+    for (size_t i = 0; i < n; ++i) {
+      want[i] = round_to(float(double(alpha) * ref[lo + i]), c.out);
+      got[i] = widen_one(r1.data(), lo + i, c.out);
+    }
+    for (float v : want) st.nonfinite_outputs += !std::isfinite(v);
+    const emulation::Comparison cmp = emulation::compare(want.data(), got.data(), int64_t(n), &tol);
+    if (!cmp.within_tolerance()) {
+      const int64_t w = cmp.nonfinite_mismatches ? -1 : cmp.first_violation;
+      std::ostringstream os;
+      os << "group " << gi << " (" << (cutlass_ran ? "CUTLASS kernel" : to_string(plan.backend)) << ") vs reference: "
+         << cmp.violations << " outside tolerance " << tol.to_string() << ", " << cmp.nonfinite_mismatches
+         << " NaN/Inf mismatches (ref nan " << cmp.nan_ref << " inf " << cmp.inf_ref << ", got nan " << cmp.nan_test
+         << " inf " << cmp.inf_test << ")";
+      if (w >= 0) os << "; first at element " << w << " of the group: " << got[size_t(w)] << " vs " << want[size_t(w)];
+      fail(c, st, os.str());
+    }
+    if (d3) {
+      std::vector<float> other(n);
+      for (size_t i = 0; i < n; ++i) other[i] = widen_one(r3.data(), lo + i, c.out);
+      Plan dense;
+      try {
+        dense = auto_->plan(probe);
+      } catch (const Error& e) {
+        fail(c, st, "group " + std::to_string(gi) + ": plan() of its dense call threw " + e.what());
+        continue;
+      }
+      const emulation::Tolerance td = verify::tolerance_for(probe, dense, ref_scale);
+      const emulation::Tolerance both{tol.atol + td.atol, tol.rtol + td.rtol};
+      const emulation::Comparison ac = emulation::compare(other.data(), got.data(), int64_t(n), &both);
+      if (!ac.within_tolerance())
+        fail(c, st, "group " + std::to_string(gi) + ": CUTLASS kernel and per-group backend disagree beyond " +
+                        both.to_string() + ": " + ac.to_string());
+    }
+  }
+  return true;
+}
+
 void usage() {
-  std::printf("usage: scalemm_fuzz [--configs N] [--seed S] [--only ID] [--max-seconds T] [--verbose] [--host]\n"
+  std::printf("usage: scalemm_fuzz [--configs N] [--seed S] [--only ID] [--max-seconds T] [--verbose] [--host] [--grouped]\n"
               "  --configs N  configurations to run (default 6000; skipped draws do not count)\n"
               "  --seed S     seed of the run (default 1)\n"
               "  --only ID    run configuration ID of seed S only (the reproduction of a failure)\n"
               "  --max-seconds T  stop drawing after T seconds (the summary says so; exit status 1)\n"
               "  --plan-sm SM     draw N configurations and only plan them for a simulated sm_SM: the backends\n"
               "                   they would reach there (no GPU needed)\n"
-              "  --host       host memory: the host reference backend against emulation::gemm_host\n");
+              "  --host       host memory: the host reference backend against emulation::gemm_host\n"
+              "  --grouped    grouped calls (Handle::grouped_gemm) against a float64 reference per group\n");
 }
 
 }  // namespace
@@ -767,7 +1171,7 @@ int main(int argc, char** argv) {
   int64_t only = -1;
   double max_seconds = 0.0;
   int plan_sm = 0;
-  bool verbose = false;
+  bool verbose = false, grouped = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* {
@@ -782,6 +1186,7 @@ int main(int argc, char** argv) {
     else if (a == "--only") only = std::strtoll(value(), nullptr, 0);
     else if (a == "--verbose") verbose = true;
     else if (a == "--host") g_host = true;
+    else if (a == "--grouped") grouped = true;
     else if (a == "--max-seconds") max_seconds = std::strtod(value(), nullptr);
     else if (a == "--plan-sm") plan_sm = int(std::strtol(value(), nullptr, 0));
     else {
@@ -829,6 +1234,14 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   Fuzzer fz(seed, verbose || only >= 0);
   Stats st;
+  if (only >= 0 && grouped) {
+    const GroupedConfig c = draw_grouped(seed, uint64_t(only));
+    std::printf("grouped config %" PRId64 ": %s\n", only, c.describe().c_str());
+    const bool ran = fz.run_grouped(c, st);
+    std::printf("%s\n", !ran ? "skipped" : st.failed ? "FAILED" : "passed");
+    for (auto& kv : st.skipped) std::printf("  skipped: %s\n", kv.first.c_str());
+    return st.failed ? 1 : 0;
+  }
   if (only >= 0) {
     const Config c = draw(seed, uint64_t(only));
     std::printf("config %" PRId64 ": %s\n", only, c.describe().c_str());
@@ -845,17 +1258,24 @@ int main(int argc, char** argv) {
       out_of_time = true;
       break;
     }
-    const Config c = draw(seed, id++);
     ++st.drawn;
-    if (fz.run(c, st)) ++st.run;
+    if (grouped ? fz.run_grouped(draw_grouped(seed, id++), st) : fz.run(draw(seed, id++), st)) ++st.run;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t skipped = 0;
   for (auto& kv : st.skipped)
     if (kv.first.rfind("forced", 0) == 0) skipped += kv.second;
-  std::printf("backends that ran:");
-  for (int b = 0; b < kBackendCount; ++b) std::printf(" %s %" PRId64, std::string(to_string(Backend(b))).c_str(), st.by_backend[b]);
-  std::printf("\nregimes:");
+  if (grouped) {
+    std::printf("grouped paths that ran:");
+    for (auto& kv : st.grouped_paths) std::printf(" %s %" PRId64 ";", kv.first.c_str(), kv.second);
+    std::printf("\n");
+  } else {
+    std::printf("backends that ran:");
+    for (int b = 0; b < kBackendCount; ++b)
+      std::printf(" %s %" PRId64, std::string(to_string(Backend(b))).c_str(), st.by_backend[b]);
+    std::printf("\n");
+  }
+  std::printf("regimes:");
   for (int r = 0; r < kRegimeCount; ++r) std::printf(" %s %" PRId64, regime_name(Regime(r)), st.by_regime[r]);
   std::printf("\noutputs:");
   for (auto& kv : st.by_out) std::printf(" %s %" PRId64, kv.first.c_str(), kv.second);
@@ -865,9 +1285,9 @@ int main(int argc, char** argv) {
               ", reference NaN/Inf outputs %" PRId64 "\n",
               st.tolerance_checks, st.determinism_checks, st.agreement_checks, st.nonfinite_outputs);
   for (auto& kv : st.skipped) std::printf("skipped: %" PRId64 " x %s\n", kv.second, kv.first.c_str());
-  std::printf("scalemm_fuzz: seed %" PRIu64 ", %" PRId64 " configurations run, %" PRId64 " skipped, %" PRId64
+  std::printf("scalemm_fuzz%s: seed %" PRIu64 ", %" PRId64 " configurations run, %" PRId64 " skipped, %" PRId64
               " failed, %.1f s on %s\n",
-              seed, st.run, skipped, st.failed, secs, prop.name);
+              grouped ? " --grouped" : "", seed, st.run, skipped, st.failed, secs, prop.name);
   if (st.run < configs) {
     std::printf("scalemm_fuzz: only %" PRId64 " of %" PRId64 " configurations ran (%s)\n", st.run, configs,
                 out_of_time ? "stopped at --max-seconds" : "the other draws were skipped");
