@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(256) e8m0_need_kernel(const __grid_constant__ 
       for (int64_t kb0 = int64_t(threadIdx.x) * 4; kb0 < kb_count; kb0 += int64_t(blockDim.x) * 4) {
         const int64_t o = l.offset(r, kb0);
         const int n = kb_count - kb0 < 4 ? int(kb_count - kb0) : 4;
-        if (n == 4 && (o & 3) == 0 && l.offset(r, kb0 + 3) == o + 3) {
+        if (n == 4 && (reinterpret_cast<uintptr_t>(scales + o) & 3) == 0 && l.offset(r, kb0 + 3) == o + 3) {
           const uint32_t w = *reinterpret_cast<const uint32_t*>(scales + o);
           for (int q = 0; q < 4; ++q) visit(int((w >> (8 * q)) & 0xFF), r, kb0 + q);
         } else {

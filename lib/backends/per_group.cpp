@@ -8,7 +8,9 @@
 //    host: device-side sizes are copied over first (one synchronisation, refused during a capture).
 //    A device call's groups are spread over up to four streams forked from the caller's (events, so
 //    graph captures hold them), each with its own workspace, and joined back before the call returns.
-//  * m-grouped groups are views into A, B, their scales and D: nothing is copied.
+//  * m-grouped groups are views into A, B, their scales and D: nothing is copied, except the A rows or
+//    expert B of a group that starts off 16-byte alignment (K x element size not a multiple of 16),
+//    copied into its stream's staging scratch for the dense call's tensor-core loads.
 //  * k-grouped groups gather their K columns of A and B into their stream's staging scratch first
 //    (one 2-D copy per operand); a stream runs its groups one after another, so one staging buffer
 //    per stream serves them all.
@@ -68,6 +70,44 @@ GemmArgs m_group_call(const GroupedGemmArgs& a, const std::vector<int64_t>& row_
   c.alpha = a.alpha;
   c.space = a.space;
   return c;
+}
+
+// m-grouped groups whose A rows or expert B do not start 16-byte aligned on the device (K times the
+// element size not a multiple of 16, after an odd number of rows) run on aligned copies of them: the
+// dense call's tensor-core loads need aligned data. Bytes of each copy (0: read in place).
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+std::pair<size_t, size_t> m_stage(const GemmArgs& c) {
+  if (c.space == MemorySpace::kHost) return {0, 0};
+  return {aligned16(c.a.data) ? 0 : size_t(c.m) * data_row_bytes(c.a.dtype, c.k),
+          aligned16(c.b.data) ? 0 : size_t(c.n) * data_row_bytes(c.b.dtype, c.k)};
+}
+size_t al256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Group g's dense call as validation and planning see it: a staged operand at the tensor's own
+// (aligned) address, where its copy will be.
+GemmArgs m_group_view(const GroupedGemmArgs& a, const std::vector<int64_t>& rows, const std::vector<int64_t>& offs,
+                      int64_t g) {
+  GemmArgs c = m_group_call(a, rows, offs, g);
+  const auto [ab, bb] = m_stage(c);
+  if (ab) c.a.data = a.a.data;
+  if (bb) c.b.data = a.b.data;
+  return c;
+}
+
+// Copies what m_stage() names into `base` and points c at the copies.
+void stage_m_data(GemmArgs& c, char* base, Stream stream) {
+  const auto [ab, bb] = m_stage(c);
+  if (ab) {
+    detail::cuda_check(cudaMemcpyAsync(base, c.a.data, ab, cudaMemcpyDeviceToDevice, stream),
+                       "grouped_gemm: align a group's A rows");
+    c.a.data = base;
+  }
+  if (bb) {
+    char* pb = base + al256(ab);
+    detail::cuda_check(cudaMemcpyAsync(pb, c.b.data, bb, cudaMemcpyDeviceToDevice, stream),
+                       "grouped_gemm: align an expert's B");
+    c.b.data = pb;
+  }
 }
 
 // The staging of one k-grouped group: A (M, K_g) and B (N, K_g) with their scales in compact format.
@@ -206,8 +246,15 @@ Diagnostics validate_grouped(const GroupedGemmArgs& a, Depth depth) {
       return out;
     }
     const std::vector<int64_t> offs = grouped_scale_offsets(a);
+    // The whole tensors' own alignment is the caller's; a group that starts off it runs on a copy.
+    GemmArgs whole;
+    whole.m = std::max<int64_t>(a.m, 1), whole.n = a.n, whole.k = a.k;
+    whole.a = a.a, whole.b = a.b, whole.d = a.d, whole.d_dtype = a.d_dtype, whole.space = a.space;
+    for (const Diagnostic& x : validate(whole))
+      if (x.rule == "data-alignment") out.push_back(x);
+    if (!out.empty()) return out;
     for (int64_t g = 0; g < a.groups; ++g)
-      if (a.group_sizes[g] > 0) prefixed(validate(m_group_call(a, rows, offs, g)), "group " + std::to_string(g) + ": ");
+      if (a.group_sizes[g] > 0) prefixed(validate(m_group_view(a, rows, offs, g)), "group " + std::to_string(g) + ": ");
   } else {
     GemmArgs c;
     c.m = a.m, c.n = a.n, c.k = a.k;
@@ -450,7 +497,7 @@ void run_groups(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream 
     GemmArgs& c = calls[size_t(g)] = mg ? m_group_call(a, first, offs, g) : k_group_call(a, g);
     if (host) continue;  // the host reference reads any layout; k-groups stage theirs below
     const Plan*& p = plans[a.group_sizes[g]];
-    if (!p) p = &dispatch::cached_plan(impl, c, stream);
+    if (!p) p = &dispatch::cached_plan(impl, mg ? m_group_view(a, first, offs, g) : c, stream);
     const ScaleFormat to = takes_cublaslt_scales(*p) ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
     if (mg) {
       if (converts_scales(*p, c.a, true))
@@ -467,7 +514,12 @@ void run_groups(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream 
   // k-grouped groups gather their K columns into their stream's staging buffer: a stream runs its
   // groups one after another, so one buffer per stream serves them all. Without forked streams that
   // is the caller's, which also holds the batch.
-  const size_t need = mg ? 0 : k_stage_bytes(a);
+  size_t need = mg ? 0 : k_stage_bytes(a);
+  for (int64_t g : order) {
+    if (!mg) break;
+    const auto [ab, bb] = m_stage(calls[size_t(g)]);
+    need = std::max(need, ab || bb ? al256(ab) + al256(bb) : 0);
+  }
   const bool one_lane = lanes < 2;
   dispatch::StagingScratch caller_scratch;
   std::vector<uint8_t> host_stage;
@@ -498,7 +550,7 @@ void run_groups(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream 
       load[lane] += a.group_sizes[g];
     }
   }
-  if (mg) {
+  if (mg && need == 0) {
     for (int64_t g : order) h.gemm(calls[size_t(g)], streams[size_t(lane_of[size_t(g)])]);
     return;
   }
@@ -514,6 +566,11 @@ void run_groups(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream 
   }
   for (int64_t g : order) {
     const size_t lane = size_t(lane_of[size_t(g)]);
+    if (mg) {
+      stage_m_data(calls[size_t(g)], base[lane], streams[lane]);
+      h.gemm(calls[size_t(g)], streams[lane]);
+      continue;
+    }
     if (host) {
       h.gemm(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), streams[lane]);
       continue;
@@ -643,18 +700,25 @@ std::string Handle::explain(const GroupedGemmArgs& a) {
        << " streams forked from the caller's, each with its own workspace";
   if (a.space == MemorySpace::kDevice && busy > 0) {
     bool converts = a.group_dim == GroupDim::kK;  // every k-group's K slice of the scales
+    int64_t staged = 0;
     if (!converts) {
       std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
       for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];
       const std::vector<int64_t> offs = grouped_scale_offsets(a);
-      for (int64_t g = 0; g < a.groups && !converts; ++g) {
+      for (int64_t g = 0; g < a.groups; ++g) {
         if (a.group_sizes[g] == 0) continue;
-        const GemmArgs c = m_group_call(a, rows, offs, g);
+        const auto [ab, bb] = m_stage(m_group_call(a, rows, offs, g));
+        staged += ab || bb;
+        if (converts) continue;
+        const GemmArgs c = m_group_view(a, rows, offs, g);
         const Plan p = plan(c);
         converts = converts_scales(p, c.a, true) || converts_scales(p, c.b, false);
       }
     }
     if (converts) os << "; every group's scale conversions run in one launch before the groups";
+    if (staged)
+      os << "; " << staged << " group(s) whose A rows or expert B start off 16-byte alignment (K x element size"
+         << " not a multiple of 16) run on aligned copies";
     if (a.graph_replay)
       os << "; graph_replay: on a non-default stream the whole call is captured as a CUDA graph on its first run"
          << " and replayed while it repeats exactly";

@@ -423,6 +423,26 @@ TEST_CASE("the emulated backend stays exact with compact MX scales at an odd add
   }
 }
 
+// Scale grids whose rows share codes (mxfp8-32x32, cuBLASLt's tiles) are scanned row by row, four
+// codes per 32-bit load where the four lie together: at a buffer address that is not 4-byte aligned
+// the load must fall back to bytes (an expert's grid in a grouped call starts wherever the previous
+// one ended: 7 bytes per expert here at K = 208).
+TEST_CASE("the emulated backend reads MX scale grids at any byte address", "[gpu][dispatch]") {
+  auto rng = scalemm::testing::rng(0x0DE);
+  for (int64_t k : {int64_t(208), int64_t(640)}) {
+    const HostOperand a = scalemm::testing::exact_operand(Recipe::kMxfp8, 7, k, ScaleFormat::kCompact, rng);
+    const HostOperand b = scalemm::testing::exact_operand(Recipe::kMxfp8_32x32, 33, k, ScaleFormat::kCompact, rng);
+    for (size_t offset : {size_t(0), size_t(1), size_t(3), size_t(7)}) {
+      Handle h;
+      const Result r = run(h, a, b, DType::kF32, nullptr, 1.0f, offset);
+      CAPTURE(k, offset, r.cmp.to_string());
+      CHECK(r.backend == Backend::kEmulated);
+      CHECK(r.cmp.bitwise_equal());
+      CHECK(cudaGetLastError() == cudaSuccess);
+    }
+  }
+}
+
 TEST_CASE("sample verification runs asynchronously and reports a wrong result at the next check",
           "[gpu][dispatch]") {
   auto rng = scalemm::testing::rng(0xA5);

@@ -289,7 +289,12 @@ GroupedConfig draw_grouped(uint64_t seed, uint64_t id) {
            : r < 0.9 ? Regime::kZeroBlocks : Regime::kNonFinite;
   const double b = unif(g);
   c.backend = b < 0.6 ? GroupedBackend::kAuto : b < 0.8 ? GroupedBackend::kPerGroup : GroupedBackend::kCutlass;
-  if (!g_host && unif(g) < (c.dim == GroupDim::kM ? 0.25 : 0.1)) c.device_sizes = unif(g) < 0.5 ? 1 : 2;
+  // Device-side sizes where A's scales do not depend on them: m-grouped A needs a per-row recipe in
+  // compact format (grouped.hpp); k-grouped scales are whole-tensor ones.
+  const bool per_row_a = c.fa == ScaleFormat::kCompact && (c.ra == Recipe::kRowwise || c.ra == Recipe::kBlock1x128 ||
+                                                           c.ra == Recipe::kMxfp8 || c.ra == Recipe::kNvfp4);
+  const bool sizes_may_move = c.dim == GroupDim::kK || per_row_a;
+  if (!g_host && unif(g) < (c.dim == GroupDim::kM ? 0.3 : 0.1) && sizes_may_move) c.device_sizes = unif(g) < 0.5 ? 1 : 2;
   c.data_seed = g();
   return c;
 }
