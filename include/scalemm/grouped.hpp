@@ -35,8 +35,9 @@ enum class GroupDim : uint8_t {
 };
 std::string_view to_string(GroupDim g);
 
-/// Which grouped backend runs a call. kAuto takes the CUTLASS grouped kernel whenever it can run the
-/// call (blockwise FP8 on sm_90, bf16 output), else the per-group backend; the others insist, and a
+/// Which grouped backend runs a call. kAuto takes a CUTLASS grouped kernel whenever one can run the
+/// call (blockwise or rowwise FP8 on sm_90, bf16 output), except for large groups with host sizes
+/// where the per-group backend measured faster, else the per-group backend; the others insist, and a
 /// call the chosen one cannot run is refused (kUnsupported) with the reason.
 enum class GroupedBackend : uint8_t {
   kAuto = 0,

@@ -160,10 +160,11 @@ typedef enum scalemm_group_dim_t {
   SCALEMM_GROUP_DIM_K = 1
 } scalemm_group_dim_t;
 
-/* Which grouped backend runs a call (0.4): AUTO takes the CUTLASS kernel when it can run the call. */
+/* Which grouped backend runs a call (0.4): AUTO takes a CUTLASS kernel when one can run the call,
+   except large groups with host sizes, measured faster per group. */
 typedef enum scalemm_grouped_backend_t {
   SCALEMM_GROUPED_BACKEND_AUTO = 0,
-  SCALEMM_GROUPED_BACKEND_CUTLASS = 1,   /* one launch for all groups (blockwise FP8, sm_90, bf16 out) */
+  SCALEMM_GROUPED_BACKEND_CUTLASS = 1,   /* one launch for all groups (blockwise or rowwise FP8, sm_90, bf16 out) */
   SCALEMM_GROUPED_BACKEND_PER_GROUP = 2  /* one dense call per non-empty group */
 } scalemm_grouped_backend_t;
 

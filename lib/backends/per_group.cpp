@@ -1,7 +1,8 @@
 // Grouped GEMMs (grouped.hpp): validation, the choice between the two grouped backends, and the
 // per-group backend itself.
-//  * The CUTLASS grouped kernel (backends/cutlass_grouped.cu) runs blockwise FP8 on sm_90 in one launch,
-//    with host or device-side sizes; it is taken whenever it can run the call.
+//  * The CUTLASS grouped kernels (backends/cutlass_grouped.cu) run blockwise and rowwise FP8 on sm_90 in
+//    one launch, with host or device-side sizes; `auto` takes them whenever they can run the call,
+//    except large groups with host sizes, measured faster per group (slower_than_per_group()).
 //  * Otherwise the per-group backend runs one dense call per non-empty group, each planned (cached per
 //    distinct group shape) and run by the dense backends, so every group is bit-identical to the same
 //    dense call and every recipe pair the dense call accepts works grouped. It needs the sizes on the
