@@ -48,6 +48,14 @@ std::vector<uint8_t> download(const Dev& d) {
   return h;
 }
 
+// Elements of an f32 D that differ from the exact products.
+int64_t f32_mismatches(const Dev& d, const std::vector<double>& expected) {
+  const auto got = download_f32(d, expected.size());
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(expected[i]);
+  return bad;
+}
+
 // Elements of a bf16 D that differ from the exact products rounded to bf16.
 int64_t bf16_mismatches(const Dev& d, const std::vector<double>& expected) {
   std::vector<uint16_t> got(expected.size());
@@ -247,10 +255,7 @@ TEST_CASE("the per-group backend converts every group's scales in one launch", "
     CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));
     h.grouped_gemm(ga);
     CUDA_OK(cudaDeviceSynchronize());
-    const auto got = download_f32(d, in.expected.size());
-    int64_t bad = 0;
-    for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
-    CHECK(bad == 0);
+    CHECK(f32_mismatches(d, in.expected) == 0);
   }
 }
 
@@ -465,10 +470,7 @@ TEST_CASE("m-grouped groups that start off 16-byte alignment run on aligned copi
     CHECK((plan.find("run on aligned copies") != std::string::npos) == c.staged);
     h.grouped_gemm(ga);
     CUDA_OK(cudaDeviceSynchronize());
-    const auto got = download_f32(d, in.expected.size());
-    int64_t bad = 0;
-    for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
-    CHECK(bad == 0);
+    CHECK(f32_mismatches(d, in.expected) == 0);
     CHECK(cudaGetLastError() == cudaSuccess);
   }
 }

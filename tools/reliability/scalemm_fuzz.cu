@@ -118,6 +118,20 @@ std::mt19937_64 config_rng(uint64_t seed, uint64_t id) {
   return std::mt19937_64(sq);
 }
 
+// Data types (e4m3 with probability `e4m3`, else e5m2; e2m1 for nvfp4) and scale formats (compact
+// with probability `compact`, else cuBLASLt's), per operand.
+template <class C>
+void draw_types(std::mt19937_64& g, C& c, double e4m3, double compact) {
+  auto data_dtype = [&](Recipe r) {
+    if (r == Recipe::kNvfp4) return DType::kE2M1;
+    return unif(g) < e4m3 ? DType::kE4M3 : DType::kE5M2;
+  };
+  c.da = data_dtype(c.ra);
+  c.db = data_dtype(c.rb);
+  c.fa = unif(g) < compact ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+  c.fb = unif(g) < compact ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+}
+
 Config draw(uint64_t seed, uint64_t id) {
   auto g = config_rng(seed, id);
   Config c;
@@ -140,14 +154,7 @@ Config draw(uint64_t seed, uint64_t id) {
     c.ra = kAllRecipes[size_t(uni(g, 0, 6))];
     c.rb = kAllRecipes[size_t(uni(g, 0, 6))];
   }
-  auto data_dtype = [&](Recipe r) {
-    if (r == Recipe::kNvfp4) return DType::kE2M1;
-    return unif(g) < 0.7 ? DType::kE4M3 : DType::kE5M2;
-  };
-  c.da = data_dtype(c.ra);
-  c.db = data_dtype(c.rb);
-  c.fa = unif(g) < 0.5 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
-  c.fb = unif(g) < 0.5 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+  draw_types(g, c, 0.7, 0.5);
   static const int64_t dims[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 192, 256, 264};
   // Half the extents from the sizes native kernels take (multiples of 16), half from all of them.
   static const int64_t aligned[] = {16, 32, 64, 96, 128, 192, 256};
@@ -244,14 +251,7 @@ GroupedConfig draw_grouped(uint64_t seed, uint64_t id) {
   std::pair<Recipe, Recipe> pr = p < 0.55 ? pick(g, kernel_pairs) : p < 0.85 ? pick(g, accelerated)
                                  : std::pair<Recipe, Recipe>{kAllRecipes[size_t(uni(g, 0, 6))], kAllRecipes[size_t(uni(g, 0, 6))]};
   c.ra = pr.first, c.rb = pr.second;
-  auto data_dtype = [&](Recipe r) {
-    if (r == Recipe::kNvfp4) return DType::kE2M1;
-    return unif(g) < 0.8 ? DType::kE4M3 : DType::kE5M2;
-  };
-  c.da = data_dtype(c.ra);
-  c.db = data_dtype(c.rb);
-  c.fa = unif(g) < 0.75 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
-  c.fb = unif(g) < 0.75 ? ScaleFormat::kCompact : ScaleFormat::kCublasLt;
+  draw_types(g, c, 0.8, 0.75);
   static const int64_t dims[] = {1, 2, 3, 7, 8, 16, 17, 31, 32, 33, 64, 65, 96, 127, 128, 129, 192, 256, 264};
   static const int64_t aligned[] = {16, 32, 64, 96, 128, 192, 256};
   c.n = unif(g) < 0.6 ? pick(g, aligned) : pick(g, dims);
