@@ -564,6 +564,13 @@ class Fuzzer {
                   g_host ? " --host" : "");
   }
 
+  // Copies `bytes` from the host into `buf` (grown as needed) on the fuzzer's stream.
+  void* upload(Buf& buf, const void* host, size_t bytes) {
+    void* p = buf.need(bytes);
+    if (bytes) copy_async(p, host, bytes, cudaMemcpyHostToDevice, stream_);
+    return p;
+  }
+
   uint64_t seed_;
   bool verbose_;
   bool failed_now_ = false;
@@ -653,13 +660,8 @@ bool Fuzzer::run(const Config& c, Stats& st) {
     if (!(d_scale > 0.0f) || !std::isfinite(d_scale)) d_scale = 1.0f;
   }
 
-  // Upload.
   const cudaStream_t s = stream_;
-  auto up = [&](Buf& buf, const void* host, size_t bytes) {
-    void* p = buf.need(bytes);
-    if (bytes) copy_async(p, host, bytes, cudaMemcpyHostToDevice, s);
-    return p;
-  };
+  auto up = [&](Buf& buf, const void* host, size_t bytes) { return upload(buf, host, bytes); };
   GemmArgs args;
   args.m = c.m, args.n = c.n, args.k = c.k;
   args.a.data = up(da_, a.data.data(), a.data.size());
@@ -983,13 +985,8 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
   const double bmax = *std::max_element(bound.begin(), bound.end());
   while (bmax * std::fabs(alpha) > (c.out == DType::kF16 ? 16384.0 : 1e36)) alpha *= 0.5f;
 
-  // Upload.
   const cudaStream_t s = stream_;
-  auto up = [&](Buf& buf, const void* host, size_t bytes) {
-    void* p = buf.need(bytes);
-    if (bytes) copy_async(p, host, bytes, cudaMemcpyHostToDevice, s);
-    return p;
-  };
+  auto up = [&](Buf& buf, const void* host, size_t bytes) { return upload(buf, host, bytes); };
   GroupedGemmArgs ga;
   ga.group_dim = c.dim;
   ga.groups = G;
