@@ -564,6 +564,19 @@ class Fuzzer {
                   g_host ? " --host" : "");
   }
 
+  // Waits for the calls; a CUDA error there (a fault that ends the context) stops the run with the
+  // configuration's reproduction.
+  template <class C>
+  void sync_or_exit(const C& c) {
+    const cudaError_t sync = g_host ? cudaSuccess : cudaStreamSynchronize(stream_);
+    if (sync == cudaSuccess) return;
+    std::printf("FATAL seed=%" PRIu64 " id=%" PRIu64 ": CUDA error %s after the calls\n  config: %s\n  reproduce: "
+                "scalemm_fuzz%s --seed %" PRIu64 " --only %" PRIu64 "\n",
+                seed_, c.id, cudaGetErrorString(sync), c.describe().c_str(), c.kGrouped ? " --grouped" : "", seed_,
+                c.id);
+    std::exit(3);
+  }
+
   // Copies `bytes` from the host into `buf` (grown as needed) on the fuzzer's stream.
   void* upload(Buf& buf, const void* host, size_t bytes) {
     void* p = buf.need(bytes);
@@ -771,13 +784,7 @@ bool Fuzzer::run(const Config& c, Stats& st) {
     fail(c, st, std::string("the reference threw: ") + e.what());
     return true;
   }
-  const cudaError_t sync = g_host ? cudaSuccess : cudaStreamSynchronize(s);
-  if (sync != cudaSuccess) {
-    std::printf("FATAL seed=%" PRIu64 " id=%" PRIu64 ": CUDA error %s after the calls\n  config: %s\n  reproduce: "
-                "scalemm_fuzz --seed %" PRIu64 " --only %" PRIu64 "\n",
-                seed_, c.id, cudaGetErrorString(sync), c.describe().c_str(), seed_, c.id);
-    std::exit(3);
-  }
+  sync_or_exit(c);
   std::vector<uint8_t> r1(out_bytes), r2(out_bytes), r3;
   std::vector<float> rf(count);
   copy_async(r1.data(), d1, out_bytes, cudaMemcpyDeviceToHost, s);
@@ -1055,13 +1062,7 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
     d3 = d3_.need(out_bytes);
     if (!call(x, d3)) return true;
   }
-  const cudaError_t sync = g_host ? cudaSuccess : cudaStreamSynchronize(s);
-  if (sync != cudaSuccess) {
-    std::printf("FATAL seed=%" PRIu64 " id=%" PRIu64 ": CUDA error %s after the calls\n  config: %s\n  reproduce: "
-                "scalemm_fuzz --grouped --seed %" PRIu64 " --only %" PRIu64 "\n",
-                seed_, c.id, cudaGetErrorString(sync), c.describe().c_str(), seed_, c.id);
-    std::exit(3);
-  }
+  sync_or_exit(c);
   std::vector<uint8_t> r1(out_bytes), r2(out_bytes), r3(d3 ? out_bytes : 0);
   copy_async(r1.data(), d1, out_bytes, cudaMemcpyDeviceToHost, s);
   copy_async(r2.data(), d2, out_bytes, cudaMemcpyDeviceToHost, s);
