@@ -20,6 +20,7 @@
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_state.hpp"
 
 using scalemm::detail::cuda_check;
 
@@ -157,6 +158,7 @@ size_t quantize_device_workspace_bytes(const SourceMatrix& src, const QuantizeCo
 void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out,
                      void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   validate(src, cfg, out);
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));  // the stream's device
   Workspace ws(workspace, workspace_bytes, quantize_device_workspace_bytes(src, cfg), stream);
   DeviceExec ex{stream};
   if (src.rows > 0 && src.cols > 0) {
@@ -171,6 +173,7 @@ void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const Q
 }
 
 void dequantize_device(const QuantizedTensor& t, void* out, DType out_dtype, cudaStream_t stream) {
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
   fastq::dequantize(t, out, out_dtype, stream);
 }
 

@@ -7,13 +7,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "detail/driver.hpp"
 #include "detail/fast_codecs.cuh"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_state.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/status.hpp"
 
@@ -21,19 +21,20 @@ namespace scalemm::emulation::fastq {
 
 using scalemm::detail::cuda_check;
 
+using scalemm::detail::PerDevice;
+
 namespace {
-/// SM count of the current device, cached per device (launches size one-wave grids by it).
-int sm_count() {
-  int dev = 0;
-  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
-  static std::atomic<int> cache[64];
-  if (dev < 0 || dev >= 64) dev = 0;
-  int n = cache[dev].load(std::memory_order_relaxed);
-  if (n == 0) {
-    cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-    cache[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
+/// SM count of the current device (the caller made the stream's device current).
+int sm_count() { return scalemm::detail::sm_count(scalemm::detail::current_device()); }
+
+/// Blocks of `kernel` (256 threads, no dynamic shared memory) resident per SM on the current device.
+template <class Kernel>
+int blocks_per_sm(PerDevice<int>& cache, Kernel kernel) {
+  return cache.get(scalemm::detail::current_device(), [&](int) {
+    int n = 0;
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, 0), "occupancy");
+    return std::max(n, 1);
+  });
 }
 }  // namespace
 
@@ -1521,19 +1522,13 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     // 1D blocks: one wave, as many blocks as fit on the GPU at once, each warp looping over items.
     const int64_t items_blocks = std::min<int64_t>(layouts::ceil_div(a.rows * groups, 8), 0x7FFFFFFF);
     if constexpr (E == 2 && S != 0) {  // NVFP4 from 16-bit sources: 8 elements per lane
-      static const int nv_per_sm = [] {
-        int n = 0;
-        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_nvfp4_kernel<S>, 256, 0), "occupancy");
-        return std::max(n, 1);
-      }();
+      static PerDevice<int> occupancy;
+      const int nv_per_sm = blocks_per_sm(occupancy, row_nvfp4_kernel<S>);
       const int64_t blocks = std::min<int64_t>(items_blocks, int64_t(nv_per_sm) * sm_count());
       row_nvfp4_kernel<S><<<unsigned(std::max<int64_t>(blocks, 1)), 256, 0, st>>>(a, groups);
     } else {
-      static const int per_sm = [] {
-        int n = 0;
-        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_direct_kernel<S, E>, 256, 0), "occupancy");
-        return std::max(n, 1);
-      }();
+      static PerDevice<int> occupancy;
+      const int per_sm = blocks_per_sm(occupancy, row_direct_kernel<S, E>);
       // The precomputed kind (tensorwise, long rowwise rows) has no per-item scale step to amortise
       // and measured faster with a warp per item (H100: 90-91% of copy against 85-87%).
       // (Any grid size is correct: warps step through the items by the grid's warp count.)
@@ -1565,13 +1560,14 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
       return;
     }
   }
-  static bool attr_set = false;  // per instantiation
-  if (!attr_set) {
+  // A function attribute is per device: set once on each device the kernel runs on.
+  static PerDevice<bool> smem_set;
+  smem_set.get(scalemm::detail::current_device(), [](int) {
     cuda_check(cudaFuncSetAttribute(quant_tile_kernel<S, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kTileSmem)),
                "cudaFuncSetAttribute(quant_tile_kernel)");
-    attr_set = true;
-  }
+    return true;
+  });
   quant_tile_kernel<S, E><<<unsigned(tiles), kQThreads, kTileSmem, st>>>(a);
   cuda_check(cudaGetLastError(), "quantizer kernel launch");
 }

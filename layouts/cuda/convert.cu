@@ -30,6 +30,7 @@
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/detail/convert_ops.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_state.hpp"
 
 using scalemm::detail::cuda_check;
 
@@ -1026,21 +1027,8 @@ bool quads_apply(const Op& op, const void* src, const void* dst) {
   return s0 >= 0 && s0 % 4 == 0 && s3 - s0 == 3;
 }
 
-int sm_count() {
-  // Cached per device: the attribute query is not free and launches may be frequent.
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(dev);
-  if (it != cache.end()) return it->second;
-  int sms = 132;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 132;
-  sms = std::max(1, sms);
-  cache[dev] = sms;
-  return sms;
-}
+// Cached per device (the caller made the stream's device current: see launch()).
+int sm_count() { return scalemm::detail::sm_count(scalemm::detail::current_device()); }
 
 // Plans depend only on the kind of operation, the two layouts and the quad choice. Planning walks one
 // tile on the host (up to 4096 offset() pairs), too slow to repeat for every launch: keep them.
@@ -1156,6 +1144,8 @@ template <Kind K, Recipe RF, Recipe RT, typename Ts, typename Td, class Op>
 void launch(const Op& op, const void* src, void* dst, const int64_t* row_offsets, int groups, int64_t rows_hint,
             unsigned long long* inexact_count, cudaStream_t stream) {
   if (row_offsets ? groups <= 0 : op.to.size() == 0) return;
+  // Launches go to the stream's device, whichever device the calling thread has current.
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
   if (launch_special<K, RF, RT, Ts, Td>(op, src, dst, row_offsets, groups, rows_hint, inexact_count, stream)) {
     cuda_check(cudaGetLastError(), "scalemm layouts conversion kernel launch");
     return;
@@ -1240,6 +1230,7 @@ __global__ void __launch_bounds__(kThreads) content_kernel(ScaleLayout l, const 
 
 void launch_content(const ScaleLayout& l, const void* scales, int64_t limit, ContentReport* rep, cudaStream_t stream) {
   require(rep != nullptr, "layouts::gpu::check_content_async: report is null");
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
   cuda_check(cudaMemsetAsync(rep, 0, sizeof(ContentReport), stream), "cudaMemsetAsync(report)");
   cuda_check(cudaMemsetAsync(rep->first_offset, 0xFF, sizeof(rep->first_offset), stream), "cudaMemsetAsync(report)");
   if (l.size() == 0) return;

@@ -33,6 +33,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_state.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/status.hpp"
 
@@ -323,18 +324,7 @@ __global__ void zero_empty_kernel(const int32_t* empty, uint8_t* d, int64_t grou
     out[i] = make_uint4(0, 0, 0, 0);
 }
 
-int sm_count() {
-  static std::mutex mu;
-  static std::vector<int> counts;
-  int dev = 0;
-  cuda_check(cudaGetDevice(&dev), "cutlass_grouped: current device");
-  std::lock_guard<std::mutex> lock(mu);
-  if (size_t(dev) >= counts.size()) counts.resize(size_t(dev) + 1, 0);
-  if (!counts[size_t(dev)])
-    cuda_check(cudaDeviceGetAttribute(&counts[size_t(dev)], cudaDevAttrMultiProcessorCount, dev),
-               "cutlass_grouped: SM count");
-  return counts[size_t(dev)];
-}
+int sm_count() { return scalemm::detail::sm_count(scalemm::detail::current_device()); }
 
 template <class C>
 typename C::Gemm::Arguments kernel_arguments(const GroupedGemmArgs& a, const Arrays<C>& arr) {

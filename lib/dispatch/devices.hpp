@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "scalemm/detail/device_state.hpp"
 #include "scalemm/gemm.hpp"
 
 namespace scalemm::dispatch {
@@ -59,15 +60,6 @@ void simulate_devices(Handle& handle, SimulatedDevices sim);
 
 /// Makes `device` current for the scope of a call when it is not already (a stream of device 1 used
 /// while device 0 is current), and restores the previous device; nothing for device < 0.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device);
-  ~DeviceScope();
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
+using DeviceScope = scalemm::detail::DeviceScope;
 
 }  // namespace scalemm::dispatch

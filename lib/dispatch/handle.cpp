@@ -144,22 +144,6 @@ Diagnostic pointer_device_mismatch(const char* argument, int pointer_device, int
               " to " + want + "."};
 }
 
-DeviceScope::DeviceScope(int device) {
-  if (device < 0) return;
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    cudaGetLastError();
-    return;
-  }
-  if (current == device) return;
-  cuda_check(cudaSetDevice(device), "scalemm: make device " + std::to_string(device) + " current for the call");
-  previous_ = current;
-}
-
-DeviceScope::~DeviceScope() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
-}
-
 }  // namespace dispatch
 
 struct Handle::Impl {

@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "device_buffer.hpp"
 #include "grouped_inputs.hpp"
 #include "operands.hpp"
+#include "scalemm/emulation/emulation.hpp"
 #include "scalemm/grouped.hpp"
 #include "scalemm/scalemm.h"
 #include "support/test_support.hpp"
@@ -288,4 +291,107 @@ TEST_CASE("device memory of device 1 on a stream of device 0 is refused by name,
   CHECK(scalemm_handle_destroy(ch) == SCALEMM_STATUS_OK);
   CUDA_OK(cudaStreamSynchronize(w0.stream));
   CHECK(w0.mx.download() == before);  // nothing ran
+}
+
+namespace {
+
+// Every recipe quantized (both directions; f32 and bf16 sources: the f32 path has the dynamic-shared-
+// memory kernel, whose attribute is per device) on a stream of each device in `order`, with the other
+// device current, against the host emulator's bytes; then the dense and grouped calls of Work on the
+// same devices, against single-device runs. Each case is its own process (ctest), so `order` decides
+// which device every per-device cache and attribute meets first.
+void every_recipe_on(std::initializer_list<int> order) {
+  using namespace scalemm::emulation;
+  const int64_t R = 256, C = 384;
+  auto rng = testing::rng(0x51D3);
+  std::vector<float> x(size_t(R * C));
+  for (auto& v : x) v = std::ldexp(float(rng() % 2001) / 1000.0f - 1.0f, int(rng() % 9) - 4);
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    xb[i] = uint16_t(u >> 16);  // truncation: any bf16 will do, the host quantizes the same bits
+  }
+  Inputs in;
+  for (int dev : order) {
+    const int other = 1 - dev;
+    for (Recipe r : {Recipe::kTensorwise, Recipe::kRowwise, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                     Recipe::kMxfp8, Recipe::kMxfp8_32x32, Recipe::kNvfp4})
+      for (DType src_dtype : {DType::kF32, DType::kBF16}) {
+        INFO("device " << dev << " (device " << other << " current), " << to_string(r) << " from "
+                       << to_string(src_dtype));
+        QuantizeConfig cfg;
+        cfg.recipe = r;
+        cfg.rowwise = cfg.columnwise = true;
+        const void* hx = src_dtype == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data();
+        const size_t src_bytes = x.size() * (src_dtype == DType::kF32 ? 4 : 2);
+        const int64_t db = data_bytes(cfg, R, C);
+        const size_t sb = size_t(rowwise_layout(cfg, R, C).bytes()), stb = size_t(columnwise_layout(cfg, R, C).bytes());
+        std::vector<uint8_t> hd(static_cast<size_t>(db)), hs(sb), hdt(static_cast<size_t>(db)), hst(stb);
+        float hg = 0;
+        quantize_host(SourceMatrix{hx, src_dtype, R, C}, cfg, QuantizeOutputs{hd.data(), hs.data(), hdt.data(), hst.data(), &hg});
+        std::unique_ptr<testing::Dev> src, d, s, dt, st, g;
+        cudaStream_t stream = nullptr;
+        {
+          DeviceGuard on(dev);
+          src = std::make_unique<testing::Dev>(hx, src_bytes);
+          d = std::make_unique<testing::Dev>(size_t(db));
+          s = std::make_unique<testing::Dev>(sb);
+          dt = std::make_unique<testing::Dev>(size_t(db));
+          st = std::make_unique<testing::Dev>(stb);
+          g = std::make_unique<testing::Dev>(size_t(4));
+          CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        }
+        DeviceGuard current(other);
+        quantize_device(SourceMatrix{src->p, src_dtype, R, C}, cfg,
+                        QuantizeOutputs{d->p, s->p, dt->p, st->p, static_cast<float*>(g->p)}, nullptr, 0, stream);
+        int now = -1;
+        CUDA_OK(cudaGetDevice(&now));
+        CHECK(now == other);  // the call restored the caller's device
+        CUDA_OK(cudaStreamSynchronize(stream));
+        const auto get = [](const testing::Dev& b) {
+          std::vector<uint8_t> v(b.bytes);
+          CUDA_OK(cudaMemcpy(v.data(), b.p, b.bytes, cudaMemcpyDeviceToHost));
+          return v;
+        };
+        CHECK(get(*d) == hd);
+        CHECK(get(*s) == hs);
+        CHECK(get(*dt) == hdt);
+        CHECK(get(*st) == hst);
+        if (r == Recipe::kNvfp4) {
+          float gd = 0;
+          CUDA_OK(cudaMemcpy(&gd, g->p, 4, cudaMemcpyDeviceToHost));
+          CHECK(gd == hg);
+        }
+        CUDA_OK(cudaStreamDestroy(stream));
+      }
+    // Dense (native blockwise, MXFP8, forced emulated) and grouped, the other device current.
+    std::vector<std::vector<uint8_t>> single;
+    {
+      DeviceGuard g(0);
+      Work w(in.ba, in.bb, in.ma, in.mb, in.g, 0);
+      Handle h, f(forced(Backend::kEmulated));
+      w.run(h, f);
+      single = w.results();
+    }
+    Work w(in.ba, in.bb, in.ma, in.mb, in.g, dev);
+    DeviceGuard current(other);
+    Handle h, f(forced(Backend::kEmulated));
+    w.run(h, f);
+    if (DeviceTarget::of_device(0).sm == DeviceTarget::of_device(dev).sm) CHECK(w.results() == single);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every recipe's quantizer and the dense and grouped calls run on device 1, then device 0, each "
+          "with the other device current",
+          "[gpu][multi-gpu][dispatch][devices]") {
+  every_recipe_on({1, 0});
+}
+
+TEST_CASE("every recipe's quantizer and the dense and grouped calls run on device 0, then device 1, each "
+          "with the other device current",
+          "[gpu][multi-gpu][dispatch][devices]") {
+  every_recipe_on({0, 1});
 }
