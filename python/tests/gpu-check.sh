@@ -2,7 +2,10 @@
 # The Python package on a GPU machine without network: install it from the checkout, run the pytest
 # suite (GPU tests included), the training example and the overhead benchmark; logs go to $OUT.
 #
-#   bash python/tests/gpu-check.sh [all|install|test|example|bench]      (default: all)
+#   bash python/tests/gpu-check.sh [all|install|test|example|bench|distributed]      (default: all)
+#
+# distributed (part of all when the machine has >= 2 GPUs): python/examples/distributed.py under
+# torchrun on every GPU for ddp, fsdp2 and ep, each against the same training on one GPU.
 #
 # Run from anywhere inside the repository. Needs, in the repository root:
 #   .whl/       the build and test wheels (pure Python, py3-none-any), fetched on a machine with network:
@@ -82,6 +85,28 @@ bench() {
   return $rc
 }
 
+distributed() {
+  local gpus rc=0
+  gpus=$($PYTHON -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if [ "$gpus" -lt 2 ]; then
+    note "distributed: skipped: needs 2 CUDA devices, this machine has $gpus"
+    return 0
+  fi
+  # NVLink multicast off, also in the processes torchrun starts.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  for mode in ddp fsdp2 ep; do
+    local t0=$SECONDS r=0
+    (cd "$OUT" && timeout 170 $PYTHON -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
+      "$root/python/examples/distributed.py" "$mode" --json "$OUT/distributed-$mode.json") \
+      >"$OUT/distributed-$mode.log" 2>&1 || r=$?
+    [ $r -eq 0 ] || rc=1
+    note "distributed $mode on $gpus GPUs: rc $r in $((SECONDS - t0)) s"
+    grep -E "^(ddp|fsdp2|ep):" "$OUT/distributed-$mode.log" | tee -a "$OUT/summary.txt"
+    [ $r -eq 0 ] || tail -25 "$OUT/distributed-$mode.log"
+  done
+  return $rc
+}
+
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/== gpu: /' | tee -a "$OUT/summary.txt"
 note "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), stage $stage, $(date -u +%FT%TZ)"
 case "$stage" in
@@ -89,15 +114,17 @@ case "$stage" in
   test) run_tests || status=1 ;;
   example) example || status=1 ;;
   bench) bench || status=1 ;;
+  distributed) distributed || status=1 ;;
   all)
     if install; then
       run_tests || status=1
       example || status=1
       bench || status=1
+      distributed || status=1
     else
       status=1
     fi ;;
-  *) echo "usage: $0 [all|install|test|example|bench]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|install|test|example|bench|distributed]" >&2; exit 2 ;;
 esac
 note "done: status $status (logs in $OUT)"
 exit $status

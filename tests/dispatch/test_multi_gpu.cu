@@ -323,6 +323,7 @@ void every_recipe_on(std::initializer_list<int> order) {
         QuantizeConfig cfg;
         cfg.recipe = r;
         cfg.rowwise = cfg.columnwise = true;
+        if (r == Recipe::kNvfp4) cfg.data_dtype = DType::kE2M1;
         const void* hx = src_dtype == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data();
         const size_t src_bytes = x.size() * (src_dtype == DType::kF32 ? 4 : 2);
         const int64_t db = data_bytes(cfg, R, C);

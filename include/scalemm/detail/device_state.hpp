@@ -20,9 +20,17 @@ inline int current_device() {
 }
 
 /// The device that launches on `stream` run on: the stream's own, or the current device for the
-/// default streams (legacy, per-thread), which stand for whichever device is current.
+/// default streams (legacy, per-thread), which stand for whichever device is current. A stream that
+/// is capturing a graph cannot be asked (cudaErrorStreamCaptureUnsupported, and the capture would be
+/// invalidated): the current device then, as captures are made with their stream's device current.
 inline int stream_device(cudaStream_t stream) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return current_device();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return current_device();
+  }
+  if (capture != cudaStreamCaptureStatusNone) return current_device();
   int d = 0;
   cuda_check(cudaStreamGetDevice(stream, &d), "cudaStreamGetDevice (the stream's device)");
   return d;
