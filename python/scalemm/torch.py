@@ -123,7 +123,9 @@ def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format
         return None
     from ._arrays import DTYPE_CODE
 
-    prepared = h.prepare(m, n, k, op_a, op_b, DTYPE_CODE[od], bias is not None, 1.0, va.space)
+    # The run makes the operands' device current, so their device's default stream is the one used.
+    prepared = h.prepare(m, n, k, op_a, op_b, DTYPE_CODE[od], bias is not None, 1.0, va.space,
+                         va.device if va.space == 1 else -1)
     return prepared.run, (m, n), _OUT[od], a.device, (va.device if va.space == 1 else -1)
 
 
@@ -226,7 +228,7 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
 
         with _core.naming_backend(backend):
             prepared = h.prepare_grouped(dim, *_core._sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
-                                         va.space, gb)
+                                         va.space, gb, va.device)
         p = (prepared.run, out_shape, _OUT[od], a.device, va.device)
         if len(_prepared_grouped) >= 4096:
             _prepared_grouped.clear()
@@ -243,8 +245,9 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
 def _quantize_op(x: torch.Tensor, recipe: str, dtype: str, scale_format: str,
                  columnwise: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     if recipe == "nvfp4":
-        raise _core.invalid("recipe", "torch.ops.scalemm.quantize covers the FP8 recipes", "an FP8 recipe",
-                            "nvfp4", "Call scalemm.quantize eagerly for nvfp4.")
+        raise _core.invalid("recipe", "torch.ops.scalemm.quantize covers the FP8 recipes (nvfp4 has a global scale "
+                            "too)", "an FP8 recipe", "nvfp4", "Call torch.ops.scalemm.quantize_nvfp4, or "
+                            "scalemm.torch.quantize, which takes every recipe.")
     out = _core._quantize_impl(x, recipe, dtype, scale_format, columnwise)
     if not columnwise:
         out = out + (x.new_empty((0,), dtype=out[0].dtype), x.new_empty((0,), dtype=out[1].dtype))
@@ -265,10 +268,48 @@ def _(x, recipe, dtype, scale_format, columnwise):
     return data, scales, x.new_empty((0,), dtype=dt), x.new_empty((0,), dtype=st)
 
 
+@torch.library.custom_op("scalemm::quantize_nvfp4", mutates_args=())
+def _quantize_nvfp4_op(x: torch.Tensor, scale_format: str, columnwise: bool) -> Tuple[
+        torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """NVFP4 (data, block scales, global decode scale, data_t, scales_t): the global scale is a 0-d
+    float32 tensor on x's device (no synchronisation), shared by both directions."""
+    out = _core._quantize_impl(x, "nvfp4", "e4m3", scale_format, columnwise)
+    data, (scales, glob) = out[0], out[1]
+    if columnwise:
+        return data, scales, glob, out[2], out[3][0]
+    return data, scales, glob, x.new_empty((0,), dtype=data.dtype), x.new_empty((0,), dtype=scales.dtype)
+
+
+@_quantize_nvfp4_op.register_fake
+def _(x, scale_format, columnwise):
+    r = _core.recipe_code("nvfp4", "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    rows, k = x.shape
+    dt = torch_dtype("e2m1x2")
+    st = torch_dtype(_core._scale_dtype_name(r))
+    data = x.new_empty((rows, k // 2), dtype=dt)
+    scales = x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st)
+    glob = x.new_empty((), dtype=torch.float32)
+    if columnwise:
+        return (data, scales, glob, x.new_empty((k, rows // 2), dtype=dt),
+                x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st))
+    return data, scales, glob, x.new_empty((0,), dtype=dt), x.new_empty((0,), dtype=st)
+
+
+def _nvfp4_pairs(out, columnwise):
+    """The op's five tensors as scalemm.quantize returns nvfp4: (data, (scales, global)) [+ the transposed]."""
+    data, scales, glob, data_t, scales_t = out
+    if columnwise:
+        return data, (scales, glob), data_t, (scales_t, glob)
+    return data, (scales, glob)
+
+
 def _traced_quantize(x, recipe, dtype, scale_format, columnwise):
     """scalemm.quantize on a torch tensor while tracing (torch.compile, make_fx, fake or functional
     tensors): the custom op, so the graph has no break. None when eager (the direct call runs)."""
     if _is_compiling() or type(x) is not torch.Tensor or _dispatch_modes():
+        if recipe == "nvfp4":
+            return _nvfp4_pairs(torch.ops.scalemm.quantize_nvfp4(x, scale_format, columnwise), columnwise)
         out = torch.ops.scalemm.quantize(x, recipe, dtype, scale_format, columnwise)
         return out if columnwise else out[:2]
     return None
@@ -276,67 +317,184 @@ def _traced_quantize(x, recipe, dtype, scale_format, columnwise):
 
 def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", columnwise=False):
     """Quantizes x (rows, K) along K; with columnwise=True also x^T (K, rows) along rows, from one read
-    of x (for the square-block weight recipes the columnwise output is the exact transpose)."""
+    of x (for the square-block weight recipes the columnwise output is the exact transpose). Every
+    recipe: nvfp4 returns its scales as scalemm.quantize does, (block_scales, global_decode_scale)
+    with the global a 0-d float32 tensor on x's device."""
+    if recipe != "nvfp4" and _direct(x):
+        return _fast_quantize(x, recipe, dtype, scale_format, columnwise)
+    if recipe == "nvfp4":
+        return _nvfp4_pairs(torch.ops.scalemm.quantize_nvfp4(x, scale_format, columnwise), columnwise)
     out = torch.ops.scalemm.quantize(x, recipe, dtype, scale_format, columnwise)
     return out if columnwise else out[:2]
 
 
+_current_device = torch.cuda.current_device
+
+
+def _direct(x) -> bool:
+    """Whether an FP8 quantization may skip the dispatcher: an eager call (nothing traces) on a plain
+    CUDA tensor of the current device (whose default stream is the one torch uses for it)."""
+    return (type(x) is torch.Tensor and x.is_cuda and not _is_compiling() and not _dispatch_modes()
+            and x.device.index == _current_device())
+
+
+_prepared_quantize: dict = {}
+
+
+def _fast_quantize(x, recipe, dtype, scale_format, columnwise):
+    """The eager FP8 quantization, as _fast is for scaled_mm: the first call of a signature runs the
+    general path (which validates everything) and keeps the outputs' shapes and the library's codes;
+    later calls allocate the outputs through torch and call the quantizer directly. The bytes are the
+    custom op's (the same library call)."""
+    key = (recipe, dtype, scale_format, columnwise, x.dtype, x.shape, x.stride(), x.device)
+    p = _prepared_quantize.get(key)
+    if p is None:
+        out = _core._quantize_impl(x, recipe, dtype, scale_format, columnwise)
+        from ._arrays import DTYPE_CODE
+
+        dt = "e5m2" if out[0].dtype == torch.float8_e5m2 else "e4m3"
+        codes = (_core.recipe_code(recipe, "recipe"), DTYPE_CODE[dt], _core.SCALE_FORMATS[scale_format],
+                 DTYPE_CODE[_name(x.dtype)], x.shape[0], x.shape[1])
+        if len(_prepared_quantize) >= 4096:
+            _prepared_quantize.clear()
+        _prepared_quantize[key] = (codes, tuple((t.shape, t.dtype) for t in out))
+        return out
+    (r, dt, fmt, src, rows, k), metas = p
+    out = tuple(torch.empty(shape, dtype=t, device=x.device) for shape, t in metas)
+    _core._C.quantize(x.data_ptr(), src, rows, k, r, dt, fmt, out[0].data_ptr(), out[1].data_ptr(),
+                      out[2].data_ptr() if columnwise else 0, out[3].data_ptr() if columnwise else 0, 0, 1,
+                      _stream(x.device.index))
+    return out
+
+
 # ---- linear layers ----------------------------------------------------------------------------------------
+
+# The recipes a layer runs: (activations and gradients, weights). Rowwise and tensorwise accumulate
+# exactly in fp32 on every GEMM (no fast accumulation: the library has none yet).
+LINEAR_RECIPES = {"blockwise": ("block1x128", "block128x128"), "rowwise": ("rowwise", "rowwise"),
+                  "tensorwise": ("tensorwise", "tensorwise"), "mxfp8": ("mxfp8", "mxfp8-32x32")}
+# Feature counts a recipe's three GEMMs take: each is the K of one GEMM (in: forward, out: dgrad) and a
+# row count of another, and cuBLASLt's FP8 kernels want K in multiples of 16; MX blocks are 32 wide.
+_FEATURE_MULTIPLE = {"blockwise": 16, "rowwise": 16, "tensorwise": 16, "mxfp8": 32}
+
 
 class _ScaledLinearFn(torch.autograd.Function):
     """Y = X W^T (+ b) with the three GEMMs of a training step in FP8 (see include/scalemm/linear.hpp):
-    forward  Y  (M, N) = X (act, along K)      . W (weight block, along K)
-    dgrad    dX (M, K) = dY (act, along N)     . W^T (weight block, along N; the exact transpose)
-    wgrad    dW (N, K) = dY^T (act, along M)   . X^T (act, along M)
+    forward  Y  (M, N) = X (act, along K)      . W (weight recipe, along K)
+    dgrad    dX (M, K) = dY (act, along N)     . W^T (weight recipe, along N; the columnwise output)
+    wgrad    dW (N, K) = dY^T (act, along M)   . X^T (act, along M), written in W's dtype
+    `wq` is W's quantization (data, scales, data_t, scales_t) when the layer has it cached, else None.
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, act, wgt):
+    def forward(ctx, x, weight, bias, act, wgt, wq, fmt):
         k = x.shape[-1]
         x2 = x.reshape(-1, k)
         if not x2.is_contiguous():
             x2 = x2.contiguous()
-        xq, xs, xtq, xts = quantize(x2, act, columnwise=True)
-        wq, ws, wtq, wts = quantize(weight, wgt, columnwise=True)
-        out_dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.bfloat16
-        y = scaled_mm(xq, wq, xs, ws, recipe_a=act, recipe_b=wgt, out_dtype=_name(out_dtype))
+        xq, xs, xtq, xts = quantize(x2, act, columnwise=True, scale_format=fmt)
+        if wq is None:
+            wq = quantize(weight, wgt, columnwise=True, scale_format=fmt)
+        wq, ws, wtq, wts = wq
+        out_dtype = x.dtype if x.dtype in _NAMES else torch.bfloat16
+        y = scaled_mm(xq, wq, xs, ws, recipe_a=act, recipe_b=wgt, out_dtype=_name(out_dtype), scale_format=fmt)
         if bias is not None:
             y = y + bias.to(y.dtype)
         ctx.save_for_backward(xtq, xts, wtq, wts)
-        ctx.recipes = (act, wgt)
+        ctx.recipes = (act, wgt, fmt)
         ctx.shapes = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
         xtq, xts, wtq, wts = ctx.saved_tensors
-        act, wgt = ctx.recipes
+        act, wgt, fmt = ctx.recipes
         x_shape, x_dtype, w_dtype, bias_dtype = ctx.shapes
         n = dy.shape[-1]
         dy2 = dy.reshape(-1, n)
         if not dy2.is_contiguous():
             dy2 = dy2.contiguous()
-        dyq, dys, dytq, dyts = quantize(dy2, act, columnwise=True)
+        dyq, dys, dytq, dyts = quantize(dy2, act, columnwise=True, scale_format=fmt)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = scaled_mm(dyq, wtq, dys, wts, recipe_a=act, recipe_b=wgt, out_dtype=_name(x_dtype))
+            dx = scaled_mm(dyq, wtq, dys, wts, recipe_a=act, recipe_b=wgt, out_dtype=_name(x_dtype), scale_format=fmt)
             dx = dx.reshape(x_shape)
         if ctx.needs_input_grad[1]:
-            dw = scaled_mm(dytq, xtq, dyts, xts, recipe_a=act, recipe_b=act, out_dtype="f32").to(w_dtype)
+            # Rounded once from the fp32 accumulator to W's dtype: the bits of an f32 output then .to().
+            od = w_dtype if w_dtype in _NAMES else torch.float32
+            dw = scaled_mm(dytq, xtq, dyts, xts, recipe_a=act, recipe_b=act, out_dtype=_name(od), scale_format=fmt)
+            if dw.dtype != w_dtype:
+                dw = dw.to(w_dtype)
         if bias_dtype is not None and ctx.needs_input_grad[2]:
             db = dy2.float().sum(0).to(bias_dtype)
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None, None
+
+
+_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
 
 def _name(dt) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[dt]
+    return _NAMES[dt]
 
 
-class _ScaledLinear(torch.nn.Module):
-    _act = _wgt = ""
+def _recipe_name(recipe) -> str:
+    if recipe not in LINEAR_RECIPES:
+        raise _core.invalid("recipe", "a training recipe", ", ".join(f'"{r}"' for r in LINEAR_RECIPES), repr(recipe),
+                            "Pick one of the names; each sets both the activation and the weight recipe.")
+    return recipe
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+
+try:  # FSDP2 rewrites the unsharded weight in place without a version bump the cache could see
+    from torch.distributed.fsdp import FSDPModule as _FSDPModule
+except ImportError:  # older torch or no distributed support
+    _FSDPModule = ()
+
+
+# Optimizer steps seen in this process: a cached weight quantization is kept only within one. The version
+# counter alone misses fused optimizer kernels (AdamW(fused=True) updates parameters without bumping it).
+_optimizer_steps = [0]
+
+
+def _count_step(optimizer, args, kwargs):
+    _optimizer_steps[0] += 1
+
+
+torch.optim.optimizer.register_optimizer_step_post_hook(_count_step)
+
+
+class Float8Linear(torch.nn.Module):
+    """nn.Linear whose forward, dgrad and wgrad GEMMs run in FP8 through scalemm, for one recipe:
+
+        "blockwise"   activations and gradients 1x128 blocks, weights 128x128 (DeepSeek-V3), fp32 scales
+        "rowwise"     a scale per row of each operand (per token, per output/input channel), fp32
+        "tensorwise"  one fp32 scale per tensor
+        "mxfp8"       1x32 blocks, weights 32x32, E8M0 scales (exact emulation on Hopper)
+
+    E4M3 everywhere; every GEMM accumulates in fp32. Same parameters and initialisation as nn.Linear;
+    `from_linear` shares an existing layer's parameters. Inputs of any leading shape (..., in); the output
+    and dX in the input's dtype, dW in the weight's.
+
+    The weight is quantized once per change, not once per forward: its quantization (both directions,
+    one read) is kept until the next optimizer step (any torch.optim optimizer, fused ones included) or
+    in-place update that bumps the weight's version counter (load_state_dict, copy_ under no_grad), so
+    gradient-accumulation micro-steps and inference reuse it. Writing through `weight.data` outside an
+    optimizer step is not seen: set `cache_weight = False` on layers whose weights change that way. Not
+    used under torch.compile (the quantization is in the graph) or FSDP2 (which refills the unsharded
+    weight in place).
+
+    scale_format: "cublaslt" (default) has the quantizers write every scale tensor in the layout
+    cuBLASLt reads, so no GEMM converts one; "compact" keeps the quantizers' compact grids (the same
+    products, bit for bit).
+    """
+
+    recipe = "blockwise"
+    cache_weight = True
+    scale_format = "cublaslt"
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 recipe: str = "blockwise"):
         super().__init__()
+        self.recipe = _recipe_name(recipe)
         self.in_features, self.out_features = in_features, out_features
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
         self.bias = torch.nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
@@ -346,34 +504,281 @@ class _ScaledLinear(torch.nn.Module):
         torch.nn.Linear.reset_parameters(self)  # same initialisation as nn.Linear
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear):
+    def from_linear(cls, linear: torch.nn.Linear, *, recipe: Optional[str] = None):
         """A layer with the weights (shared, not copied) of an nn.Linear."""
         m = cls.__new__(cls)
         torch.nn.Module.__init__(m)
+        if recipe is not None:
+            m.recipe = _recipe_name(recipe)
         m.in_features, m.out_features = linear.in_features, linear.out_features
         m.weight, m.bias = linear.weight, linear.bias
         return m
 
+    def _cached_weight(self, wgt):
+        w = self.weight
+        if (not self.cache_weight or _is_compiling() or type(w) is not torch.nn.Parameter or not w.is_cuda
+                or isinstance(self, _FSDPModule) or _dispatch_modes()):
+            return None
+        key = (_optimizer_steps[0], w._version, w.data_ptr(), w.dtype, tuple(w.shape), w.device, wgt,
+               self.scale_format)
+        c = self.__dict__.get("_weight_q")
+        if c is None or c[0] != key:
+            with torch.no_grad():
+                c = (key, quantize(w.detach(), wgt, columnwise=True, scale_format=self.scale_format))
+            self.__dict__["_weight_q"] = c
+        return c[1]
+
     def forward(self, x):
-        return _ScaledLinearFn.apply(x, self.weight, self.bias, self._act, self._wgt)
+        act, wgt = LINEAR_RECIPES[self.recipe]
+        return _ScaledLinearFn.apply(x, self.weight, self.bias, act, wgt, self._cached_weight(wgt), self.scale_format)
 
     def extra_repr(self):
+        act, wgt = LINEAR_RECIPES[self.recipe]
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"activations={self._act}, weights={self._wgt}")
+                f"recipe={self.recipe} (activations {act}, weights {wgt})")
 
 
-class Float8BlockwiseLinear(_ScaledLinear):
-    """nn.Linear in blockwise FP8 (E4M3): activations and gradients 1x128 blocks, weights 128x128
-    blocks, fp32 scales; forward, dgrad and wgrad through scalemm (native cuBLASLt on sm_90)."""
+class Float8BlockwiseLinear(Float8Linear):
+    """Float8Linear(recipe="blockwise"): activations and gradients 1x128 blocks, weights 128x128 blocks,
+    fp32 scales; forward, dgrad and wgrad native cuBLASLt on sm_90."""
 
-    _act, _wgt = "block1x128", "block128x128"
-
-
-class MXLinear(_ScaledLinear):
-    """nn.Linear in MXFP8 (E4M3, E8M0 scales): activations and gradients 1x32 blocks, weights 32x32
-    blocks; on Hopper every GEMM runs the exact emulated path (dequantize to BF16, BF16 GEMM)."""
-
-    _act, _wgt = "mxfp8", "mxfp8-32x32"
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device, dtype, recipe="blockwise")
 
 
-__all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "Float8BlockwiseLinear", "MXLinear"]
+class MXLinear(Float8Linear):
+    """Float8Linear(recipe="mxfp8"): activations and gradients 1x32 blocks, weights 32x32 blocks, E8M0
+    scales; on Hopper every GEMM runs the exact emulated path (dequantize to BF16, BF16 GEMM)."""
+
+    recipe = "mxfp8"
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias, device, dtype, recipe="mxfp8")
+
+
+# ---- model conversion -----------------------------------------------------------------------------------
+
+# module_filter="auto": the linear shapes that training.py measured slower in FP8 than in bf16 stay
+# bf16 (docs/python.md, "Training with scalemm"). A layer converts when both feature counts reach
+# AUTO_MIN_FEATURES and their product reaches AUTO_MIN_PRODUCT.
+AUTO_MIN_FEATURES = 1024
+AUTO_MIN_PRODUCT = 4096 * 4096
+
+
+def _ineligible(linear: torch.nn.Linear, recipe: str) -> Optional[str]:
+    """Why `recipe` cannot take this layer's shapes, or None."""
+    mult = _FEATURE_MULTIPLE[recipe]
+    for name in ("in_features", "out_features"):
+        v = getattr(linear, name)
+        if v % mult:
+            return f"{name} = {v} is not a multiple of {mult} ({recipe}: each is the K of one of the three GEMMs)"
+    if linear.weight.dtype not in _NAMES:
+        return f"weight dtype {linear.weight.dtype} (FP8 layers take bf16, f16 or f32 weights)"
+    return None
+
+
+def _auto_skip(linear: torch.nn.Linear) -> Optional[str]:
+    i, o = linear.in_features, linear.out_features
+    if min(i, o) < AUTO_MIN_FEATURES or i * o < AUTO_MIN_PRODUCT:
+        return (f"auto: {i} x {o} is below the measured break-even (both features >= {AUTO_MIN_FEATURES} and "
+                f"in x out >= {AUTO_MIN_PRODUCT}); bf16 was faster there")
+    return None
+
+
+def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", module_filter=None) -> torch.nn.Module:
+    """Swaps every eligible nn.Linear of `model` in place for a Float8Linear of `recipe` ("blockwise",
+    "rowwise", "tensorwise" or "mxfp8") holding the same parameters (same device and dtype, not copied),
+    and returns the model. A layer whose shapes the recipe cannot take stays nn.Linear.
+
+    module_filter: None (every eligible layer), a callable (fqn, module) -> bool that says which to
+    convert, or "auto": skip the shapes measured slower in FP8 than in bf16 (AUTO_MIN_FEATURES,
+    AUTO_MIN_PRODUCT). conversion_report(model) lists every linear layer, what it became and why.
+    Only exact nn.Linear instances are converted (subclasses may carry behaviour a swap would lose)."""
+    recipe = _recipe_name(recipe)
+    if not (module_filter is None or module_filter == "auto" or callable(module_filter)):
+        raise _core.invalid("module_filter", "which layers to convert", 'None, "auto" or a callable (fqn, module) -> bool',
+                            repr(module_filter))
+    if not isinstance(model, torch.nn.Module):
+        raise _core.invalid("model", "a module to convert", "a torch.nn.Module", type(model).__name__)
+    if isinstance(model, torch.nn.Linear) and type(model) is torch.nn.Linear:
+        raise _core.invalid("model", "a model that contains linear layers (a bare nn.Linear cannot be swapped in "
+                            "place)", "a container module", "nn.Linear", "Use Float8Linear.from_linear(layer, "
+                            "recipe=...) instead.")
+    swaps = {}  # id(old layer) -> its Float8Linear; decided once per layer, in module order
+    for fqn, child in model.named_modules():
+        if type(child) is not torch.nn.Linear:
+            continue
+        reason = _ineligible(child, recipe)
+        if reason is None and module_filter == "auto":
+            reason = _auto_skip(child)
+        elif reason is None and module_filter is not None and not module_filter(fqn, child):
+            reason = "module_filter returned False"
+        if reason is None:
+            swaps[id(child)] = Float8Linear.from_linear(child, recipe=recipe)
+        else:
+            child._scalemm_not_converted = reason
+    for parent in list(model.modules()):  # every place a layer is reachable from (a shared layer too)
+        for name, child in list(parent.named_children()):
+            if id(child) in swaps:
+                setattr(parent, name, swaps[id(child)])
+    return model
+
+
+class ConversionReport(list):
+    """conversion_report's rows (dicts: name, in_features, out_features, layer, recipe, reason); str() is a table."""
+
+    def __str__(self):
+        head = ("layer", "in x out", "is now", "why")
+        rows = [(r["name"], f"{r['in_features']} x {r['out_features']}", r["layer"], r["reason"]) for r in self]
+        w = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+        line = lambda cells: "  ".join(str(c).ljust(n) for c, n in zip(cells, w)).rstrip()  # noqa: E731
+        return "\n".join([line(head), line(["-" * n for n in w])] + [line(r) for r in rows])
+
+
+def conversion_report(model: torch.nn.Module) -> ConversionReport:
+    """Every linear layer of `model` (nn.Linear, Float8Linear and subclasses of both) with what it is now
+    and why: converted to which recipe, or the reason convert_to_float8 left it in high precision."""
+    out = ConversionReport()
+    for name, m in model.named_modules():
+        if isinstance(m, Float8Linear):
+            act, wgt = LINEAR_RECIPES[m.recipe]
+            out.append(dict(name=name or "(model)", in_features=m.in_features, out_features=m.out_features,
+                            layer=type(m).__name__, recipe=m.recipe,
+                            reason=f"FP8 {m.recipe}: activations {act}, weights {wgt}"))
+        elif isinstance(m, torch.nn.Linear):
+            why = getattr(m, "_scalemm_not_converted", None)
+            if why is None:
+                why = ("a subclass of nn.Linear: not converted" if type(m) is not torch.nn.Linear
+                       else "not converted (convert_to_float8 has not seen it)")
+            out.append(dict(name=name or "(model)", in_features=m.in_features, out_features=m.out_features,
+                            layer=type(m).__name__, recipe=None, reason=why))
+    return out
+
+
+# ---- MoE experts ------------------------------------------------------------------------------------------
+
+_EXPERT_RECIPES = {"blockwise": ("block1x128", "block128x128")}
+
+
+def _aligned_rows(sizes: torch.Tensor, tokens: int):
+    """Where each token row goes when every expert's rows start on a 128-row boundary, computed on the
+    device (no synchronisation, capturable): (dest (T,) int64, padded sizes (E,) int64, rows). The
+    padded sizes are multiples of 128 that sum to `rows` = ceil((T + 127 E) / 128) * 128, a bound known
+    on the host; the slack goes to the last expert. Aligned groups let the wgrad reduce over tokens in
+    1x128 blocks that never straddle two experts (a k-grouped K_g must be a multiple of 128)."""
+    e = sizes.shape[0]
+    sizes = sizes.to(torch.int64)
+    rows = (tokens + 127 * e + 127) // 128 * 128
+    padded = (sizes + 127) // 128 * 128
+    ends, pends = torch.cumsum(sizes, 0), torch.cumsum(padded, 0)
+    tok = torch.arange(tokens, device=sizes.device)
+    expert = torch.searchsorted(ends, tok, right=True).clamp_(max=e - 1)
+    dest = (pends - padded)[expert] + tok - (ends - sizes)[expert]
+    padded[-1] += rows - pends[-1]
+    return dest, padded, rows
+
+
+def _transpose_fp8(t: torch.Tensor) -> torch.Tensor:
+    """The last two dimensions swapped, contiguous (bytes moved as uint8: every FP8 type)."""
+    return t.view(torch.uint8).transpose(-1, -2).contiguous().view(t.dtype)
+
+
+class _GroupedExpertsFn(torch.autograd.Function):
+    """Y_e = X_e W_e^T for every expert e in FP8 on 128-row-aligned token groups:
+    forward  m-grouped   Y  (T, N) = X (act, along K)  . W_e (weight block, along K)
+    dgrad    m-grouped   dX (T, K) = dY (act, along N) . W_e^T (the exact transpose of W_e's blocks)
+    wgrad    k-grouped   dW_e (N, K) = dY_e^T (act, along tokens) . X_e^T (act, along tokens)
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, dest, padded, rows, act, wgt):
+        t, k = x.shape
+        e, n, _ = weight.shape
+        xp = x.new_zeros((rows, k))
+        xp.index_copy_(0, dest, x)
+        xq, xs, xtq, xts = quantize(xp, act, columnwise=True)
+        wq, ws = quantize(weight.reshape(e * n, k), wgt)
+        wq, ws = wq.view(e, n, k), ws.view(e, n // 128, k // 128)
+        od = _name(x.dtype if x.dtype in _NAMES else torch.bfloat16)
+        yp = scaled_grouped_mm(xq, wq, xs, ws, padded, recipe_a=act, recipe_b=wgt, out_dtype=od)
+        ctx.save_for_backward(xtq, xts, wq, ws, dest, padded)
+        ctx.meta = (rows, act, wgt, x.dtype, weight.dtype)
+        return yp.index_select(0, dest)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xtq, xts, wq, ws, dest, padded = ctx.saved_tensors
+        rows, act, wgt, x_dtype, w_dtype = ctx.meta
+        n = dy.shape[-1]
+        dyp = dy.new_zeros((rows, n))
+        dyp.index_copy_(0, dest, dy.contiguous())
+        dyq, dys, dytq, dyts = quantize(dyp, act, columnwise=True)
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dxp = scaled_grouped_mm(dyq, _transpose_fp8(wq), dys, ws.transpose(1, 2).contiguous(), padded,
+                                    recipe_a=act, recipe_b=wgt, out_dtype=_name(x_dtype))
+            dx = dxp.index_select(0, dest)
+        if ctx.needs_input_grad[1]:
+            od = w_dtype if w_dtype in _NAMES else torch.float32
+            dw = scaled_grouped_mm(dytq, xtq, dyts, xts, padded, group_dim="k", recipe_a=act, recipe_b=act,
+                                   out_dtype=_name(od))
+            if dw.dtype != w_dtype:
+                dw = dw.to(w_dtype)
+        return dx, dw, None, None, None, None, None
+
+
+class Float8GroupedExperts(torch.nn.Module):
+    """The experts of an MoE layer in FP8: weight (E, out_features, in_features), forward(x, group_sizes)
+    with x (T, in_features) sorted by expert and group_sizes the E token counts, as host ints or a CUDA
+    int32/int64 tensor (read on the device: no synchronisation, CUDA-graph capturable). Returns
+    (T, out_features). Forward and dgrad are m-grouped, wgrad k-grouped, all through
+    scaled_grouped_mm; experts with no tokens get zero weight gradients.
+
+    recipe "blockwise": 1x128 activations and gradients, 128x128 weights (DeepSeek-V3); in_features and
+    out_features multiples of 128. Tokens are laid out 128-row-aligned per expert on the device for the
+    three GEMMs (zero rows in between), so that wgrad's 1x128 blocks along tokens stay inside one expert.
+    """
+
+    def __init__(self, num_experts: int, in_features: int, out_features: int, *, recipe: str = "blockwise",
+                 device=None, dtype=None):
+        super().__init__()
+        if recipe not in _EXPERT_RECIPES:
+            raise _core.invalid("recipe", "a recipe Float8GroupedExperts runs", " or ".join(_EXPERT_RECIPES),
+                                str(recipe))
+        for name, v in (("in_features", in_features), ("out_features", out_features)):
+            if v <= 0 or v % 128:
+                raise _core.invalid(name, "128x128 weight blocks that do not straddle two experts",
+                                    "a positive multiple of 128", str(v), "Pad the layer to a multiple of 128.")
+        if num_experts <= 0:
+            raise _core.invalid("num_experts", "at least one expert", ">= 1", str(num_experts))
+        self.num_experts, self.in_features, self.out_features, self.recipe = (num_experts, in_features,
+                                                                              out_features, recipe)
+        self.weight = torch.nn.Parameter(torch.empty(num_experts, out_features, in_features, device=device,
+                                                     dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1.0 / (self.in_features ** 0.5)  # nn.Linear's default, per expert
+        torch.nn.init.uniform_(self.weight, -bound, bound)
+
+    def forward(self, x: torch.Tensor, group_sizes) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != self.in_features:
+            raise _core.invalid("x", "tokens sorted by expert", f"(T, {self.in_features})", str(tuple(x.shape)))
+        if isinstance(group_sizes, torch.Tensor):
+            sizes = group_sizes if group_sizes.device == x.device else group_sizes.to(x.device, non_blocking=True)
+        else:
+            sizes = torch.tensor([int(v) for v in group_sizes], dtype=torch.int64).to(x.device, non_blocking=True)
+        if sizes.dim() != 1 or sizes.shape[0] != self.num_experts:
+            raise _core.invalid("group_sizes", "one token count per expert", f"{self.num_experts} counts",
+                                f"shape {tuple(sizes.shape)}")
+        dest, padded, rows = _aligned_rows(sizes, x.shape[0])
+        act, wgt = _EXPERT_RECIPES[self.recipe]
+        return _GroupedExpertsFn.apply(x, self.weight, dest, padded, rows, act, wgt)
+
+    def extra_repr(self):
+        return (f"num_experts={self.num_experts}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, recipe={self.recipe}")
+
+
+__all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "Float8Linear", "Float8BlockwiseLinear", "MXLinear",
+           "Float8GroupedExperts", "convert_to_float8", "conversion_report", "ConversionReport", "LINEAR_RECIPES"]

@@ -15,9 +15,11 @@
 #include <memory>
 #include <map>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "scalemm/detail/device_state.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/grouped.hpp"
@@ -51,8 +53,13 @@ MemorySpace space_of(int s) { return s == 0 ? MemorySpace::kHost : MemorySpace::
 // inside a CUDA graph capture. A call that would be the first of its problem on a capturing stream is
 // refused with the fix instead of failing inside the capture. `seen` holds the streams on which this
 // problem has already run.
-void check_capture(std::set<uintptr_t>& seen, uintptr_t stream, const std::string& problem) {
-  if (seen.count(stream)) return;
+// A stream's value names it only together with a device: the legacy default stream is 0 on every
+// device, so the key is (current device, stream); the caller has made the arrays' device current.
+using StreamKey = std::pair<int, uintptr_t>;
+StreamKey stream_key(uintptr_t stream) { return {scalemm::detail::current_device(), stream}; }
+
+void check_capture(std::set<StreamKey>& seen, uintptr_t stream, const std::string& problem) {
+  if (seen.count(stream_key(stream))) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream_of(stream), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone)
     throw Error(StatusCode::kUnsupported,
@@ -256,11 +263,12 @@ nb::tuple diag_tuple(const Diagnostic& d) {
 // allocates its per-stream memory on first use), then remembering the stream. `problem()` names the
 // call in that error.
 template <class Call, class Problem>
-void run_checked(std::set<uintptr_t>& seen, uintptr_t stream, const Problem& problem, const Call& call) {
-  if (seen.count(stream)) return call();
+void run_checked(std::set<StreamKey>& seen, uintptr_t stream, const Problem& problem, const Call& call) {
+  const StreamKey key = stream_key(stream);
+  if (seen.count(key)) return call();
   check_capture(seen, stream, problem());
   call();
-  seen.insert(stream);
+  seen.insert(key);
 }
 
 struct Prepared {
@@ -268,7 +276,8 @@ struct Prepared {
   GemmArgs args;
   ScaleArg sa, sb;
   bool host = false;
-  mutable std::set<uintptr_t> seen;  // streams this problem has run on (guarded by the GIL)
+  int device = -1;  // the operands' device, made current for each run (its default stream is theirs)
+  mutable std::set<StreamKey> seen;  // streams this problem has run on (guarded by the GIL)
 
   void run(uintptr_t a, uintptr_t scale_a, uintptr_t b, uintptr_t scale_b, uintptr_t d, uintptr_t bias,
            uintptr_t stream) const {
@@ -288,6 +297,7 @@ struct Prepared {
       nb::gil_scoped_release release;
       handle->gemm(g, nullptr);
     } else {
+      const scalemm::detail::DeviceScope scope(device);
       run_checked(
           seen, stream, [&] { return GemmProblem::from(g).to_string(); }, [&] { handle->gemm(g, stream_of(stream)); });
     }
@@ -301,7 +311,8 @@ struct PreparedGrouped {
   GroupedGemmArgs args;
   std::vector<int64_t> sizes;
   std::string problem;
-  mutable std::set<uintptr_t> seen;  // streams this signature has run on (guarded by the GIL)
+  int device = -1;  // the operands' device, made current for each run
+  mutable std::set<StreamKey> seen;  // streams this signature has run on (guarded by the GIL)
 
   void run(uintptr_t a, uintptr_t scale_a, uintptr_t b, uintptr_t scale_b, uintptr_t d, uintptr_t sizes_device,
            uintptr_t stream) const {
@@ -313,12 +324,13 @@ struct PreparedGrouped {
     g.d = ptr(d);
     if (g.group_sizes_device) g.group_sizes_device = ptr(sizes_device);
     else g.group_sizes = sizes.data();
+    const scalemm::detail::DeviceScope scope(device);
     run_checked(seen, stream, [&] { return problem; }, [&] { handle->grouped_gemm(g, stream_of(stream)); });
   }
 };
 
-std::map<std::string, std::set<uintptr_t>>& seen_problems() {
-  static auto* m = new std::map<std::string, std::set<uintptr_t>>();
+std::map<std::string, std::set<StreamKey>>& seen_problems() {
+  static auto* m = new std::map<std::string, std::set<StreamKey>>();
   return *m;
 }
 
@@ -395,13 +407,13 @@ NB_MODULE(_scalemm, m) {
               auto& seen = seen_problems()[problem + " @" + std::to_string(reinterpret_cast<uintptr_t>(&h))];
               check_capture(seen, stream, problem);
               h.gemm(g, stream_of(stream));
-              seen.insert(stream);
+              seen.insert(stream_key(stream));
             }
           })
       .def(
           "prepare",
           [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype, bool bias,
-             float alpha, int space) {
+             float alpha, int space, int device) {
             static uint8_t placeholder[16];
             const uintptr_t any = reinterpret_cast<uintptr_t>(placeholder);
             Prepared p;
@@ -410,9 +422,11 @@ NB_MODULE(_scalemm, m) {
             p.sa = ScaleArg{std::get<3>(a), std::get<4>(a), std::get<5>(a), std::get<6>(a)};
             p.sb = ScaleArg{std::get<3>(b), std::get<4>(b), std::get<5>(b), std::get<6>(b)};
             p.host = space == 0;
+            p.device = p.host ? -1 : device;
             return p;
           },
-          nb::keep_alive<0, 1>())
+          nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("b"), nb::arg("d_dtype"), nb::arg("bias"),
+          nb::arg("alpha"), nb::arg("space"), nb::arg("device") = -1, nb::keep_alive<0, 1>())
       // Benchmark support: `iters` calls of Handle::gemm from C++ on `stream`, timed with CUDA events
       // (milliseconds per call), the baseline for the Python call's own overhead.
       .def("time_gemm",
@@ -464,16 +478,17 @@ NB_MODULE(_scalemm, m) {
              auto& seen = seen_problems()[problem + " @" + std::to_string(reinterpret_cast<uintptr_t>(&h))];
              check_capture(seen, stream, problem);
              h.grouped_gemm(g, stream_of(stream));
-             seen.insert(stream);
+             seen.insert(stream_key(stream));
            })
       .def(
           "prepare_grouped",
           [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
              int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,
-             float alpha, int space, int grouped_backend) {
+             float alpha, int space, int grouped_backend, int device) {
             alignas(16) static uint8_t placeholder[16];  // D's address comes with each run
             PreparedGrouped p;
             p.handle = &h;
+            p.device = space == 0 ? -1 : device;
             p.sizes = sizes;
             p.args = make_grouped(dim, p.sizes, sizes_device, sizes_int64, groups, mm, n, k, a, b,
                                   reinterpret_cast<uintptr_t>(placeholder), d_dtype, alpha, space, grouped_backend);
@@ -481,7 +496,9 @@ NB_MODULE(_scalemm, m) {
                         std::to_string(mm) + "x" + std::to_string(n) + "x" + std::to_string(k);
             return p;
           },
-          nb::keep_alive<0, 1>())
+          nb::arg("dim"), nb::arg("sizes"), nb::arg("sizes_device"), nb::arg("sizes_int64"), nb::arg("groups"),
+          nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("b"), nb::arg("d_dtype"), nb::arg("alpha"),
+          nb::arg("space"), nb::arg("grouped_backend"), nb::arg("device") = -1, nb::keep_alive<0, 1>())
       .def("explain_grouped",
            [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
               int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,

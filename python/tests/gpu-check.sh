@@ -4,7 +4,7 @@
 #
 #   bash python/tests/gpu-check.sh [all|install|test|example|bench|distributed]      (default: all)
 #
-# distributed (part of all when the machine has >= 2 GPUs): python/examples/distributed.py under
+# distributed (part of all when the machine has >= 2 GPUs): python/benchmarks/distributed.py under
 # torchrun on every GPU for ddp, fsdp2 and ep, each against the same training on one GPU.
 #
 # Run from anywhere inside the repository. Needs, in the repository root:
@@ -97,7 +97,7 @@ distributed() {
   for mode in ddp fsdp2 ep; do
     local t0=$SECONDS r=0
     (cd "$OUT" && timeout 170 $PYTHON -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
-      "$root/python/examples/distributed.py" "$mode" --json "$OUT/distributed-$mode.json") \
+      "$root/python/benchmarks/distributed.py" "$mode" --json "$OUT/distributed-$mode.json") \
       >"$OUT/distributed-$mode.log" 2>&1 || r=$?
     [ $r -eq 0 ] || rc=1
     note "distributed $mode on $gpus GPUs: rc $r in $((SECONDS - t0)) s"

@@ -1,0 +1,271 @@
+"""scalemm FP8 layers under torch.distributed (NCCL): data parallel (DDP), fully sharded (FSDP2) and expert
+parallel MoE, each checked against the same training on one GPU with the same global batch.
+
+    torchrun --nproc-per-node 2 python/benchmarks/distributed.py ddp|fsdp2|ep [--steps N] [--json FILE]
+
+ddp, fsdp2: an MLP stack (d -> f -> d blocks, GELU, residual) in Float8BlockwiseLinear, trained with SGD on
+    a fixed random regression task. Rank 0 first trains a copy on one GPU with the whole global batch;
+    then every rank trains its share of each global batch. The per-step losses must match within
+    LOSS_RTOL (the FP8 math is the same per token; only the order of the gradient sums differs). Then
+    the step time of the training benchmark's dense block (models.py "block": a Llama-3-8B-sized
+    transformer block, 8192 tokens, every projection in blockwise FP8): one GPU against every GPU with
+    that batch each (tokens/s, weak scaling).
+ep: an MoE layer whose experts are split over the ranks: tokens go to their expert's rank with
+    all_to_all_single, local experts run in Float8GroupedExperts (scaled_grouped_mm with the counts on
+    the device), and come back. Outputs, input and weight gradients against the same layer on one GPU.
+
+NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1): set here before
+NCCL starts, and inherited by anything this process starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import scalemm.torch as st  # noqa: E402
+from models import build  # noqa: E402
+
+LOSS_RTOL = 1e-2  # per-step loss, multi-GPU against one GPU (measured differences are printed)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d, f):
+        super().__init__()
+        self.up = torch.nn.Linear(d, f, bias=False)
+        self.down = torch.nn.Linear(f, d, bias=False)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+def mlp(d, f, layers, device):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(*[Block(d, f) for _ in range(layers)]).to(device, torch.bfloat16)
+    for b in m:
+        b.up = st.Float8BlockwiseLinear.from_linear(b.up)
+        b.down = st.Float8BlockwiseLinear.from_linear(b.down)
+    return m
+
+
+def batch(step, tokens, d, device):
+    """The global batch of a step (the same on every rank; each rank takes its rows)."""
+    g = torch.Generator(device="cpu").manual_seed(1000 + step)
+    x = torch.randn(tokens, d, generator=g).to(device, torch.bfloat16)
+    y = torch.randn(tokens, d, generator=g).to(device, torch.bfloat16) * 0.5
+    return x, y
+
+
+def train(model, steps, tokens, d, device, rows=slice(None)):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for s in range(steps):
+        x, y = batch(s, tokens, d, device)
+        loss = F.mse_loss(model(x[rows]).float(), y[rows].float())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    return losses
+
+
+def step_ms(model, x, iters=10):
+    """Median CUDA-event time of a forward + backward + SGD step on the batch x."""
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
+    times = []
+    for i in range(iters + 3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        model(x).float().square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        b.record()
+        b.synchronize()
+        if i >= 3:
+            times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def dense_block(device):
+    block, make_input = build(torch, "block")
+    block = st.convert_to_float8(block.to(device, torch.bfloat16), recipe="blockwise")
+    return block, make_input()
+
+
+def data_parallel(mode, args, rank, world, device):
+    d, f, layers, tokens = 1024, 4096, 2, 4096 * world
+    share = tokens // world
+    rows = slice(rank * share, (rank + 1) * share)
+    ref = None
+    if rank == 0:
+        ref = torch.stack(train(mlp(d, f, layers, device), args.steps, tokens, d, device)).float().cpu()
+    dist.barrier()
+    model = mlp(d, f, layers, device)
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[device.index])
+    else:
+        from torch.distributed.fsdp import fully_shard
+
+        for b in model:
+            fully_shard(b)
+        fully_shard(model)
+    losses = torch.stack(train(model, args.steps, tokens, d, device, rows)).float()
+    dist.all_reduce(losses)  # equal shares: the mean of the ranks' losses is the global batch's
+    losses = (losses / world).cpu()
+    result = {"mode": mode, "world": world, "steps": args.steps}
+    if rank == 0:
+        rel = ((losses - ref).abs() / ref.abs()).max().item()
+        result.update(loss_one_gpu=ref[-1].item(), loss_multi_gpu=losses[-1].item(), max_rel_loss_diff=rel)
+        print(f"{mode}: loss after {args.steps} steps: one GPU {ref[-1].item():.6f}, {world} GPUs "
+              f"{losses[-1].item():.6f}; max relative difference over the steps {rel:.2e} (bound {LOSS_RTOL})")
+        assert rel <= LOSS_RTOL, f"{mode}: losses differ by {rel:.3e} > {LOSS_RTOL}"
+    # Step time of the training benchmark's dense block, 8192 tokens per GPU (weak scaling).
+    single = None
+    if rank == 0:
+        block, x = dense_block(device)
+        single = step_ms(block, x)
+        del block, x
+        torch.cuda.empty_cache()
+    dist.barrier()
+    block, x = dense_block(device)
+    params = sum(p.numel() for p in block.parameters())
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        block = DDP(block, device_ids=[device.index], gradient_as_bucket_view=True)
+    else:
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(block)
+    multi = step_ms(block, x)
+    if rank == 0:
+        tokens_per_gpu = x.numel() // x.shape[-1]
+        speedup = world * single / multi
+        result.update(step_ms_one_gpu=single, step_ms_multi_gpu=multi, tokens_per_s_ratio=speedup,
+                      tokens_per_gpu=tokens_per_gpu)
+        print(f"{mode}: Llama-3-8B-sized block, {tokens_per_gpu} tokens per GPU: one GPU {single:.2f} ms, {world} GPUs "
+              f"{multi:.2f} ms per step; tokens/s {speedup:.2f}x one GPU's")
+        if mode == "fsdp2":
+            # Each parameter is all-gathered in the forward and again in the backward (reshard after
+            # forward), in bf16: the bytes each rank receives per step.
+            gathered = 2 * params * 2 * (world - 1) / world
+            result["allgather_bytes_per_step"] = gathered
+            print(f"fsdp2: weight all-gather {gathered / 2**20:.1f} MiB received per rank per step (bf16)")
+    return result
+
+
+def expert_parallel(args, rank, world, device):
+    experts, d, f, tokens = 8, 1024, 1024, 4096
+    local = experts // world
+    torch.manual_seed(0)
+    router = torch.randn(experts, d, device=device, dtype=torch.bfloat16)
+    w_up = torch.randn(experts, f, d, device=device, dtype=torch.bfloat16) / d ** 0.5
+    w_down = torch.randn(experts, d, f, device=device, dtype=torch.bfloat16) / f ** 0.5
+    xs = []
+    for r in range(world):
+        g = torch.Generator(device="cpu").manual_seed(77 + r)
+        xs.append(torch.randn(tokens, d, generator=g).to(device, torch.bfloat16))
+
+    def moe(x, up, down, exchange):
+        expert = (x @ router.t()).argmax(-1)
+        order = torch.argsort(expert, stable=True)
+        counts = torch.bincount(expert, minlength=experts)
+        xs_sorted = x.index_select(0, order)
+        if exchange:
+            from torch.distributed.nn.functional import all_to_all_single
+
+            recv_counts = torch.empty_like(counts)
+            dist.all_to_all_single(recv_counts, counts)  # [r * local + j]: rank r's tokens for my expert j
+            send = counts.view(world, local).sum(1).tolist()  # the one host read: NCCL's split sizes
+            recv = recv_counts.view(world, local).sum(1).tolist()
+            got = all_to_all_single(xs_sorted.new_empty((sum(recv), d)), xs_sorted, recv, send)
+            ids = torch.arange(local, device=device).repeat(world)
+            ids = torch.repeat_interleave(ids, recv_counts, output_size=sum(recv))
+            perm = torch.argsort(ids, stable=True)  # by local expert, then source rank
+            sizes = recv_counts.view(world, local).sum(0)  # on the device
+            h = got.index_select(0, perm)
+        else:
+            h, sizes = xs_sorted, counts
+        y = down(F.gelu(up(h, sizes), approximate="tanh"), sizes)
+        if exchange:
+            y = y.index_select(0, torch.argsort(perm))
+            y = all_to_all_single(y.new_empty((sum(send), d)), y, send, recv)
+        return y.index_select(0, torch.argsort(order))
+
+    def layer(n, w_a, w_b):
+        up = st.Float8GroupedExperts(n, d, f, device=device, dtype=torch.bfloat16)
+        down = st.Float8GroupedExperts(n, f, d, device=device, dtype=torch.bfloat16)
+        with torch.no_grad():
+            up.weight.copy_(w_a)
+            down.weight.copy_(w_b)
+        return up, down
+
+    mine = slice(rank * local, (rank + 1) * local)
+    up, down = layer(local, w_up[mine], w_down[mine])
+    x = xs[rank].clone().requires_grad_()
+    out = moe(x, up, down, True)
+    out.float().square().sum().backward()
+    result = {"mode": "ep", "world": world}
+    if rank == 0:
+        ups, downs = layer(experts, w_up, w_down)
+        xr = torch.cat(xs).requires_grad_()
+        ref = moe(xr, ups, downs, False)
+        ref.float().square().sum().backward()
+        result["ref"] = (ref.detach(), xr.grad, ups.weight.grad, downs.weight.grad)
+    # Gather every rank's pieces on rank 0.
+    pieces = [out.detach(), x.grad, up.weight.grad, down.weight.grad]
+    gathered = []
+    for p in pieces:
+        bufs = [torch.empty_like(p) for _ in range(world)]
+        dist.all_gather(bufs, p.contiguous())
+        gathered.append(torch.cat(bufs))
+    if rank == 0:
+        ref = result.pop("ref")
+        report = {}
+        for name, a, b in zip(["out", "dx", "dw_up", "dw_down"], gathered, ref):
+            a, b = a.double(), b.double()
+            err = (a - b).norm() / b.norm()
+            report[name] = {"bit_identical": bool(torch.equal(a, b)), "rel_error": err.item()}
+            print(f"ep: {name}: relative error {err.item():.2e} against one GPU"
+                  f"{' (bit-identical)' if torch.equal(a, b) else ''}")
+            assert err.item() <= 1e-2, f"ep: {name} differs from the one-GPU layer: {err.item():.3e}"
+        result["compare"] = report
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["ddp", "fsdp2", "ep"])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+    torch.cuda.set_device(device)
+    try:
+        result = expert_parallel(args, rank, world, device) if args.mode == "ep" else \
+            data_parallel(args.mode, args, rank, world, device)
+        if rank == 0:
+            print(f"{args.mode}: PASSED on {world} GPUs ({torch.cuda.get_device_name(device)})")
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(result, fh, indent=1)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""Training steps in bf16 and in FP8 through scalemm, in one process on one GPU.
+
+Suites (each model built once per recipe from the same bf16 weights; FP8 through convert_to_float8):
+  mlp     MLP blocks (up, GELU, down; bias-free) at tokens x d x f: 8192x4096x14336, 16384x7168x2048,
+          4096x2048x8192
+  block   a Llama-3-8B-sized transformer block: d 4096, f 14336 (SwiGLU), 32 heads (8 KV heads), sequence
+          2048, batch 4; RMSNorm and attention (SDPA, causal) in bf16, every projection converted
+  moe     a DeepSeek-V3-like MoE block: d 7168, 16 experts of f 2048 (SwiGLU), top-4 of 8192 tokens with
+          uneven routing; experts in Float8GroupedExperts against bf16 torch._grouped_mm
+A step is forward + backward + an SGD update (so FP8 weights are requantized every step, as in
+training). CUDA-event median of --steps steps after 3 warm-up steps, eager and torch.compile; peak
+memory over the timed steps (torch.cuda.max_memory_allocated, parameters and inputs included).
+
+    python benchmarks/training.py [--suite mlp,block,moe] [--recipes bf16,blockwise,rowwise,tensorwise,mxfp8]
+                                  [--modes eager,compiled] [--steps 20] [--json out.json]
+    python benchmarks/training.py --profile [--suite mlp]   kernel-by-kernel breakdown of one step
+    python benchmarks/training.py --plot out.json plot.png  (matplotlib; no GPU needed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import statistics
+import sys
+
+from models import MLP_SHAPES, build
+
+RECIPES = ["bf16", "blockwise", "rowwise", "tensorwise", "mxfp8"]
+
+
+def convert(torch, model, suite, recipe):
+    """A converted copy of `model`; "RECIPE@compact" keeps compact scale grids (Float8Linear.scale_format)."""
+    import scalemm.torch as st
+
+    recipe, _, fmt = recipe.partition("@")
+    model = copy.deepcopy(model)
+    if recipe == "bf16":
+        return model
+    if suite == "moe":
+        if recipe != "blockwise":
+            return None  # Float8GroupedExperts runs blockwise
+        return model.to_fp8(model)  # the router (d x 16) stays bf16
+    model = st.convert_to_float8(model, recipe=recipe)
+    if fmt:
+        for m in model.modules():
+            if isinstance(m, st.Float8Linear):
+                m.scale_format = fmt
+    return model
+
+
+def time_steps(torch, model, make_input, steps, compiled):
+    x = make_input().requires_grad_()
+    fn = torch.compile(model) if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
+
+    def step():
+        fn(x).float().square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        x.grad = None
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(steps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, x.numel() // x.shape[-1]
+
+
+def profile(torch, suites, recipes):
+    """One step under torch.profiler: device time per kernel class and the host gap, per model."""
+    from torch.profiler import ProfilerActivity, profile as prof
+
+    def kind(name):
+        n = name.lower()
+        if any(s in n for s in ("gemm", "sm90_xmma", "cutlass", "nvjet", "wgmma", "matmul")):
+            return "GEMM"
+        if "quant" in n or "rc1d" in n or "rc2d" in n or "row_direct" in n or "amax" in n:
+            return "quantize"
+        if "scale" in n and "layout" in n or "convert" in n:
+            return "scale layout"
+        if "flash" in n or "fmha" in n or "attention" in n:
+            return "attention"
+        if "memcpy" in n or "memset" in n or "copy" in n or "fill" in n or "zero" in n:
+            return "copy/fill"
+        return "elementwise/other"
+
+    rows = []
+    for suite, shape in suites:
+        base, make_input = build(torch, suite, shape)
+        base = base.cuda().to(torch.bfloat16)
+        for recipe in recipes:
+            model = convert(torch, base, suite, recipe)
+            if model is None:
+                continue
+            x = make_input().requires_grad_()
+            opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
+
+            def step():
+                model(x).float().square().mean().backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                x.grad = None
+
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+                a.record()
+                step()
+                b.record()
+                b.synchronize()
+            step_ms = a.elapsed_time(b)
+            per = collections.defaultdict(lambda: [0.0, 0])
+            names = collections.defaultdict(lambda: [0.0, 0])
+            for ev in p.events():
+                if ev.device_type.name != "CUDA":
+                    continue
+                t = ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+                k = kind(ev.name)
+                per[k][0] += t / 1e3
+                per[k][1] += 1
+                names[(k, ev.name[:90])][0] += t / 1e3
+                names[(k, ev.name[:90])][1] += 1
+            busy = sum(v[0] for v in per.values())
+            label = f"{suite} {'x'.join(map(str, shape)) if shape else ''} {recipe}".replace("  ", " ")
+            print(f"\n== {label}: step {step_ms:.3f} ms, kernels {busy:.3f} ms, idle {step_ms - busy:.3f} ms")
+            for k, (t, n) in sorted(per.items(), key=lambda kv: -kv[1][0]):
+                print(f"   {k:<18} {t:8.3f} ms  {n:4d} launches  {100 * t / step_ms:5.1f}%")
+            for (k, n), (t, c) in sorted(names.items(), key=lambda kv: -kv[1][0])[:12]:
+                print(f"      {t:8.3f} ms x{c:<3d} [{k}] {n}")
+            rows.append(dict(suite=suite, shape=shape, recipe=recipe, step_ms=step_ms, busy_ms=busy,
+                             classes={k: v[0] for k, v in per.items()}))
+    return rows
+
+
+def plot(path, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = json.load(open(path))["rows"]
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    recipes = [r for r in RECIPES if r != "bf16" and any(x["recipe"] == r for x in rows)]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, mode in zip(axes, ["eager", "compiled"]):
+        for i, rec in enumerate(recipes):
+            ys = []
+            for c in cases:
+                base = next((r for r in rows if r["case"] == c and r["recipe"] == "bf16" and r["mode"] == mode), None)
+                me = next((r for r in rows if r["case"] == c and r["recipe"] == rec and r["mode"] == mode), None)
+                ys.append(base["ms"] / me["ms"] if base and me else 0)
+            ax.bar([j + i * 0.8 / len(recipes) for j in range(len(cases))], ys, 0.8 / len(recipes), label=rec)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks([j + 0.4 - 0.4 / len(recipes) for j in range(len(cases))])
+        ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=8)
+        ax.set_title(f"{mode}: speedup over bf16 (step time)")
+    axes[0].set_ylabel("bf16 time / FP8 time")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suite", default="mlp,block,moe")
+    ap.add_argument("--recipes", default=",".join(RECIPES))
+    ap.add_argument("--modes", default="eager,compiled")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--mlp-shapes", default=None, help="e.g. 8192x4096x14336,4096x2048x8192")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"))
+    args = ap.parse_args()
+    if args.plot:
+        return plot(*args.plot)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("training.py: skipped: no CUDA device")
+        return 0
+    shapes = MLP_SHAPES if not args.mlp_shapes else [tuple(int(v) for v in s.split("x"))
+                                                      for s in args.mlp_shapes.split(",")]
+    suites = []
+    for s in args.suite.split(","):
+        suites += [("mlp", sh) for sh in shapes] if s == "mlp" else [(s, None)]
+    recipes = args.recipes.split(",")
+    dev = torch.cuda.get_device_name()
+    print(f"training.py on {dev}, torch {torch.__version__}")
+    if args.profile:
+        rows = profile(torch, suites, recipes)
+        if args.json:
+            json.dump({"device": dev, "profile": rows}, open(args.json, "w"), indent=1)
+        return 0
+    rows = []
+    print(f"{'case':<28} {'recipe':<11} {'mode':<9} {'ms/step':>8} {'tokens/s':>12} {'peak GiB':>9} {'vs bf16':>8}")
+    for suite, shape in suites:
+        base, make_input = build(torch, suite, shape)
+        base = base.cuda().to(torch.bfloat16)
+        case = f"mlp {shape[0]}x{shape[1]}x{shape[2]}" if suite == "mlp" else \
+            ("llama3-8b block" if suite == "block" else "moe 16x top4 d7168")
+        for mode in args.modes.split(","):
+            ref = None
+            for recipe in recipes:
+                model = convert(torch, base, suite, recipe)
+                if model is None:
+                    continue
+                torch._dynamo.reset()
+                try:
+                    ms, peak, tokens = time_steps(torch, model, make_input, args.steps, mode == "compiled")
+                except Exception as e:  # a recipe that fails here is reported, not hidden
+                    print(f"{case:<28} {recipe:<11} {mode:<9} FAILED: {type(e).__name__}: {str(e)[:200]}")
+                    rows.append(dict(case=case, recipe=recipe, mode=mode, error=str(e)[:500]))
+                    continue
+                if recipe == "bf16":
+                    ref = ms
+                sp = ref / ms if ref else float("nan")
+                print(f"{case:<28} {recipe:<11} {mode:<9} {ms:8.3f} {tokens / ms * 1e3:12.0f} {peak:9.2f} {sp:7.2f}x",
+                      flush=True)
+                rows.append(dict(case=case, recipe=recipe, mode=mode, ms=ms, tokens_per_s=tokens / ms * 1e3,
+                                 peak_gib=peak, speedup=sp))
+                del model
+                torch.cuda.empty_cache()
+    if args.json:
+        json.dump({"device": dev, "torch": torch.__version__, "steps": args.steps, "rows": rows},
+                  open(args.json, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

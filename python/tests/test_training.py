@@ -1,0 +1,210 @@
+"""Training with scalemm: Float8Linear for every recipe, convert_to_float8 and conversion_report (the rules
+on the host, on CPU or meta tensors), and on a GPU each recipe's forward and gradients against float64,
+the weight cache against requantizing every call, and dW written in the weight's dtype bit-identical to
+an fp32 dW rounded afterwards."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+import scalemm  # noqa: E402
+import scalemm.torch as st  # noqa: E402
+from oracle import seed  # noqa: E402
+
+GPU = torch.cuda.is_available() and scalemm.has_gpu()
+needs_gpu = pytest.mark.skipif(not GPU, reason="no usable CUDA device (torch.cuda.is_available() = "
+                               f"{torch.cuda.is_available()}, scalemm: {scalemm.device()})")
+RECIPES = ["blockwise", "rowwise", "tensorwise", "mxfp8"]
+
+
+class Odd(torch.nn.Linear):
+    pass
+
+
+def model(device="cpu", dtype=torch.float32):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(256, 1024),                                   # eligible everywhere, below "auto"
+        torch.nn.Sequential(torch.nn.Linear(1024, 4096, bias=False),  # eligible, above "auto"
+                            torch.nn.GELU(),
+                            torch.nn.Linear(4096, 4096)),
+        torch.nn.Linear(4096, 100),                                   # out 100: no recipe takes it
+        torch.nn.Linear(48, 48),                                      # 48: a multiple of 16, not of 32
+        Odd(64, 64),                                                  # a subclass: left alone
+    ).to(device, dtype)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_convert_swaps_eligible_layers_in_place_and_keeps_the_parameters(recipe):
+    m = model("meta", torch.bfloat16)
+    before = {n: p for n, p in m.named_parameters()}
+    out = st.convert_to_float8(m, recipe=recipe)
+    assert out is m
+    assert isinstance(m[0], st.Float8Linear) and m[0].recipe == recipe
+    assert isinstance(m[1][0], st.Float8Linear) and isinstance(m[1][2], st.Float8Linear)
+    assert type(m[2]) is torch.nn.Linear and type(m[4]) is Odd
+    assert isinstance(m[3], st.Float8Linear) == (recipe != "mxfp8")
+    after = dict(m.named_parameters())
+    assert after.keys() == before.keys() and all(after[n] is before[n] for n in before)  # shared, not copied
+    assert all(p.device.type == "meta" and p.dtype == torch.bfloat16 for p in after.values())
+    rows = {r["name"]: r for r in st.conversion_report(m)}
+    assert set(rows) == {"0", "1.0", "1.2", "2", "3", "4"}
+    assert rows["0"]["recipe"] == recipe and rows["0"]["layer"] == "Float8Linear"
+    assert "out_features = 100 is not a multiple of" in rows["2"]["reason"] and rows["2"]["recipe"] is None
+    assert "subclass" in rows["4"]["reason"]
+    text = str(st.conversion_report(m))
+    assert text.splitlines()[0].split() == ["layer", "in", "x", "out", "is", "now", "why"] and "1.2" in text
+
+
+def test_module_filter_callable_and_auto():
+    seen = []
+    m = st.convert_to_float8(model("meta"), module_filter=lambda fqn, mod: seen.append(fqn) or fqn != "1.2")
+    assert seen == ["0", "1.0", "1.2", "3"]  # eligible layers only, in module order, by full name
+    assert type(m[1][2]) is torch.nn.Linear and isinstance(m[1][0], st.Float8Linear)
+    assert {r["name"]: r["reason"] for r in st.conversion_report(m)}["1.2"] == "module_filter returned False"
+    m = st.convert_to_float8(model("meta"), recipe="rowwise", module_filter="auto")
+    assert type(m[0]) is torch.nn.Linear and type(m[1][0]) is torch.nn.Linear  # 256 x 1024, 1024 x 4096
+    assert isinstance(m[1][2], st.Float8Linear) and m[1][2].recipe == "rowwise"  # 4096 x 4096
+    assert "auto:" in {r["name"]: r["reason"] for r in st.conversion_report(m)}["0"]
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(scalemm.InvalidArgumentError, match="recipe"):
+        st.convert_to_float8(model("meta"), recipe="fp8")
+    with pytest.raises(scalemm.InvalidArgumentError, match="module_filter"):
+        st.convert_to_float8(model("meta"), module_filter="fast")
+    with pytest.raises(scalemm.InvalidArgumentError, match="model"):
+        st.convert_to_float8(torch.nn.Linear(64, 64, device="meta"))
+    with pytest.raises(scalemm.InvalidArgumentError, match="recipe"):
+        st.Float8Linear(64, 64, device="meta", recipe="mx")
+    assert "recipe=tensorwise" in repr(st.Float8Linear(64, 64, device="meta", recipe="tensorwise"))
+
+
+def _sqnr(ref, got):
+    ref, got = ref.double(), got.double()
+    return (10 * torch.log10(ref.square().sum() / (ref - got).square().sum().clamp_min(1e-300))).item()
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_each_recipe_forward_and_gradients_against_float64(recipe):
+    g = torch.Generator().manual_seed(seed(f"training {recipe}"))
+    x = torch.randn(264, 512, generator=g).cuda().to(torch.bfloat16)
+    lin = torch.nn.Linear(512, 384, device="cuda", dtype=torch.bfloat16)
+    layer = st.Float8Linear.from_linear(lin, recipe=recipe)
+    dy = torch.randn(264, 384, generator=g).cuda().to(torch.bfloat16)
+    xf = x.clone().requires_grad_()
+    y = layer(xf)
+    y.backward(dy)
+    x64, w64, b64 = x.double().requires_grad_(), lin.weight.detach().double().requires_grad_(), lin.bias.detach().double()
+    y64 = x64 @ w64.t() + b64
+    y64.backward(dy.double())
+    s = (_sqnr(y64, y), _sqnr(x64.grad, xf.grad), _sqnr(w64.grad, lin.weight.grad))
+    print(f"TRAINING {recipe}: SQNR against float64: y {s[0]:.1f} dB, dx {s[1]:.1f} dB, dw {s[2]:.1f} dB")
+    # E4M3's 3 mantissa bits bound one quantization at about 30 dB; tensorwise pays for the spread of
+    # magnitudes across the whole tensor.
+    assert min(s) >= {"tensorwise": 20, "mxfp8": 23}.get(recipe, 25)
+    assert lin.weight.grad.dtype == torch.bfloat16 and lin.bias.grad is not None
+
+
+@needs_gpu
+@pytest.mark.parametrize("opt", ["sgd-foreach", "adamw-fused", "load_state_dict", "no_grad copy_"])
+def test_the_weight_cache_follows_every_in_place_update(opt):
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(256, 256, bias=False, device="cuda", dtype=torch.bfloat16)
+    cached = st.Float8Linear.from_linear(lin)
+    fresh = st.Float8Linear.from_linear(lin)
+    fresh.cache_weight = False
+    x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(cached(x), fresh(x))
+    first = cached.__dict__["_weight_q"]
+    assert torch.equal(cached(x), fresh(x)) and cached.__dict__["_weight_q"] is first  # no change: reused
+    if opt == "sgd-foreach":
+        cached(x).float().sum().backward()
+        torch.optim.SGD([lin.weight], lr=0.1, foreach=True).step()
+    elif opt == "adamw-fused":
+        cached(x).float().sum().backward()
+        torch.optim.AdamW([lin.weight], lr=0.1, fused=True).step()
+    elif opt == "load_state_dict":
+        lin.load_state_dict({"weight": torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)})
+    else:
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(256, 256, device="cuda", dtype=torch.bfloat16))
+    assert torch.equal(cached(x), fresh(x)), f"a stale quantized weight after {opt}"
+    assert cached.__dict__["_weight_q"] is not first
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["blockwise", "rowwise"])
+def test_wgrad_in_the_weight_dtype_is_the_rounded_fp32_wgrad(recipe):
+    torch.manual_seed(2)
+    act, _ = st.LINEAR_RECIPES[recipe]
+    lin = torch.nn.Linear(256, 384, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = st.Float8Linear.from_linear(lin, recipe=recipe)
+    x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
+    layer(x).backward(dy)
+    _, _, xtq, xts = st.quantize(x, act, columnwise=True)
+    _, _, dytq, dyts = st.quantize(dy, act, columnwise=True)
+    ref = st.scaled_mm(dytq, xtq, dyts, xts, recipe_a=act, recipe_b=act, out_dtype="f32").to(torch.bfloat16)
+    assert torch.equal(lin.weight.grad, ref)
+
+
+@needs_gpu
+def test_a_converted_model_trains_and_compiles():
+    m = st.convert_to_float8(model("cuda", torch.bfloat16)[:2], recipe="blockwise")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    losses = []
+    for _ in range(5):
+        loss = m(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    compiled = torch.compile(m, fullgraph=True)
+    with torch.no_grad():
+        a, b = compiled(x), m(x)
+    assert _sqnr(b, a) > 40  # same math; the compiled graph quantizes the weight itself
+
+
+@needs_gpu
+@pytest.mark.parametrize("fmt", ["compact", "cublaslt"])
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8-32x32"])
+def test_eager_quantize_skips_the_dispatcher_with_the_custom_ops_bytes(recipe, fmt):
+    x = torch.randn(200, 384, device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):  # the first call of a signature takes the general path, the second the prepared one
+        got = st.quantize(x, recipe, scale_format=fmt, columnwise=True)
+    want = torch.ops.scalemm.quantize(x, recipe, "e4m3", fmt, True)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert torch.equal(g.view(torch.uint8) if g.element_size() == 1 else g, w.view(torch.uint8) if w.element_size() == 1 else w)
+    assert len(st.quantize(x, recipe, scale_format=fmt)) == 2
+
+
+@needs_gpu
+def test_nvfp4_through_the_torch_quantize_and_its_custom_op():
+    x = torch.randn(64, 256, device="cuda")
+    data, (scales, g) = st.quantize(x, "nvfp4")
+    d2, (s2, g2) = scalemm.quantize(x, "nvfp4")
+    assert torch.equal(data.view(torch.uint8), d2.view(torch.uint8)) and torch.equal(scales.view(torch.uint8), s2.view(torch.uint8))
+    assert g.dim() == 0 and g.is_cuda and float(g) == float(g2)
+    cols = st.quantize(x, "nvfp4", columnwise=True)
+    assert cols[2].shape == (256, 32) and cols[3][1] is cols[1][1]
+    out = torch.ops.scalemm.quantize_nvfp4(x, "compact", False)
+    assert len(out) == 5 and torch.equal(out[0].view(torch.uint8), data.view(torch.uint8))
+    compiled = torch.compile(lambda t: st.quantize(t, "nvfp4")[0], fullgraph=True)
+    assert torch.equal(compiled(x).view(torch.uint8), data.view(torch.uint8))
+
+
+def test_nvfp4_fake_shapes_on_the_host():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(64, 256)
+        data, (scales, g), data_t, (scales_t, g2) = st.quantize(x, "nvfp4", columnwise=True)
+        assert data.shape == (64, 128) and data_t.shape == (256, 32) and g.shape == () and g2 is g
+        assert scales.shape[0] == 64 and scales_t.shape[0] == 256
