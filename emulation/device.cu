@@ -159,7 +159,6 @@ void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const Q
                      void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   validate(src, cfg, out);
   const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));  // the stream's device
-  Workspace ws(workspace, workspace_bytes, quantize_device_workspace_bytes(src, cfg), stream);
   DeviceExec ex{stream};
   if (src.rows > 0 && src.cols > 0) {
     // Scale buffers: padding must read as zero, so a cublaslt buffer with padding is cleared first
@@ -167,8 +166,15 @@ void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const Q
     const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, src.rows, src.cols);
     if (cfg.rowwise && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
     if (cfg.columnwise && lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
+    // The fast kernels use scratch only for the amax passes (tensorwise, rowwise, NVFP4's global):
+    // block recipes allocate nothing per call (a stream-ordered allocation can stall when the pool
+    // has been trimmed at a synchronisation).
+    const bool amax = cfg.recipe == Recipe::kTensorwise || cfg.recipe == Recipe::kRowwise || cfg.recipe == Recipe::kNvfp4;
+    Workspace ws(workspace, workspace_bytes, amax ? round256(size_t(fastq::plan_fast(src, cfg).floats()) * sizeof(float)) : 0,
+                 stream);
     if (fastq::quantize(src, cfg, out, static_cast<float*>(ws.get()), stream)) return;
   }
+  Workspace ws(workspace, workspace_bytes, quantize_device_workspace_bytes(src, cfg), stream);
   detail::run_quantize(ex, src, cfg, out, static_cast<float*>(ws.get()));
 }
 

@@ -90,7 +90,9 @@ def build(torch, suite, shape=None):
                 p, e = torch.topk(logits.softmax(-1), topk, dim=-1)
                 flat = e.reshape(-1)
                 order = torch.argsort(flat, stable=True)
-                sizes = torch.bincount(flat, minlength=experts)
+                # Counts without a host synchronisation (torch.bincount reads the maximum on the host).
+                sizes = torch.zeros(experts, dtype=torch.int64, device=x.device).scatter_add_(
+                    0, flat, torch.ones_like(flat))
                 h = x.repeat_interleave(topk, 0).index_select(0, order)  # (T*topk, d) sorted by expert
                 g, u = self.w13(h, sizes).chunk(2, dim=-1)
                 y = self.w2((F.silu(g) * u).contiguous(), sizes)

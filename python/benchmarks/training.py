@@ -7,8 +7,8 @@ Suites (each model built once per recipe from the same bf16 weights; FP8 through
           2048, batch 4; RMSNorm and attention (SDPA, causal) in bf16, every projection converted
   moe     a DeepSeek-V3-like MoE block: d 7168, 16 experts of f 2048 (SwiGLU), top-4 of 8192 tokens with
           uneven routing; experts in Float8GroupedExperts against bf16 torch._grouped_mm
-A step is forward + backward + an SGD update (so FP8 weights are requantized every step, as in
-training). CUDA-event median of --steps steps after 3 warm-up steps, eager and torch.compile; peak
+A step is forward + backward (from a fixed output gradient) + an SGD update (so FP8 weights are
+requantized every step, as in training). CUDA-event median of --steps steps after 3 warm-up steps, eager and torch.compile; peak
 memory over the timed steps (torch.cuda.max_memory_allocated, parameters and inputs included).
 
     python benchmarks/training.py [--suite mlp,block,moe] [--recipes bf16,blockwise,rowwise,tensorwise,mxfp8]
@@ -55,9 +55,11 @@ def time_steps(torch, model, make_input, steps, compiled):
     x = make_input().requires_grad_()
     fn = torch.compile(model) if compiled else model
     opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
+    with torch.no_grad():
+        g = torch.randn_like(model(x)) * 1e-3  # the output gradient: fixed, so no loss kernels are timed
 
     def step():
-        fn(x).float().square().mean().backward()
+        fn(x).backward(g)
         opt.step()
         opt.zero_grad(set_to_none=True)
         x.grad = None
@@ -105,9 +107,11 @@ def profile(torch, suites, recipes):
                 continue
             x = make_input().requires_grad_()
             opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
+            with torch.no_grad():
+                g = torch.randn_like(model(x)) * 1e-3
 
             def step():
-                model(x).float().square().mean().backward()
+                model(x).backward(g)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 x.grad = None
@@ -125,7 +129,7 @@ def profile(torch, suites, recipes):
             per = collections.defaultdict(lambda: [0.0, 0])
             names = collections.defaultdict(lambda: [0.0, 0])
             for ev in p.events():
-                if ev.device_type.name != "CUDA":
+                if ev.device_type.name != "CUDA" or "#" in ev.name:  # user annotations (Optimizer.step#...)
                     continue
                 t = ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
                 k = kind(ev.name)
@@ -133,9 +137,19 @@ def profile(torch, suites, recipes):
                 per[k][1] += 1
                 names[(k, ev.name[:90])][0] += t / 1e3
                 names[(k, ev.name[:90])][1] += 1
+            # CUDA runtime and driver calls on the host, by total time: a blocking one (a synchronisation,
+            # a synchronous copy, an allocation) shows up here as the cause of device idle time.
+            api = collections.defaultdict(lambda: [0.0, 0])
+            for ev in p.events():
+                if ev.device_type.name == "CPU" and (ev.name.startswith("cuda") or ev.name.startswith("cu")) \
+                        and not ev.name.startswith("cutlass"):
+                    api[ev.name][0] += ev.cpu_time_total / 1e3
+                    api[ev.name][1] += 1
+            syncs = {k: f"{v[0]:.3f} ms x{v[1]}" for k, v in sorted(api.items(), key=lambda kv: -kv[1][0])[:6]}
             busy = sum(v[0] for v in per.values())
             label = f"{suite} {'x'.join(map(str, shape)) if shape else ''} {recipe}".replace("  ", " ")
             print(f"\n== {label}: step {step_ms:.3f} ms, kernels {busy:.3f} ms, idle {step_ms - busy:.3f} ms")
+            print(f"   host CUDA API calls (top by time): {syncs or 'none recorded'}")
             for k, (t, n) in sorted(per.items(), key=lambda kv: -kv[1][0]):
                 print(f"   {k:<18} {t:8.3f} ms  {n:4d} launches  {100 * t / step_ms:5.1f}%")
             for (k, n), (t, c) in sorted(names.items(), key=lambda kv: -kv[1][0])[:12]:
@@ -143,6 +157,49 @@ def profile(torch, suites, recipes):
             rows.append(dict(suite=suite, shape=shape, recipe=recipe, step_ms=step_ms, busy_ms=busy,
                              classes={k: v[0] for k, v in per.items()}))
     return rows
+
+
+def host_profile(torch, shape, recipes, steps=5):
+    """Host (CPU) time to enqueue one step while the GPU is kept busy (so nothing waits for it), and
+    the Python functions that take it (cProfile, by own time)."""
+    import cProfile
+    import pstats
+    import time
+
+    base, make_input = build(torch, "mlp", shape)
+    base = base.cuda().to(torch.bfloat16)
+    for recipe in recipes:
+        model = convert(torch, base, "mlp", recipe)
+        x = make_input().requires_grad_()
+        opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
+        g = torch.ones(x.shape[0], shape[1], device="cuda", dtype=torch.bfloat16)
+
+        def step():
+            model(x).backward(g)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            x.grad = None
+
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(1_000_000_000)  # about half a second of GPU time: the queue never drains
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        host = (time.perf_counter() - t0) / steps * 1e3
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        torch.cuda._sleep(1_000_000_000)
+        pr.enable()
+        for _ in range(steps):
+            step()
+        pr.disable()
+        torch.cuda.synchronize()
+        print(f"\n== host: mlp {'x'.join(map(str, shape))} {recipe}: {host:.3f} ms to enqueue a step "
+              f"(forward, backward, SGD)")
+        st = pstats.Stats(pr)
+        st.sort_stats("tottime").print_stats(18)
 
 
 def plot(path, out):
@@ -182,6 +239,7 @@ def main():
     ap.add_argument("--mlp-shapes", default=None, help="e.g. 8192x4096x14336,4096x2048x8192")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--host", action="store_true", help="host time per step and its Python breakdown (mlp shapes)")
     ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"))
     args = ap.parse_args()
     if args.plot:
@@ -199,6 +257,10 @@ def main():
     recipes = args.recipes.split(",")
     dev = torch.cuda.get_device_name()
     print(f"training.py on {dev}, torch {torch.__version__}")
+    if args.host:
+        for sh in shapes:
+            host_profile(torch, sh, recipes)
+        return 0
     if args.profile:
         rows = profile(torch, suites, recipes)
         if args.json:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook as _register_step_hook
 
 from . import _core
 from ._arrays import torch_dtype
@@ -334,19 +335,23 @@ _current_device = torch.cuda.current_device
 def _direct(x) -> bool:
     """Whether an FP8 quantization may skip the dispatcher: an eager call (nothing traces) on a plain
     CUDA tensor of the current device (whose default stream is the one torch uses for it)."""
-    return (type(x) is torch.Tensor and x.is_cuda and not _is_compiling() and not _dispatch_modes()
+    return (type(x) in _PLAIN and x.is_cuda and not _is_compiling() and not _dispatch_modes()
             and x.device.index == _current_device())
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 _prepared_quantize: dict = {}
 
 
-def _fast_quantize(x, recipe, dtype, scale_format, columnwise):
+def _fast_quantize(x, recipe, dtype, scale_format, columnwise, rowwise=True):
     """The eager FP8 quantization, as _fast is for scaled_mm: the first call of a signature runs the
     general path (which validates everything) and keeps the outputs' shapes and the library's codes;
     later calls allocate the outputs through torch and call the quantizer directly. The bytes are the
-    custom op's (the same library call)."""
-    key = (recipe, dtype, scale_format, columnwise, x.dtype, x.shape, x.stride(), x.device)
+    custom op's (the same library call). rowwise=False (with columnwise) writes only x^T's operand:
+    (data_t, scales_t)."""
+    key = (recipe, dtype, scale_format, columnwise, rowwise, x.dtype, x.shape, x.stride(), x.device)
     p = _prepared_quantize.get(key)
     if p is None:
         out = _core._quantize_impl(x, recipe, dtype, scale_format, columnwise)
@@ -355,16 +360,61 @@ def _fast_quantize(x, recipe, dtype, scale_format, columnwise):
         dt = "e5m2" if out[0].dtype == torch.float8_e5m2 else "e4m3"
         codes = (_core.recipe_code(recipe, "recipe"), DTYPE_CODE[dt], _core.SCALE_FORMATS[scale_format],
                  DTYPE_CODE[_name(x.dtype)], x.shape[0], x.shape[1])
+        # Scratch through torch's caching allocator (the amax recipes need some; block recipes none).
+        ws = _core._C.quantize_workspace_bytes(codes[3], codes[4], codes[5], codes[0], codes[1], codes[2], rowwise,
+                                               columnwise) if recipe in ("tensorwise", "rowwise") else 0
         if len(_prepared_quantize) >= 4096:
             _prepared_quantize.clear()
-        _prepared_quantize[key] = (codes, tuple((t.shape, t.dtype) for t in out))
-        return out
-    (r, dt, fmt, src, rows, k), metas = p
+        _prepared_quantize[key] = (codes, tuple((t.shape, t.dtype) for t in out), ws)
+        return out if rowwise else out[2:]
+    (r, dt, fmt, src, rows, k), metas, ws = p
+    scratch = torch.empty(ws, dtype=torch.uint8, device=x.device) if ws else None
+    wp = scratch.data_ptr() if ws else 0
+    if not rowwise:
+        (st_, tt), (ss, ts) = metas[2], metas[3]
+        data_t, scales_t = torch.empty(st_, dtype=tt, device=x.device), torch.empty(ss, dtype=ts, device=x.device)
+        _core._C.quantize(x.data_ptr(), src, rows, k, r, dt, fmt, 0, 0, data_t.data_ptr(), scales_t.data_ptr(), 0,
+                          1, _stream(x.device.index), wp, ws)
+        return data_t, scales_t
     out = tuple(torch.empty(shape, dtype=t, device=x.device) for shape, t in metas)
     _core._C.quantize(x.data_ptr(), src, rows, k, r, dt, fmt, out[0].data_ptr(), out[1].data_ptr(),
                       out[2].data_ptr() if columnwise else 0, out[3].data_ptr() if columnwise else 0, 0, 1,
-                      _stream(x.device.index))
+                      _stream(x.device.index), wp, ws)
     return out
+
+
+_layer_gemms: dict = {}
+
+
+def _layer_gemm(a, b, sa, sb, ra, rb, od, fmt):
+    """scaled_mm of the layers' own operands. They come from this module's quantizers (contiguous data,
+    scale tensors that follow from the shapes, recipe and format), so a prepared call is keyed by far
+    less than _fast's signature: recipes, format, output dtype, the two data shapes and the device."""
+    if not _direct(a):
+        return scaled_mm(a, b, sa, sb, recipe_a=ra, recipe_b=rb, out_dtype=od, scale_format=fmt)
+    key = (ra, rb, od, fmt, a.shape, b.shape, a.dtype, b.dtype, a.device)
+    p = _layer_gemms.get(key)
+    if p is None:
+        d = scaled_mm(a, b, sa, sb, recipe_a=ra, recipe_b=rb, out_dtype=od, scale_format=fmt)  # validates
+        with _core.naming_backend("auto"):
+            p = _prepare(a, b, sa, sb, ra, rb, od, fmt, None, "auto", None, None)
+        if len(_layer_gemms) >= 4096:
+            _layer_gemms.clear()
+        _layer_gemms[key] = p
+        return d
+    run, shape, dtype, device, index = p
+    d = torch.empty(shape, dtype=dtype, device=device)
+    run(a.data_ptr(), sa.data_ptr(), b.data_ptr(), sb.data_ptr(), d.data_ptr(), 0, _stream(index))
+    return d
+
+
+def _quantize_parts(x, recipe, fmt, rowwise, columnwise):
+    """The layers' quantization: (data, scales) for rowwise, (data_t, scales_t) for columnwise only, or all
+    four. Eager calls write only what is asked for; traced ones run the op (both directions)."""
+    if _direct(x):
+        return _fast_quantize(x, recipe, "e4m3", fmt, columnwise, rowwise)
+    out = torch.ops.scalemm.quantize(x, recipe, "e4m3", fmt, columnwise)
+    return out if rowwise and columnwise else (out[:2] if rowwise else out[2:])
 
 
 # ---- linear layers ----------------------------------------------------------------------------------------
@@ -383,7 +433,9 @@ class _ScaledLinearFn(torch.autograd.Function):
     forward  Y  (M, N) = X (act, along K)      . W (weight recipe, along K)
     dgrad    dX (M, K) = dY (act, along N)     . W^T (weight recipe, along N; the columnwise output)
     wgrad    dW (N, K) = dY^T (act, along M)   . X^T (act, along M), written in W's dtype
-    `wq` is W's quantization (data, scales, data_t, scales_t) when the layer has it cached, else None.
+    `wq` is W's (data, scales) when the layer has them cached, else None. Saved for backward: X^T in FP8
+    and the weight itself (the parameter, no copy), quantized along N when dgrad runs: nothing of the
+    weight's size is held between forward and backward.
     """
 
     @staticmethod
@@ -392,37 +444,36 @@ class _ScaledLinearFn(torch.autograd.Function):
         x2 = x.reshape(-1, k)
         if not x2.is_contiguous():
             x2 = x2.contiguous()
-        xq, xs, xtq, xts = quantize(x2, act, columnwise=True, scale_format=fmt)
-        if wq is None:
-            wq = quantize(weight, wgt, columnwise=True, scale_format=fmt)
-        wq, ws, wtq, wts = wq
+        xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
+        wq, ws = wq if wq is not None else _quantize_parts(weight, wgt, fmt, True, False)
         out_dtype = x.dtype if x.dtype in _NAMES else torch.bfloat16
-        y = scaled_mm(xq, wq, xs, ws, recipe_a=act, recipe_b=wgt, out_dtype=_name(out_dtype), scale_format=fmt)
+        y = _layer_gemm(xq, wq, xs, ws, act, wgt, _name(out_dtype), fmt)
         if bias is not None:
             y = y + bias.to(y.dtype)
-        ctx.save_for_backward(xtq, xts, wtq, wts)
+        ctx.save_for_backward(xtq, xts, weight)
         ctx.recipes = (act, wgt, fmt)
         ctx.shapes = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
-        xtq, xts, wtq, wts = ctx.saved_tensors
+        xtq, xts, weight = ctx.saved_tensors
         act, wgt, fmt = ctx.recipes
         x_shape, x_dtype, w_dtype, bias_dtype = ctx.shapes
         n = dy.shape[-1]
         dy2 = dy.reshape(-1, n)
         if not dy2.is_contiguous():
             dy2 = dy2.contiguous()
-        dyq, dys, dytq, dyts = quantize(dy2, act, columnwise=True, scale_format=fmt)
+        dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = scaled_mm(dyq, wtq, dys, wts, recipe_a=act, recipe_b=wgt, out_dtype=_name(x_dtype), scale_format=fmt)
+            wtq, wts = _quantize_parts(weight, wgt, fmt, False, True)
+            dx = _layer_gemm(dyq, wtq, dys, wts, act, wgt, _name(x_dtype), fmt)
             dx = dx.reshape(x_shape)
         if ctx.needs_input_grad[1]:
             # Rounded once from the fp32 accumulator to W's dtype: the bits of an f32 output then .to().
             od = w_dtype if w_dtype in _NAMES else torch.float32
-            dw = scaled_mm(dytq, xtq, dyts, xts, recipe_a=act, recipe_b=act, out_dtype=_name(od), scale_format=fmt)
+            dw = _layer_gemm(dytq, xtq, dyts, xts, act, act, _name(od), fmt)
             if dw.dtype != w_dtype:
                 dw = dw.to(w_dtype)
         if bias_dtype is not None and ctx.needs_input_grad[2]:
@@ -459,7 +510,7 @@ def _count_step(optimizer, args, kwargs):
     _optimizer_steps[0] += 1
 
 
-torch.optim.optimizer.register_optimizer_step_post_hook(_count_step)
+_register_step_hook(_count_step)
 
 
 class Float8Linear(torch.nn.Module):
@@ -474,13 +525,16 @@ class Float8Linear(torch.nn.Module):
     `from_linear` shares an existing layer's parameters. Inputs of any leading shape (..., in); the output
     and dX in the input's dtype, dW in the weight's.
 
-    The weight is quantized once per change, not once per forward: its quantization (both directions,
-    one read) is kept until the next optimizer step (any torch.optim optimizer, fused ones included) or
-    in-place update that bumps the weight's version counter (load_state_dict, copy_ under no_grad), so
-    gradient-accumulation micro-steps and inference reuse it. Writing through `weight.data` outside an
-    optimizer step is not seen: set `cache_weight = False` on layers whose weights change that way. Not
-    used under torch.compile (the quantization is in the graph) or FSDP2 (which refills the unsharded
-    weight in place).
+    Memory: backward keeps X^T in FP8 (1 byte per element, where bf16 keeps X in 2) and quantizes the
+    weight along N from the parameter itself when dgrad runs, so nothing of the weight's size is held
+    between forward and backward.
+
+    cache_weight (off by default): keep the forward's weight quantization (1 byte per parameter) until
+    the next optimizer step (any torch.optim optimizer, fused ones included) or an in-place update that
+    bumps the weight's version counter (load_state_dict, copy_ under no_grad), so that gradient-
+    accumulation micro-steps, activation recomputation and inference quantize the weight once. Writing
+    through `weight.data` outside an optimizer step is not seen. Not used under torch.compile (the
+    quantization is in the graph) or FSDP2 (which refills the unsharded weight in place).
 
     scale_format: "cublaslt" (default) has the quantizers write every scale tensor in the layout
     cuBLASLt reads, so no GEMM converts one; "compact" keeps the quantizers' compact grids (the same
@@ -488,7 +542,7 @@ class Float8Linear(torch.nn.Module):
     """
 
     recipe = "blockwise"
-    cache_weight = True
+    cache_weight = False
     scale_format = "cublaslt"
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
@@ -524,7 +578,7 @@ class Float8Linear(torch.nn.Module):
         c = self.__dict__.get("_weight_q")
         if c is None or c[0] != key:
             with torch.no_grad():
-                c = (key, quantize(w.detach(), wgt, columnwise=True, scale_format=self.scale_format))
+                c = (key, _quantize_parts(w.detach(), wgt, self.scale_format, True, False))
             self.__dict__["_weight_q"] = c
         return c[1]
 

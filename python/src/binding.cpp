@@ -520,9 +520,19 @@ NB_MODULE(_scalemm, m) {
 
   // Quantizes a row-major (rows, cols) f32/bf16/f16 source. data_t/scales_t (0 = none) receive the
   // transposed operand (cols, rows) with blocks along rows. global_out: NVFP4's decode scale (f32).
+  // workspace (0: the call allocates its own, stream-ordered): device scratch of at least
+  // quantize_workspace_bytes for the same arguments, e.g. from the framework's caching allocator.
+  m.def("quantize_workspace_bytes", [](int src_dtype, int64_t rows, int64_t cols, int recipe, int data_dtype, int format,
+                                       bool rowwise, bool columnwise) {
+    emulation::SourceMatrix s{nullptr, DType(src_dtype), rows, cols, nullptr};
+    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
+    cfg.rowwise = rowwise;
+    cfg.columnwise = columnwise;
+    return emulation::quantize_device_workspace_bytes(s, cfg);
+  });
   m.def("quantize", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe, int data_dtype, int format,
                        uintptr_t data, uintptr_t scales, uintptr_t data_t, uintptr_t scales_t, uintptr_t global_out,
-                       int space, uintptr_t stream) {
+                       int space, uintptr_t stream, uintptr_t workspace, size_t workspace_bytes) {
     emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
     emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
     cfg.rowwise = data != 0;
@@ -534,9 +544,11 @@ NB_MODULE(_scalemm, m) {
       nb::gil_scoped_release release;
       emulation::quantize_host(s, cfg, out);
     } else {
-      emulation::quantize_device(s, cfg, out, nullptr, 0, stream_of(stream));
+      emulation::quantize_device(s, cfg, out, ptr(workspace), workspace ? workspace_bytes : 0, stream_of(stream));
     }
-  });
+  }, nb::arg("src"), nb::arg("src_dtype"), nb::arg("rows"), nb::arg("cols"), nb::arg("recipe"), nb::arg("data_dtype"),
+     nb::arg("format"), nb::arg("data"), nb::arg("scales"), nb::arg("data_t"), nb::arg("scales_t"), nb::arg("global_out"),
+     nb::arg("space"), nb::arg("stream"), nb::arg("workspace") = 0, nb::arg("workspace_bytes") = 0);
 
   // Dequantizes a K-contiguous operand (rows, k) to f32/bf16/f16. global_ptr: NVFP4 decode scale
   // (one f32 in the same memory space) or 0.

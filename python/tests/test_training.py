@@ -115,8 +115,9 @@ def test_the_weight_cache_follows_every_in_place_update(opt):
     torch.manual_seed(1)
     lin = torch.nn.Linear(256, 256, bias=False, device="cuda", dtype=torch.bfloat16)
     cached = st.Float8Linear.from_linear(lin)
+    cached.cache_weight = True
     fresh = st.Float8Linear.from_linear(lin)
-    fresh.cache_weight = False
+    assert fresh.cache_weight is False  # off by default: no weight-sized memory held between steps
     x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
     assert torch.equal(cached(x), fresh(x))
     first = cached.__dict__["_weight_q"]
