@@ -32,10 +32,12 @@ RECIPES = ["bf16", "blockwise", "rowwise", "tensorwise", "mxfp8"]
 
 
 def convert(torch, model, suite, recipe):
-    """A converted copy of `model`; "RECIPE@compact" keeps compact scale grids (Float8Linear.scale_format)."""
+    """A converted copy of `model`; "RECIPE@compact" keeps compact scale grids (Float8Linear.scale_format),
+    "RECIPE+auto" converts with module_filter="auto"."""
     import scalemm.torch as st
 
     recipe, _, fmt = recipe.partition("@")
+    recipe, auto, _ = recipe.partition("+auto")
     model = copy.deepcopy(model)
     if recipe == "bf16":
         return model
@@ -43,7 +45,7 @@ def convert(torch, model, suite, recipe):
         if recipe != "blockwise":
             return None  # Float8GroupedExperts runs blockwise
         return model.to_fp8(model)  # the router (d x 16) stays bf16
-    model = st.convert_to_float8(model, recipe=recipe)
+    model = st.convert_to_float8(model, recipe=recipe, module_filter="auto" if auto else None)
     if fmt:
         for m in model.modules():
             if isinstance(m, st.Float8Linear):
@@ -154,6 +156,13 @@ def profile(torch, suites, recipes):
                 print(f"   {k:<18} {t:8.3f} ms  {n:4d} launches  {100 * t / step_ms:5.1f}%")
             for (k, n), (t, c) in sorted(names.items(), key=lambda kv: -kv[1][0])[:12]:
                 print(f"      {t:8.3f} ms x{c:<3d} [{k}] {n}")
+            # Where the device waits: the largest gaps between consecutive kernels, with their neighbours.
+            ks = sorted((ev for ev in p.events() if ev.device_type.name == "CUDA" and "#" not in ev.name),
+                        key=lambda ev: ev.time_range.start)
+            gaps = sorted(((b.time_range.start - a.time_range.end, a.name[:50], b.name[:50])
+                           for a, b in zip(ks, ks[1:])), reverse=True)[:4]
+            for gap, a, b in gaps:
+                print(f"      gap {gap / 1e3:7.3f} ms after {a} before {b}")
             rows.append(dict(suite=suite, shape=shape, recipe=recipe, step_ms=step_ms, busy_ms=busy,
                              classes={k: v[0] for k, v in per.items()}))
     return rows

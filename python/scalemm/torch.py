@@ -544,6 +544,7 @@ class Float8Linear(torch.nn.Module):
     recipe = "blockwise"
     cache_weight = False
     scale_format = "cublaslt"
+    min_gflop = 0.0  # calls whose GEMMs are smaller run F.linear in the weight's dtype (convert_to_float8 "auto")
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  recipe: str = "blockwise"):
@@ -583,6 +584,9 @@ class Float8Linear(torch.nn.Module):
         return c[1]
 
     def forward(self, x):
+        if self.min_gflop and 2e-9 * (x.numel() // self.in_features) * self.in_features * self.out_features \
+                < self.min_gflop:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
         act, wgt = LINEAR_RECIPES[self.recipe]
         return _ScaledLinearFn.apply(x, self.weight, self.bias, act, wgt, self._cached_weight(wgt), self.scale_format)
 
@@ -612,11 +616,14 @@ class MXLinear(Float8Linear):
 
 # ---- model conversion -----------------------------------------------------------------------------------
 
-# module_filter="auto": the linear shapes that training.py measured slower in FP8 than in bf16 stay
-# bf16 (docs/python.md, "Training with scalemm"). A layer converts when both feature counts reach
-# AUTO_MIN_FEATURES and their product reaches AUTO_MIN_PRODUCT.
+# module_filter="auto" (docs/python.md, "Training with scalemm"; numbers from python/benchmarks/training.py,
+# H100, eager): FP8 pays a fixed cost per GEMM (quantizing both operands, host work) that a small GEMM
+# does not earn back. MLP blocks measured faster than bf16 at 2*M*N*K = 481 and 240 GFLOP per GEMM and
+# slower at 69 GFLOP (1.54 against 1.36 ms a step). So "auto" leaves layers with fewer than
+# AUTO_MIN_FEATURES inputs or outputs in bf16, and converted layers run a call in FP8 only when its GEMMs
+# reach AUTO_MIN_GFLOP (the token count is known per call), else through F.linear in the weight's dtype.
 AUTO_MIN_FEATURES = 1024
-AUTO_MIN_PRODUCT = 4096 * 4096
+AUTO_MIN_GFLOP = 128.0
 
 
 def _ineligible(linear: torch.nn.Linear, recipe: str) -> Optional[str]:
@@ -633,9 +640,9 @@ def _ineligible(linear: torch.nn.Linear, recipe: str) -> Optional[str]:
 
 def _auto_skip(linear: torch.nn.Linear) -> Optional[str]:
     i, o = linear.in_features, linear.out_features
-    if min(i, o) < AUTO_MIN_FEATURES or i * o < AUTO_MIN_PRODUCT:
-        return (f"auto: {i} x {o} is below the measured break-even (both features >= {AUTO_MIN_FEATURES} and "
-                f"in x out >= {AUTO_MIN_PRODUCT}); bf16 was faster there")
+    if min(i, o) < AUTO_MIN_FEATURES:
+        return (f"auto: {i} x {o} has fewer than {AUTO_MIN_FEATURES} features on one side; its GEMMs are too small "
+                f"to earn back FP8's per-call cost (measured slower than bf16)")
     return None
 
 
@@ -645,8 +652,10 @@ def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", modu
     and returns the model. A layer whose shapes the recipe cannot take stays nn.Linear.
 
     module_filter: None (every eligible layer), a callable (fqn, module) -> bool that says which to
-    convert, or "auto": skip the shapes measured slower in FP8 than in bf16 (AUTO_MIN_FEATURES,
-    AUTO_MIN_PRODUCT). conversion_report(model) lists every linear layer, what it became and why.
+    convert, or "auto": skip what was measured slower in FP8 than in bf16: layers with fewer than
+    AUTO_MIN_FEATURES inputs or outputs stay nn.Linear, and converted layers run a call in FP8 only when
+    its GEMMs reach AUTO_MIN_GFLOP (Float8Linear.min_gflop), else in the weight's dtype.
+    conversion_report(model) lists every linear layer, what it became and why.
     Only exact nn.Linear instances are converted (subclasses may carry behaviour a swap would lose)."""
     recipe = _recipe_name(recipe)
     if not (module_filter is None or module_filter == "auto" or callable(module_filter)):
@@ -668,7 +677,9 @@ def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", modu
         elif reason is None and module_filter is not None and not module_filter(fqn, child):
             reason = "module_filter returned False"
         if reason is None:
-            swaps[id(child)] = Float8Linear.from_linear(child, recipe=recipe)
+            swaps[id(child)] = new = Float8Linear.from_linear(child, recipe=recipe)
+            if module_filter == "auto":
+                new.min_gflop = AUTO_MIN_GFLOP
         else:
             child._scalemm_not_converted = reason
     for parent in list(model.modules()):  # every place a layer is reachable from (a shared layer too)
@@ -696,9 +707,11 @@ def conversion_report(model: torch.nn.Module) -> ConversionReport:
     for name, m in model.named_modules():
         if isinstance(m, Float8Linear):
             act, wgt = LINEAR_RECIPES[m.recipe]
+            why = f"FP8 {m.recipe}: activations {act}, weights {wgt}"
+            if m.min_gflop:
+                why += f"; calls below {m.min_gflop:g} GFLOP per GEMM run in {m.weight.dtype} (auto)"
             out.append(dict(name=name or "(model)", in_features=m.in_features, out_features=m.out_features,
-                            layer=type(m).__name__, recipe=m.recipe,
-                            reason=f"FP8 {m.recipe}: activations {act}, weights {wgt}"))
+                            layer=type(m).__name__, recipe=m.recipe, reason=why))
         elif isinstance(m, torch.nn.Linear):
             why = getattr(m, "_scalemm_not_converted", None)
             if why is None:
@@ -835,4 +848,5 @@ class Float8GroupedExperts(torch.nn.Module):
 
 
 __all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "Float8Linear", "Float8BlockwiseLinear", "MXLinear",
-           "Float8GroupedExperts", "convert_to_float8", "conversion_report", "ConversionReport", "LINEAR_RECIPES"]
+           "Float8GroupedExperts", "convert_to_float8", "conversion_report", "ConversionReport", "LINEAR_RECIPES", "AUTO_MIN_FEATURES",
+           "AUTO_MIN_GFLOP"]

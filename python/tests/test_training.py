@@ -65,9 +65,11 @@ def test_module_filter_callable_and_auto():
     assert type(m[1][2]) is torch.nn.Linear and isinstance(m[1][0], st.Float8Linear)
     assert {r["name"]: r["reason"] for r in st.conversion_report(m)}["1.2"] == "module_filter returned False"
     m = st.convert_to_float8(model("meta"), recipe="rowwise", module_filter="auto")
-    assert type(m[0]) is torch.nn.Linear and type(m[1][0]) is torch.nn.Linear  # 256 x 1024, 1024 x 4096
-    assert isinstance(m[1][2], st.Float8Linear) and m[1][2].recipe == "rowwise"  # 4096 x 4096
-    assert "auto:" in {r["name"]: r["reason"] for r in st.conversion_report(m)}["0"]
+    assert type(m[0]) is torch.nn.Linear and type(m[3]) is torch.nn.Linear  # 256 x 1024, 48 x 48
+    assert isinstance(m[1][0], st.Float8Linear) and m[1][2].recipe == "rowwise"  # 1024 x 4096, 4096 x 4096
+    assert m[1][0].min_gflop == st.AUTO_MIN_GFLOP
+    rows = {r["name"]: r["reason"] for r in st.conversion_report(m)}
+    assert "auto:" in rows["0"] and "GFLOP" in rows["1.0"]
 
 
 def test_bad_arguments_are_named():
@@ -151,6 +153,17 @@ def test_wgrad_in_the_weight_dtype_is_the_rounded_fp32_wgrad(recipe):
     _, _, dytq, dyts = st.quantize(dy, act, columnwise=True)
     ref = st.scaled_mm(dytq, xtq, dyts, xts, recipe_a=act, recipe_b=act, out_dtype="f32").to(torch.bfloat16)
     assert torch.equal(lin.weight.grad, ref)
+
+
+@needs_gpu
+def test_auto_runs_small_calls_in_bf16_and_large_ones_in_fp8():
+    lin = torch.nn.Linear(1024, 4096, bias=False, device="cuda", dtype=torch.bfloat16)
+    m = st.convert_to_float8(torch.nn.Sequential(lin), module_filter="auto")[0]
+    small = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)  # 0.5 GFLOP per GEMM
+    big = torch.randn(32768, 1024, device="cuda", dtype=torch.bfloat16)  # 275 GFLOP
+    assert torch.equal(m(small), torch.nn.functional.linear(small, lin.weight))
+    assert not torch.equal(m(big), torch.nn.functional.linear(big, lin.weight))  # FP8: not bf16's bits
+    assert _sqnr(torch.nn.functional.linear(big, lin.weight), m(big)) > 25
 
 
 @needs_gpu
