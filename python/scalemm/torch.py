@@ -618,12 +618,12 @@ class MXLinear(Float8Linear):
 
 # module_filter="auto" (docs/python.md, "Training with scalemm"; numbers from python/benchmarks/training.py,
 # H100, eager): FP8 pays a fixed cost per GEMM (quantizing both operands, host work) that a small GEMM
-# does not earn back. MLP blocks measured faster than bf16 at 2*M*N*K = 481 and 240 GFLOP per GEMM and
-# slower at 69 GFLOP (1.54 against 1.36 ms a step). So "auto" leaves layers with fewer than
+# does not earn back. MLP blocks measured faster than bf16 at 2*M*N*K = 962 and 481 GFLOP per GEMM and
+# slower at 137 GFLOP (1.66 against 1.40 ms a step). So "auto" leaves layers with fewer than
 # AUTO_MIN_FEATURES inputs or outputs in bf16, and converted layers run a call in FP8 only when its GEMMs
 # reach AUTO_MIN_GFLOP (the token count is known per call), else through F.linear in the weight's dtype.
 AUTO_MIN_FEATURES = 1024
-AUTO_MIN_GFLOP = 128.0
+AUTO_MIN_GFLOP = 256.0
 
 
 def _ineligible(linear: torch.nn.Linear, recipe: str) -> Optional[str]:
