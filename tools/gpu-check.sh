@@ -35,6 +35,9 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSCALEMM_CUDA_
 cmake --build "$build" -j "$jobs" > "$out/build.log" 2>&1 || { grep -E 'error|Error' "$out/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
 
+# [gpu][multi-gpu] cases run when the machine has two or more GPUs and say "needs 2 CUDA devices" otherwise.
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+echo "gpus: $gpus$([ "$gpus" -ge 2 ] && echo " (the multi-GPU cases run)" || echo " (multi-GPU cases skip)")" | tee -a "$out/summary.txt"
 ctest_args=(--test-dir "$build" -j 4 --output-on-failure --timeout 600)
 [ -n "$only" ] && ctest_args+=(-R "$only")
 ctest "${ctest_args[@]}" > "$out/ctest.log" 2>&1

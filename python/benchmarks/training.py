@@ -220,14 +220,16 @@ def plot(path, out):
     rows = json.load(open(path))["rows"]
     cases = list(dict.fromkeys(r["case"] for r in rows))
     recipes = [r for r in RECIPES if r != "bf16" and any(x["recipe"] == r for x in rows)]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, mode in zip(axes, ["eager", "compiled"]):
+    modes = [m for m in ("eager", "compiled") if any(r.get("mode") == m for r in rows)]
+    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes) + 1, 4.5), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, mode in zip(axes, modes):
         for i, rec in enumerate(recipes):
             ys = []
             for c in cases:
                 base = next((r for r in rows if r["case"] == c and r["recipe"] == "bf16" and r["mode"] == mode), None)
                 me = next((r for r in rows if r["case"] == c and r["recipe"] == rec and r["mode"] == mode), None)
-                ys.append(base["ms"] / me["ms"] if base and me else 0)
+                ys.append(base["ms"] / me["ms"] if base and me and "ms" in me else 0)
             ax.bar([j + i * 0.8 / len(recipes) for j in range(len(cases))], ys, 0.8 / len(recipes), label=rec)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks([j + 0.4 - 0.4 / len(recipes) for j in range(len(cases))])
