@@ -53,12 +53,14 @@ def convert(torch, model, suite, recipe):
     return model
 
 
-def time_steps(torch, model, make_input, steps, compiled):
+def warm_step(torch, model, make_input, compiled=False):
+    """The step every mode times: forward, backward from a fixed output gradient (so no loss kernels
+    run), an SGD update; run three times to warm up. Returns (step, x)."""
     x = make_input().requires_grad_()
     fn = torch.compile(model) if compiled else model
     opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
     with torch.no_grad():
-        g = torch.randn_like(model(x)) * 1e-3  # the output gradient: fixed, so no loss kernels are timed
+        g = torch.randn_like(model(x)) * 1e-3
 
     def step():
         fn(x).backward(g)
@@ -69,6 +71,11 @@ def time_steps(torch, model, make_input, steps, compiled):
     for _ in range(3):
         step()
     torch.cuda.synchronize()
+    return step, x
+
+
+def time_steps(torch, model, make_input, steps, compiled):
+    step, x = warm_step(torch, model, make_input, compiled)
     torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(steps):
@@ -107,20 +114,7 @@ def profile(torch, suites, recipes):
             model = convert(torch, base, suite, recipe)
             if model is None:
                 continue
-            x = make_input().requires_grad_()
-            opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
-            with torch.no_grad():
-                g = torch.randn_like(model(x)) * 1e-3
-
-            def step():
-                model(x).backward(g)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                x.grad = None
-
-            for _ in range(3):
-                step()
-            torch.cuda.synchronize()
+            step, _ = warm_step(torch, model, make_input)
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
                 a.record()
@@ -179,19 +173,7 @@ def host_profile(torch, shape, recipes, steps=5):
     base = base.cuda().to(torch.bfloat16)
     for recipe in recipes:
         model = convert(torch, base, "mlp", recipe)
-        x = make_input().requires_grad_()
-        opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
-        g = torch.ones(x.shape[0], shape[1], device="cuda", dtype=torch.bfloat16)
-
-        def step():
-            model(x).backward(g)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            x.grad = None
-
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
+        step, _ = warm_step(torch, model, make_input)
         torch.cuda._sleep(1_000_000_000)  # about half a second of GPU time: the queue never drains
         t0 = time.perf_counter()
         for _ in range(steps):

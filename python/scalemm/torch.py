@@ -4,9 +4,16 @@
                                     torch.compile; eager calls skip the dispatcher for speed)
     torch.ops.scalemm.scaled_grouped_mm
                                     the grouped (MoE) GEMM, group sizes as a list of ints in the graph
-    torch.ops.scalemm.quantize      (data, scales, data_t, scales_t) of a (rows, K) tensor
-    Float8BlockwiseLinear           1x128 activations, 128x128 weights (DeepSeek-V3 / torchao's prototype)
-    MXLinear                        MXFP8: 1x32 activations, 32x32 weights (emulated exactly on Hopper)
+    torch.ops.scalemm.quantize      (data, scales, data_t, scales_t) of a (rows, K) tensor, FP8 recipes
+    torch.ops.scalemm.quantize_nvfp4
+                                    (data, scales, global, data_t, scales_t) for nvfp4
+    Float8Linear                    nn.Linear in FP8 for one recipe: blockwise, rowwise, tensorwise, mxfp8
+    Float8BlockwiseLinear, MXLinear Float8Linear with the recipe fixed (blockwise, mxfp8)
+    Float8GroupedExperts            MoE experts (E, out, in) in blockwise FP8, group sizes on host or device
+    convert_to_float8, conversion_report
+                                    swap a model's nn.Linear layers in place, and say what became of each
+
+Every op runs on its tensors' device and that device's current stream.
 
 The fake implementations compute output shapes from the scale-layout contract, so
 torch.compile(fullgraph=True) traces models that use these without graph breaks. Every call runs on

@@ -16,7 +16,7 @@
 #               pygments; numpy and ml_dtypes must already be installed, as they are beside jax)
 #   .deps/usr   staged header packages for the C++ build (nlohmann-json is the one the library needs;
 #               Catch2 and CLI11 are not used: the package builds no tests or tools)
-# Environment: PYTHON (default /opt/torch/.venv/bin/python3, else python3), OUT (default out/python),
+# Environment: PYTHON (default /opt/torch/.venv/bin/python3, else python3), OUT (default out/python), COMMIT,
 #   SCALEMM_CUDA_ARCHITECTURES (default 90), JOBS (default nproc).
 # Each stage fits in a few minutes; run them one by one where a command has a time limit.
 set -uo pipefail
@@ -108,7 +108,7 @@ distributed() {
 }
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/== gpu: /' | tee -a "$OUT/summary.txt"
-note "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), stage $stage, $(date -u +%FT%TZ)"
+note "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, stage $stage, $(date -u +%FT%TZ)"
 case "$stage" in
   install) install || status=1 ;;
   test) run_tests || status=1 ;;
