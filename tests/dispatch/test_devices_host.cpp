@@ -255,3 +255,35 @@ TEST_CASE("host calls on a simulated two-device machine run the host reference, 
   CHECK_THAT(h.plan(args, kStream1).explain(), Catch::Contains("planned for device 1"));
   CHECK(h.plan(args, kStream1).backend == Backend::kReference);
 }
+
+TEST_CASE("per-device values are made once per device, apart from each other, and again after a failure",
+          "[dispatch][devices]") {
+  // The cache behind kernel attributes, occupancies and SM counts (scalemm/detail/device_state.hpp):
+  // CUDA keeps a function's attributes per device, so a value set for device 0 must not stand for
+  // device 1 (the quantizer's shared-memory limit once did).
+  scalemm::detail::PerDevice<int, 4> cache;
+  std::map<int, int> made;
+  auto make = [&](int d) {
+    ++made[d];
+    return 100 + d;
+  };
+  CHECK(cache.get(1, make) == 101);
+  CHECK(cache.get(0, make) == 100);
+  CHECK(cache.get(1, make) == 101);
+  CHECK(cache.get(0, make) == 100);
+  CHECK(made == std::map<int, int>{{0, 1}, {1, 1}});
+  // Ordinals past the table are computed every time, never mixed into a slot.
+  CHECK(cache.get(7, make) == 107);
+  CHECK(cache.get(7, make) == 107);
+  CHECK(made[7] == 2);
+  // A failed make leaves the slot empty: the next call tries again.
+  int calls = 0;
+  auto failing = [&](int) -> int {
+    if (++calls == 1) throw Error(StatusCode::kCudaError, "first try fails");
+    return 42;
+  };
+  CHECK_THROWS_AS(cache.get(2, failing), Error);
+  CHECK(cache.get(2, failing) == 42);
+  CHECK(cache.get(2, failing) == 42);
+  CHECK(calls == 2);
+}
