@@ -72,6 +72,15 @@ def test_module_filter_callable_and_auto():
     assert "auto:" in rows["0"] and "GFLOP" in rows["1.0"]
 
 
+def test_a_layer_reachable_from_two_places_is_swapped_in_both():
+    shared = torch.nn.Linear(256, 256, device="meta")
+    m = torch.nn.ModuleDict({"a": torch.nn.Sequential(shared), "b": torch.nn.Sequential(shared)})
+    st.convert_to_float8(m)
+    assert isinstance(m["a"][0], st.Float8Linear) and m["a"][0] is m["b"][0]  # still one layer
+    assert m["a"][0].weight is shared.weight
+    assert [r["name"] for r in st.conversion_report(m)] == ["a.0"]  # named_modules lists it once
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(scalemm.InvalidArgumentError, match="recipe"):
         st.convert_to_float8(model("meta"), recipe="fp8")
