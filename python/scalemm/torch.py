@@ -502,12 +502,6 @@ def _recipe_name(recipe) -> str:
     return recipe
 
 
-try:  # FSDP2 rewrites the unsharded weight in place without a version bump the cache could see
-    from torch.distributed.fsdp import FSDPModule as _FSDPModule
-except ImportError:  # older torch or no distributed support
-    _FSDPModule = ()
-
-
 # Optimizer steps seen in this process: a cached weight quantization is kept only within one. The version
 # counter alone misses fused optimizer kernels (AdamW(fused=True) updates parameters without bumping it).
 _optimizer_steps = [0]
@@ -540,8 +534,9 @@ class Float8Linear(torch.nn.Module):
     the next optimizer step (any torch.optim optimizer, fused ones included) or an in-place update that
     bumps the weight's version counter (load_state_dict, copy_ under no_grad), so that gradient-
     accumulation micro-steps, activation recomputation and inference quantize the weight once. Writing
-    through `weight.data` outside an optimizer step is not seen. Not used under torch.compile (the
-    quantization is in the graph) or FSDP2 (which refills the unsharded weight in place).
+    through `weight.data` outside an optimizer step is not seen (nor is FSDP2 refilling an unsharded
+    weight in place: it holds the same values until the optimizer steps). Not used under
+    torch.compile (the quantization is in the graph).
 
     scale_format: "cublaslt" (default) has the quantizers write every scale tensor in the layout
     cuBLASLt reads, so no GEMM converts one; "compact" keeps the quantizers' compact grids (the same
@@ -579,7 +574,7 @@ class Float8Linear(torch.nn.Module):
     def _cached_weight(self, wgt):
         w = self.weight
         if (not self.cache_weight or _is_compiling() or type(w) is not torch.nn.Parameter or not w.is_cuda
-                or isinstance(self, _FSDPModule) or _dispatch_modes()):
+                or _dispatch_modes()):
             return None
         key = (_optimizer_steps[0], w._version, w.data_ptr(), w.dtype, tuple(w.shape), w.device, wgt,
                self.scale_format)
