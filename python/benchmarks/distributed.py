@@ -1,15 +1,16 @@
 """scalemm FP8 layers under torch.distributed (NCCL): data parallel (DDP), fully sharded (FSDP2) and expert
 parallel MoE, each checked against the same training on one GPU with the same global batch.
 
-    torchrun --nproc-per-node 2 python/benchmarks/distributed.py ddp|fsdp2|ep [--steps N] [--json FILE]
+    torchrun --nproc-per-node 2 python/benchmarks/distributed.py ddp|fsdp2|fsdp2-fp8|ep [--steps N] [--json FILE]
 
-ddp, fsdp2: an MLP stack (d -> f -> d blocks, GELU, residual) in Float8BlockwiseLinear, trained with SGD on
+ddp, fsdp2, fsdp2-fp8: an MLP stack (d -> f -> d blocks, GELU, residual) in Float8BlockwiseLinear, trained with SGD on
     a fixed random regression task. Rank 0 first trains a copy on one GPU with the whole global batch;
     then every rank trains its share of each global batch. The per-step losses must match within
     LOSS_RTOL (the FP8 math is the same per token; only the order of the gradient sums differs). Then
     the step time of the training benchmark's dense block (models.py "block": a Llama-3-8B-sized
     transformer block, 8192 tokens, every projection in blockwise FP8): one GPU against every GPU with
-    that batch each (tokens/s, weak scaling).
+    that batch each (tokens/s, weak scaling). fsdp2-fp8 is fsdp2 with the weights all-gathered in FP8
+    (convert_to_float8(..., fsdp_float8_all_gather=True)); both FSDP2 modes report the all-gather bytes.
 ep: an MoE layer whose experts are split over the ranks: tokens go to their expert's rank with
     all_to_all_single, local experts run in Float8GroupedExperts (scaled_grouped_mm with the counts on
     the device), and come back. Outputs, input and weight gradients against the same layer on one GPU.
@@ -49,13 +50,10 @@ class Block(torch.nn.Module):
         return x + self.down(F.gelu(self.up(x), approximate="tanh"))
 
 
-def mlp(d, f, layers, device):
+def mlp(d, f, layers, device, fp8_gather=False):
     torch.manual_seed(0)
     m = torch.nn.Sequential(*[Block(d, f) for _ in range(layers)]).to(device, torch.bfloat16)
-    for b in m:
-        b.up = st.Float8BlockwiseLinear.from_linear(b.up)
-        b.down = st.Float8BlockwiseLinear.from_linear(b.down)
-    return m
+    return st.convert_to_float8(m, recipe="blockwise", fsdp_float8_all_gather=fp8_gather)
 
 
 def batch(step, tokens, d, device):
@@ -96,10 +94,31 @@ def step_ms(model, x, iters=10):
     return statistics.median(times)
 
 
-def dense_block(device):
+def dense_block(device, fp8_gather=False):
     block, make_input = build(torch, "block")
-    block = st.convert_to_float8(block.to(device, torch.bfloat16), recipe="blockwise")
+    block = st.convert_to_float8(block.to(device, torch.bfloat16), recipe="blockwise",
+                                 fsdp_float8_all_gather=fp8_gather)
     return block, make_input()
+
+
+class GatherBytes:
+    """Counts what this rank receives through torch.distributed.all_gather_into_tensor (FSDP2's weight
+    all-gathers: each call's input is this rank's share, received by the other ranks) while open."""
+
+    def __init__(self):
+        self.received, self.calls = 0, 0
+        self.original = dist.all_gather_into_tensor
+
+        def counted(output_tensor, input_tensor, *args, **kwargs):
+            self.calls += 1
+            self.received += output_tensor.numel() * output_tensor.element_size() - \
+                input_tensor.numel() * input_tensor.element_size()
+            return self.original(output_tensor, input_tensor, *args, **kwargs)
+
+        dist.all_gather_into_tensor = counted
+
+    def close(self):
+        dist.all_gather_into_tensor = self.original
 
 
 def data_parallel(mode, args, rank, world, device):
@@ -110,7 +129,7 @@ def data_parallel(mode, args, rank, world, device):
     if rank == 0:
         ref = torch.stack(train(mlp(d, f, layers, device), args.steps, tokens, d, device)).float().cpu()
     dist.barrier()
-    model = mlp(d, f, layers, device)
+    model = mlp(d, f, layers, device, fp8_gather=mode == "fsdp2-fp8")
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -139,8 +158,9 @@ def data_parallel(mode, args, rank, world, device):
         del block, x
         torch.cuda.empty_cache()
     dist.barrier()
-    block, x = dense_block(device)
+    block, x = dense_block(device, fp8_gather=mode == "fsdp2-fp8")
     params = sum(p.numel() for p in block.parameters())
+    bf16_bytes = sum(p.numel() * p.element_size() for p in block.parameters())
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -149,6 +169,12 @@ def data_parallel(mode, args, rank, world, device):
         from torch.distributed.fsdp import fully_shard
 
         fully_shard(block)
+        counter = GatherBytes()
+        step_ms(block, x, iters=1)  # 4 steps: the all-gather bytes each rank receives per step
+        counter.close()
+        per_step = counter.received / 4 if counter.calls else float("nan")  # nan: FSDP2 gathered another way
+        # A bf16 weight gathered once per step (the root module keeps its gathered weights for backward).
+        bf16_step = bf16_bytes / world * (world - 1)
     multi = step_ms(block, x)
     if rank == 0:
         tokens_per_gpu = x.numel() // x.shape[-1]
@@ -157,12 +183,12 @@ def data_parallel(mode, args, rank, world, device):
                       tokens_per_gpu=tokens_per_gpu)
         print(f"{mode}: Llama-3-8B-sized block, {tokens_per_gpu} tokens per GPU: one GPU {single:.2f} ms, {world} GPUs "
               f"{multi:.2f} ms per step; tokens/s {speedup:.2f}x one GPU's")
-        if mode == "fsdp2":
-            # Each parameter is all-gathered in the forward and again in the backward (reshard after
-            # forward), in bf16: the bytes each rank receives per step.
-            gathered = 2 * params * 2 * (world - 1) / world
-            result["allgather_bytes_per_step"] = gathered
-            print(f"fsdp2: weight all-gather {gathered / 2**20:.1f} MiB received per rank per step (bf16)")
+        if mode != "ddp":
+            result.update(allgather_bytes_per_step=per_step, allgather_calls=counter.calls,
+                          bf16_weight_share_bytes=bf16_step, allgather_ratio_to_bf16_weights=per_step / bf16_step,
+                          params=params)
+            print(f"{mode}: all-gathers received {per_step / 2**20:.1f} MiB per rank per step in {counter.calls / 4:g} "
+                  f"calls ({per_step / bf16_step:.3f}x the other ranks' bf16 weights, {bf16_step / 2**20:.1f} MiB)")
     return result
 
 
@@ -247,7 +273,7 @@ def expert_parallel(args, rank, world, device):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["ddp", "fsdp2", "ep"])
+    ap.add_argument("mode", choices=["ddp", "fsdp2", "fsdp2-fp8", "ep"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()

@@ -12,6 +12,8 @@
     Float8GroupedExperts            MoE experts (E, out, in) in blockwise FP8, group sizes on host or device
     convert_to_float8, conversion_report
                                     swap a model's nn.Linear layers in place, and say what became of each
+    Float8AllGatherWeight           a layer weight that FSDP2 all-gathers in FP8 (convert_to_float8(...,
+                                    fsdp_float8_all_gather=True))
 
 Every op runs on its tensors' device and that device's current stream.
 
@@ -424,6 +426,16 @@ def _quantize_parts(x, recipe, fmt, rowwise, columnwise):
     return out if rowwise and columnwise else (out[:2] if rowwise else out[2:])
 
 
+def _transpose_fp8(t: torch.Tensor) -> torch.Tensor:
+    """The last two dimensions swapped, contiguous (bytes moved as uint8: every FP8 type)."""
+    return t.view(torch.uint8).transpose(-1, -2).contiguous().view(t.dtype)
+
+
+def _transpose_2d(t: torch.Tensor) -> torch.Tensor:
+    """A 2-D scale grid transposed, contiguous (1-byte scale types moved as uint8)."""
+    return _transpose_fp8(t) if t.element_size() == 1 else t.t().contiguous()
+
+
 # ---- linear layers ----------------------------------------------------------------------------------------
 
 # The recipes a layer runs: (activations and gradients, weights). Rowwise and tensorwise accumulate
@@ -452,7 +464,10 @@ class _ScaledLinearFn(torch.autograd.Function):
         if not x2.is_contiguous():
             x2 = x2.contiguous()
         xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
-        wq, ws = wq if wq is not None else _quantize_parts(weight, wgt, fmt, True, False)
+        if isinstance(weight, _GatheredFloat8Weight):  # FSDP2 gathered it in FP8
+            wq, ws = weight.operand(fmt)
+        else:
+            wq, ws = wq if wq is not None else _quantize_parts(_plain(weight), wgt, fmt, True, False)
         out_dtype = x.dtype if x.dtype in _NAMES else torch.bfloat16
         y = _layer_gemm(xq, wq, xs, ws, act, wgt, _name(out_dtype), fmt)
         if bias is not None:
@@ -474,7 +489,10 @@ class _ScaledLinearFn(torch.autograd.Function):
         dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            wtq, wts = _quantize_parts(weight, wgt, fmt, False, True)
+            if isinstance(weight, _GatheredFloat8Weight):  # the exact transpose of the gathered blocks
+                wtq, wts = weight.operand(fmt, transposed=True)
+            else:
+                wtq, wts = _quantize_parts(_plain(weight), wgt, fmt, False, True)
             dx = _layer_gemm(dyq, wtq, dys, wts, act, wgt, _name(x_dtype), fmt)
             dx = dx.reshape(x_shape)
         if ctx.needs_input_grad[1]:
@@ -489,6 +507,11 @@ class _ScaledLinearFn(torch.autograd.Function):
 
 
 _NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+
+
+def _plain(w: torch.Tensor) -> torch.Tensor:
+    """The high-precision tensor of a weight (Float8AllGatherWeight wraps one until FSDP2 shards it)."""
+    return w._tensor if isinstance(w, Float8AllGatherWeight) else w
 
 
 def _name(dt) -> str:
@@ -616,6 +639,155 @@ class MXLinear(Float8Linear):
         super().__init__(in_features, out_features, bias, device, dtype, recipe="mxfp8")
 
 
+# ---- FSDP2: FP8 weight all-gather ----------------------------------------------------------------------
+
+# Recipes whose weight can travel in FP8: each block of the weight lies within one shard when the shard
+# rows are a multiple of the block, so quantizing a shard gives the bytes of quantizing the whole weight,
+# and the dgrad operand (W along N) is the exact transpose of the gathered blocks. Rowwise weights need
+# a scale per column of W for dgrad (not derivable from the gathered rows) and tensorwise an amax all-
+# reduce before quantizing: those stay bf16 all-gathers.
+_FSDP_FP8_BLOCK = {"blockwise": 128, "mxfp8": 128}  # shard rows: 128 for both (mxfp8-32x32's 128x4 tiles)
+
+_aten = torch.ops.aten
+# Ops FSDP2 runs on the parameter while sharding it (padding, narrowing, copies, views): their results
+# stay wrapped, so that the sharded parameter keeps fsdp_pre_all_gather.
+_SHARD_OPS_KEEP = {_aten.empty_like.default, _aten.new_zeros.default, _aten.slice.Tensor, _aten.copy_.default,
+                   _aten.view.default, _aten.as_strided.default, _aten._to_copy.default, _aten._pin_memory.default,
+                   _aten.split.Tensor, _aten.clone.default, _aten.detach.default, _aten.alias.default}
+
+
+def _wrapper_like(cls, t: torch.Tensor, dtype=None):
+    return torch.Tensor._make_wrapper_subclass(cls, t.size(), strides=t.stride(), storage_offset=t.storage_offset(),
+                                               dtype=dtype or t.dtype, layout=t.layout, device=t.device,
+                                               requires_grad=t.requires_grad)
+
+
+class Float8AllGatherWeight(torch.Tensor):
+    """A Float8Linear weight that FSDP2 (fully_shard) all-gathers in FP8: the weight recipe's data
+    (1 byte per element) and compact scales travel instead of the high-precision shard, and the layer
+    runs its forward and dgrad GEMMs on the gathered bytes. convert_to_float8(...,
+    fsdp_float8_all_gather=True) installs it before fully_shard; everything else (optimizer, state dict
+    of the shard, checkpoints) sees the high-precision tensor it wraps.
+
+    The gathered weight equals, bit for bit, what the layer would quantize from the whole weight (each
+    block lies within one shard). When a shard's rows are not a multiple of 128 (uneven sharding, small
+    layers) the all-gather falls back to the wrapped dtype, padded as FSDP2 pads."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, tensor: torch.Tensor, recipe: str):
+        return _wrapper_like(cls, tensor)
+
+    def __init__(self, tensor: torch.Tensor, recipe: str):
+        self._tensor, self._recipe = tensor, recipe
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args, kwargs=None):
+        recipe = None
+
+        def unwrap(t):
+            nonlocal recipe
+            recipe = t._recipe
+            return t._tensor
+
+        args, kwargs = torch.utils._pytree.tree_map_only(cls, unwrap, (args, kwargs or {}))
+        out = func(*args, **kwargs)
+        if func not in _SHARD_OPS_KEEP:
+            return out
+        return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: cls(t, recipe), out)
+
+    def __tensor_flatten__(self):
+        return ["_tensor"], self._recipe
+
+    @staticmethod
+    def __tensor_unflatten__(inner, recipe, outer_size, outer_stride):
+        return Float8AllGatherWeight(inner["_tensor"], recipe)
+
+    def __repr__(self):
+        return f"Float8AllGatherWeight(recipe={self._recipe}, {self._tensor!r})"
+
+    def fsdp_pre_all_gather(self, mesh, outer_size, outer_stride, module, mp_policy):
+        shards = mesh.size()
+        rows = -(-outer_size[0] // shards)  # FSDP2's (padded) shard rows
+        dtype = getattr(mp_policy, "param_dtype", None) or self._tensor.dtype
+        w = self._tensor
+        with torch.no_grad():
+            if outer_size[0] % (shards * _FSDP_FP8_BLOCK[self._recipe]) == 0 and w.is_cuda:
+                _, wgt = LINEAR_RECIPES[self._recipe]
+                data, scales = _quantize_parts(w.contiguous(), wgt, "compact", True, False)
+                return (data, scales), (wgt,)
+            t = w.to(dtype)
+            if t.shape[0] < rows:
+                t = torch.nn.functional.pad(t, (0, 0, 0, rows - t.shape[0]))
+            return (t.contiguous(),), None
+
+    def fsdp_post_all_gather(self, outputs, metadata, param_dtype, *, out=None):
+        if out is not None:
+            return  # FSDP2 refilled the same storages in place
+        if metadata is None:
+            (t,) = outputs
+            return t, (t,)
+        data, scales = outputs
+        return _GatheredFloat8Weight(data, scales, metadata[0], param_dtype), (data, scales)
+
+
+class _GatheredFloat8Weight(torch.Tensor):
+    """The unsharded weight FSDP2 builds from the FP8 all-gather: (N, K) in the parameter's dtype to
+    autograd and FSDP2, FP8 data and compact scales inside. Float8Linear reads the bytes; any other op
+    sees the dequantized values."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, data, scales, recipe, dtype):
+        return _wrapper_like(cls, data, dtype)
+
+    def __init__(self, data, scales, recipe, dtype):
+        self._data, self._scales, self._wrecipe = data, scales, recipe
+
+    def _same(self):
+        return _GatheredFloat8Weight(self._data, self._scales, self._wrecipe, self.dtype)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args, kwargs=None):
+        kwargs = kwargs or {}
+        w = args[0] if args and isinstance(args[0], cls) else None
+        if w is not None and func in (_aten.detach.default, _aten.alias.default):
+            return w._same()
+        if w is not None and func in (_aten.as_strided.default, _aten.view.default) and \
+                tuple(args[1]) == tuple(w.shape):
+            offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+            if func is _aten.view.default or (tuple(args[2]) == tuple(w.stride()) and not offset):
+                return w._same()  # FSDP2's as_strided to the parameter's own size
+        args, kwargs = torch.utils._pytree.tree_map_only(cls, lambda t: t.dequantized(), (args, kwargs))
+        return func(*args, **kwargs)
+
+    def __tensor_flatten__(self):
+        return ["_data", "_scales"], (self._wrecipe, self.dtype)
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
+        return _GatheredFloat8Weight(inner["_data"], inner["_scales"], meta[0], meta[1])
+
+    def __repr__(self):
+        return f"_GatheredFloat8Weight({self._wrecipe}, shape={tuple(self.shape)}, dtype={self.dtype})"
+
+    def dequantized(self) -> torch.Tensor:
+        return _core.dequantize(self._data, self._scales, self._wrecipe, out_dtype=_name(self.dtype))
+
+    def operand(self, fmt: str, transposed: bool = False):
+        """(data, scales) of W (along K) or, transposed, of W^T (along N: the dgrad operand), in fmt."""
+        data, scales = self._data, self._scales
+        if transposed:
+            data, scales = _transpose_fp8(data), _transpose_2d(scales)
+        if fmt == "cublaslt":
+            from . import layouts
+
+            scales = layouts.to_cublaslt(scales, self._wrecipe, data.shape[0], data.shape[1])
+        return data, scales
+
+
 # ---- model conversion -----------------------------------------------------------------------------------
 
 # module_filter="auto" (docs/python.md, "Training with scalemm"; numbers from python/benchmarks/training.py,
@@ -648,7 +820,8 @@ def _auto_skip(linear: torch.nn.Linear) -> Optional[str]:
     return None
 
 
-def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", module_filter=None) -> torch.nn.Module:
+def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", module_filter=None,
+                      fsdp_float8_all_gather: bool = False) -> torch.nn.Module:
     """Swaps every eligible nn.Linear of `model` in place for a Float8Linear of `recipe` ("blockwise",
     "rowwise", "tensorwise" or "mxfp8") holding the same parameters (same device and dtype, not copied),
     and returns the model. A layer whose shapes the recipe cannot take stays nn.Linear.
@@ -658,8 +831,18 @@ def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", modu
     AUTO_MIN_FEATURES inputs or outputs stay nn.Linear, and converted layers run a call in FP8 only when
     its GEMMs reach AUTO_MIN_GFLOP (Float8Linear.min_gflop), else in the weight's dtype.
     conversion_report(model) lists every linear layer, what it became and why.
-    Only exact nn.Linear instances are converted (subclasses may carry behaviour a swap would lose)."""
+    Only exact nn.Linear instances are converted (subclasses may carry behaviour a swap would lose).
+
+    fsdp_float8_all_gather (blockwise and mxfp8): each converted layer's weight becomes a
+    Float8AllGatherWeight, so that FSDP2 (fully_shard, applied afterwards) all-gathers the FP8 weight and
+    its scales instead of the high-precision shard: about half the bytes of a bf16 all-gather, the same
+    products bit for bit. Layers whose shards are not a multiple of 128 rows are gathered as before."""
     recipe = _recipe_name(recipe)
+    if fsdp_float8_all_gather and recipe not in _FSDP_FP8_BLOCK:
+        raise _core.invalid("fsdp_float8_all_gather", f"FP8 all-gather for recipe {recipe!r}",
+                            " or ".join(f'recipe="{r}"' for r in _FSDP_FP8_BLOCK), f'recipe="{recipe}"',
+                            "A rowwise weight's dgrad needs a scale per column of W (not in the gathered rows) and a "
+                            "tensorwise one an amax over every shard; gather those in bf16 (the default).")
     if not (module_filter is None or module_filter == "auto" or callable(module_filter)):
         raise _core.invalid("module_filter", "which layers to convert", 'None, "auto" or a callable (fqn, module) -> bool',
                             repr(module_filter))
@@ -680,6 +863,9 @@ def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", modu
             reason = "module_filter returned False"
         if reason is None:
             swaps[id(child)] = new = Float8Linear.from_linear(child, recipe=recipe)
+            if fsdp_float8_all_gather:
+                w = child.weight
+                new.weight = torch.nn.Parameter(Float8AllGatherWeight(w.data, recipe), requires_grad=w.requires_grad)
             if module_filter == "auto":
                 new.min_gflop = AUTO_MIN_GFLOP
         else:
@@ -712,6 +898,9 @@ def conversion_report(model: torch.nn.Module) -> ConversionReport:
             why = f"FP8 {m.recipe}: activations {act}, weights {wgt}"
             if m.min_gflop:
                 why += f"; calls below {m.min_gflop:g} GFLOP per GEMM run in {m.weight.dtype} (auto)"
+            if isinstance(m.weight, Float8AllGatherWeight) or isinstance(getattr(m.weight, "_local_tensor", None),
+                                                                         Float8AllGatherWeight):
+                why += "; FSDP2 all-gathers its weight in FP8"
             out.append(dict(name=name or "(model)", in_features=m.in_features, out_features=m.out_features,
                             layer=type(m).__name__, recipe=m.recipe, reason=why))
         elif isinstance(m, torch.nn.Linear):
@@ -745,11 +934,6 @@ def _aligned_rows(sizes: torch.Tensor, tokens: int):
     dest = (pends - padded)[expert] + tok - (ends - sizes)[expert]
     padded[-1] += rows - pends[-1]
     return dest, padded, rows
-
-
-def _transpose_fp8(t: torch.Tensor) -> torch.Tensor:
-    """The last two dimensions swapped, contiguous (bytes moved as uint8: every FP8 type)."""
-    return t.view(torch.uint8).transpose(-1, -2).contiguous().view(t.dtype)
 
 
 class _GroupedExpertsFn(torch.autograd.Function):
@@ -850,5 +1034,6 @@ class Float8GroupedExperts(torch.nn.Module):
 
 
 __all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "Float8Linear", "Float8BlockwiseLinear", "MXLinear",
-           "Float8GroupedExperts", "convert_to_float8", "conversion_report", "ConversionReport", "LINEAR_RECIPES", "AUTO_MIN_FEATURES",
+           "Float8GroupedExperts", "convert_to_float8", "conversion_report", "ConversionReport", "Float8AllGatherWeight",
+           "LINEAR_RECIPES", "AUTO_MIN_FEATURES",
            "AUTO_MIN_GFLOP"]

@@ -5,7 +5,7 @@
 #   bash python/tests/gpu-check.sh [all|install|test|example|bench|distributed]      (default: all)
 #
 # distributed (part of all when the machine has >= 2 GPUs): python/benchmarks/distributed.py under
-# torchrun on every GPU for ddp, fsdp2 and ep, each against the same training on one GPU.
+# torchrun on every GPU for ddp, fsdp2, fsdp2-fp8 and ep, each against the same training on one GPU.
 #
 # Run from anywhere inside the repository. Needs, in the repository root:
 #   .whl/       the build and test wheels (pure Python, py3-none-any), fetched on a machine with network:
@@ -17,7 +17,7 @@
 #   .deps/usr   staged header packages for the C++ build (nlohmann-json is the one the library needs;
 #               Catch2 and CLI11 are not used: the package builds no tests or tools)
 # Environment: PYTHON (default /opt/torch/.venv/bin/python3, else python3), OUT (default out/python), COMMIT,
-#   SCALEMM_CUDA_ARCHITECTURES (default 90), JOBS (default nproc).
+#   SCALEMM_CUDA_ARCHITECTURES (default 90), JOBS (default nproc), MODES (distributed: default "ddp fsdp2 fsdp2-fp8 ep").
 # Each stage fits in a few minutes; run them one by one where a command has a time limit.
 set -uo pipefail
 stage=${1:-all}
@@ -94,14 +94,14 @@ distributed() {
   fi
   # NVLink multicast off, also in the processes torchrun starts.
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-  for mode in ddp fsdp2 ep; do
+  for mode in ${MODES:-ddp fsdp2 fsdp2-fp8 ep}; do
     local t0=$SECONDS r=0
     (cd "$OUT" && timeout 170 $PYTHON -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
       "$root/python/benchmarks/distributed.py" "$mode" --json "$OUT/distributed-$mode.json") \
       >"$OUT/distributed-$mode.log" 2>&1 || r=$?
     [ $r -eq 0 ] || rc=1
     note "distributed $mode on $gpus GPUs: rc $r in $((SECONDS - t0)) s"
-    grep -E "^(ddp|fsdp2|ep):" "$OUT/distributed-$mode.log" | tee -a "$OUT/summary.txt"
+    grep -E "^(ddp|fsdp2|fsdp2-fp8|ep):" "$OUT/distributed-$mode.log" | tee -a "$OUT/summary.txt"
     [ $r -eq 0 ] || tail -25 "$OUT/distributed-$mode.log"
   done
   return $rc
