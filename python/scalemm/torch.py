@@ -671,7 +671,7 @@ class Float8AllGatherWeight(torch.Tensor):
 
     The gathered weight equals, bit for bit, what the layer would quantize from the whole weight (each
     block lies within one shard). When a shard's rows are not a multiple of 128 (uneven sharding, small
-    layers) the all-gather falls back to the wrapped dtype, padded as FSDP2 pads."""
+    layers), and on a one-rank mesh, the all-gather moves the wrapped dtype, padded as FSDP2 pads."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -713,7 +713,8 @@ class Float8AllGatherWeight(torch.Tensor):
         dtype = getattr(mp_policy, "param_dtype", None) or self._tensor.dtype
         w = self._tensor
         with torch.no_grad():
-            if outer_size[0] % (shards * _FSDP_FP8_BLOCK[self._recipe]) == 0 and w.is_cuda:
+            # One rank has nothing to communicate (and FSDP2 then copies only the first all-gather input).
+            if shards > 1 and outer_size[0] % (shards * _FSDP_FP8_BLOCK[self._recipe]) == 0 and w.is_cuda:
                 _, wgt = LINEAR_RECIPES[self._recipe]
                 data, scales = _quantize_parts(w.contiguous(), wgt, "compact", True, False)
                 return (data, scales), (wgt,)

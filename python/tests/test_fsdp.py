@@ -2,9 +2,9 @@
 
 Host: which recipes take it, the wrapper surviving FSDP2's sharding ops, the padded high-precision
 fallback. GPU: two shards quantized apart and gathered are the bytes of the whole weight, and a layer
-running on the gathered weight gives the plain layer's output and gradients bit for bit; then FSDP2
-itself (fully_shard on a one-rank NCCL group) trains the converted model exactly like the unsharded one
-while its weights arrive as FP8. The two-GPU run is python/benchmarks/distributed.py fsdp2-fp8."""
+running on the gathered weight gives the plain layer's output and gradients bit for bit; FSDP2 itself
+on a one-rank NCCL group (which gathers nothing) trains the wrapped model exactly like the unsharded
+one. The FP8 all-gather through FSDP2 runs on two GPUs: python/benchmarks/distributed.py fsdp2-fp8."""
 
 from __future__ import annotations
 
@@ -131,7 +131,9 @@ def test_fp8_gathered_weight_gives_the_plain_layers_bits(recipe, fmt):
 
 @needs_gpu
 @pytest.mark.parametrize("recipe", ["blockwise", "mxfp8"])
-def test_fully_shard_gathers_fp8_and_trains_like_the_unsharded_model(recipe, tmp_path):
+def test_fully_shard_on_one_rank_trains_like_the_unsharded_model(recipe, tmp_path):
+    """One rank: FSDP2's shortcut copies the shard (its first all-gather input) without communicating,
+    so the wrapper hands it the high-precision shard; the layer quantizes it as an unwrapped one does."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
@@ -159,7 +161,7 @@ def test_fully_shard_gathers_fp8_and_trains_like_the_unsharded_model(recipe, tmp
                 opt.zero_grad()
                 losses.append(loss.detach())
             assert torch.equal(*losses), f"step {step}: {losses[0].item()} against {losses[1].item()}"
-        assert set(seen) == {"_GatheredFloat8Weight"} and len(seen) == 6
+        assert len(seen) == 6 and "_GatheredFloat8Weight" not in seen
         assert isinstance(m[0].weight._local_tensor, st.Float8AllGatherWeight)  # resharded after the step
     finally:
         dist.destroy_process_group()
