@@ -183,6 +183,11 @@ void dequantize_device(const QuantizedTensor& t, void* out, DType out_dtype, cud
   fastq::dequantize(t, out, out_dtype, stream);
 }
 
+void transpose_device(const void* src, int64_t batch, int64_t rows, int64_t cols, void* dst, cudaStream_t stream) {
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
+  fastq::transpose_bytes(src, batch, rows, cols, dst, stream);
+}
+
 size_t gemm_device_workspace_bytes(const QuantizedTensor& a, const QuantizedTensor& b) {
   return round256(size_t(a.rows() * a.k()) * 4) + round256(size_t(b.rows() * b.k()) * 4);
 }

@@ -24,4 +24,7 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
 /// out = dequantize(q) on the GPU, in f32, bf16 or f16.
 void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, Stream st);
 
+/// dst = each (rows, cols) row-major matrix of 1-byte elements transposed (batch of them, packed).
+void transpose_bytes(const void* src, int64_t batch, int64_t rows, int64_t cols, void* dst, Stream st);
+
 }  // namespace scalemm::emulation::fastq

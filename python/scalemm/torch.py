@@ -427,7 +427,13 @@ def _quantize_parts(x, recipe, fmt, rowwise, columnwise):
 
 
 def _transpose_fp8(t: torch.Tensor) -> torch.Tensor:
-    """The last two dimensions swapped, contiguous (bytes moved as uint8: every FP8 type)."""
+    """The last two dimensions swapped, contiguous (bytes moved as uint8: every FP8 type). Eager CUDA
+    tensors go through the library's tiled kernel (about 5x torch's strided copy for 1-byte elements)."""
+    if t.is_contiguous() and t.numel() and _direct(t):
+        out = torch.empty((*t.shape[:-2], t.shape[-1], t.shape[-2]), dtype=t.dtype, device=t.device)
+        _core._C.transpose_bytes(t.data_ptr(), t.numel() // (t.shape[-1] * t.shape[-2]), t.shape[-2], t.shape[-1],
+                                 out.data_ptr(), _stream(t.device.index))
+        return out
     return t.view(torch.uint8).transpose(-1, -2).contiguous().view(t.dtype)
 
 
@@ -780,13 +786,28 @@ class _GatheredFloat8Weight(torch.Tensor):
     def operand(self, fmt: str, transposed: bool = False):
         """(data, scales) of W (along K) or, transposed, of W^T (along N: the dgrad operand), in fmt."""
         data, scales = self._data, self._scales
-        if transposed:
-            data, scales = _transpose_fp8(data), _transpose_2d(scales)
-        if fmt == "cublaslt":
+        rows, k = data.shape
+        to = _core.SCALE_FORMATS[fmt]
+        if not transposed and to == 0:
+            return data, scales
+        r = _core.recipe_code(self._wrecipe, "recipe")
+        if not _direct(data):  # traced or off the current device: the general calls
             from . import layouts
 
-            scales = layouts.to_cublaslt(scales, self._wrecipe, data.shape[0], data.shape[1])
-        return data, scales
+            if transposed:
+                data, scales, rows, k = _transpose_fp8(data), _transpose_2d(scales), k, rows
+            return data, (layouts.to_cublaslt(scales, self._wrecipe, rows, k) if to else scales)
+        stream = _stream(data.device.index)
+        if transposed:  # one kernel each: the bytes, and the scale grid into its transposed layout
+            out = torch.empty(_core.scale_shape(r, k, rows, to), dtype=scales.dtype, device=scales.device)
+            _core._C.transpose_scales(r, rows, k, 0, scales.data_ptr(), to, out.data_ptr(), stream)
+            return _transpose_fp8(data), out
+        from ._arrays import DTYPE_CODE, torch_names
+
+        out = torch.empty(_core.scale_shape(r, rows, k, to), dtype=scales.dtype, device=scales.device)
+        _core._C.convert(r, rows, k, 0, scales.data_ptr(), DTYPE_CODE[torch_names()[scales.dtype]], list(scales.shape),
+                         list(scales.stride()), to, out.data_ptr(), 1, stream)
+        return data, out
 
 
 # ---- model conversion -----------------------------------------------------------------------------------

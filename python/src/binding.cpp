@@ -570,6 +570,20 @@ NB_MODULE(_scalemm, m) {
     }
   });
 
+  // The FP8 data of an exact-transpose operand transposed on the device (batch of packed matrices).
+  m.def("transpose_bytes", [](uintptr_t src, int64_t batch, int64_t rows, int64_t cols, uintptr_t dst,
+                              uintptr_t stream) {
+    emulation::transpose_device(ptr(src), batch, rows, cols, ptr(dst), stream_of(stream));
+  });
+
+  // Its scales: a (rows, k) operand's compact or cublaslt scales -> the transpose's, in to_format.
+  m.def("transpose_scales", [](int recipe, int64_t rows, int64_t k, int from_format, uintptr_t src, int to_format,
+                               uintptr_t dst, uintptr_t stream) {
+    const layouts::ScaleLayout from(Recipe(recipe), rows, k, ScaleFormat(from_format));
+    layouts::gpu::transpose(from, ptr(src), layouts::transposed(from, ScaleFormat(to_format)), ptr(dst),
+                            stream_of(stream));
+  });
+
   // Re-lays out one operand's scale buffer (compact <-> cublaslt); the source is judged first.
   m.def("convert", [](int recipe, int64_t rows, int64_t k, int from_format, uintptr_t src, int src_dtype,
                       std::vector<int64_t> shape, std::vector<int64_t> strides, int to_format, uintptr_t dst, int space,

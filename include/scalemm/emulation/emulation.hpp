@@ -119,6 +119,11 @@ QuantizedTensor columnwise_operand(const SourceMatrix& src, const QuantizeConfig
 void dequantize_host(const QuantizedTensor& t, void* out, DType out_dtype = DType::kF32);
 void dequantize_device(const QuantizedTensor& t, void* out, DType out_dtype, Stream stream);
 
+/// The FP8 data of an exact-transpose recipe (block128x128, mxfp8-32x32) for the other GEMM: each of
+/// `batch` packed row-major (rows, cols) matrices of 1-byte elements written as its (cols, rows)
+/// transpose, on the GPU (the scales: layouts::gpu::transpose). Bytes are moved, never decoded.
+void transpose_device(const void* src, int64_t batch, int64_t rows, int64_t cols, void* dst, Stream stream);
+
 // ---- reference GEMM -----------------------------------------------------------------------------
 
 /// D(M, N) = alpha * dequant(A)(M, K) * dequant(B)(N, K)^T (+ bias[N]), row-major D with row stride
