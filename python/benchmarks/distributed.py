@@ -176,6 +176,16 @@ def data_parallel(mode, args, rank, world, device):
         # A bf16 weight gathered once per step (the root module keeps its gathered weights for backward).
         bf16_step = bf16_bytes / world * (world - 1)
     multi = step_ms(block, x)
+    bf16_gather = None
+    if mode == "fsdp2-fp8":  # the same block with bf16 all-gathers, in this process: the step-time comparison
+        from torch.distributed.fsdp import fully_shard
+
+        del block
+        torch.cuda.empty_cache()
+        plain, _ = dense_block(device)
+        fully_shard(plain)
+        bf16_gather = step_ms(plain, x)
+        del plain
     if rank == 0:
         tokens_per_gpu = x.numel() // x.shape[-1]
         speedup = world * single / multi
@@ -183,6 +193,10 @@ def data_parallel(mode, args, rank, world, device):
                       tokens_per_gpu=tokens_per_gpu)
         print(f"{mode}: Llama-3-8B-sized block, {tokens_per_gpu} tokens per GPU: one GPU {single:.2f} ms, {world} GPUs "
               f"{multi:.2f} ms per step; tokens/s {speedup:.2f}x one GPU's")
+        if bf16_gather is not None:
+            result["step_ms_multi_gpu_bf16_gather"] = bf16_gather
+            print(f"{mode}: the same FSDP2 block with bf16 all-gathers: {bf16_gather:.2f} ms per step "
+                  f"(FP8 all-gathers: {multi / bf16_gather:.3f}x its step time)")
         if mode != "ddp":
             result.update(allgather_bytes_per_step=per_step, allgather_calls=counter.calls,
                           bf16_weight_share_bytes=bf16_step, allgather_ratio_to_bf16_weights=per_step / bf16_step,
