@@ -156,6 +156,11 @@ scalemm::GemmArgs args_from(const scalemm_gemm_t* g) {
     a.d_scale = g->d_scale;
     a.d_amax = g->d_amax;
   }
+  if (g->struct_size >= offsetof(scalemm_gemm_t, fast_accum) + sizeof(int32_t)) {
+    require(g->fast_accum == 0 || g->fast_accum == 1,
+            "gemm.fast_accum: expected 0 or 1, got " + std::to_string(g->fast_accum));
+    a.fast_accum = g->fast_accum == 1;
+  }
   return a;
 }
 
@@ -187,6 +192,11 @@ scalemm::GroupedGemmArgs grouped_from(const scalemm_grouped_gemm_t* g) {
     require(g->graph_replay == 0 || g->graph_replay == 1,
             "grouped_gemm.graph_replay: expected 0 or 1, got " + std::to_string(g->graph_replay));
     a.graph_replay = g->graph_replay == 1;
+  }
+  if (g->struct_size >= offsetof(scalemm_grouped_gemm_t, fast_accum) + sizeof(int32_t)) {
+    require(g->fast_accum == 0 || g->fast_accum == 1,
+            "grouped_gemm.fast_accum: expected 0 or 1, got " + std::to_string(g->fast_accum));
+    a.fast_accum = g->fast_accum == 1;
   }
   return a;
 }

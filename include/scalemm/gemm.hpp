@@ -53,6 +53,11 @@ struct GemmArgs {
   MemorySpace space = MemorySpace::kDevice;
   const float* d_scale = nullptr;  ///< FP8 output only: fp32 scalar multiplier applied before conversion
   float* d_amax = nullptr;         ///< FP8 output only, optional: fp32 scalar receiving the output's amax
+  /// Tensorwise and rowwise operands only: cuBLASLt's FP8 kernels may keep their tensor-core partial
+  /// sums without the periodic promotion to fp32 (CUBLASLT_MATMUL_DESC_FAST_ACCUM; torch's
+  /// use_fast_accum): faster, less exact for long K. A permission: backends other than cuBLASLt
+  /// accumulate exactly, and explain() says which applies. Off by default.
+  bool fast_accum = false;
 };
 
 /// True for the output types that need a D scale.
@@ -107,6 +112,7 @@ struct GemmProblem {
   bool has_bias = false;
   bool has_amax = false;  ///< FP8 output with d_amax
   MemorySpace space = MemorySpace::kDevice;
+  bool fast_accum = false;  ///< GemmArgs::fast_accum
 
   static GemmProblem from(const GemmArgs& args);
   bool operator==(const GemmProblem& o) const;

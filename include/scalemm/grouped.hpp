@@ -69,6 +69,9 @@ struct GroupedGemmArgs {
   float alpha = 1.0f;
   MemorySpace space = MemorySpace::kDevice;
   GroupedBackend backend = GroupedBackend::kAuto;
+  /// GemmArgs::fast_accum for every group (tensorwise and rowwise): the per-group backend's cuBLASLt
+  /// calls take it; the CUTLASS grouped kernel accumulates exactly, as explain() says.
+  bool fast_accum = false;
   /// Per-group backend: capture the whole call (its scale conversions, the fork, every group's
   /// launches, the join) as a CUDA graph the first time, and replay it while the call repeats
   /// exactly (the same sizes, shapes, pointers, alpha, stream and device), so a call costs one graph

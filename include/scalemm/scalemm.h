@@ -116,6 +116,9 @@ typedef struct scalemm_gemm_t {
    * saturating; *d_amax (optional) receives max |result| before d_scale. Both null otherwise. */
   const float* d_scale;
   float* d_amax;
+  /* Added in 0.6: 1 lets cuBLASLt's FP8 kernels skip the periodic fp32 promotion of their partial sums
+   * (tensorwise and rowwise operands only; torch's use_fast_accum); 0 (default) accumulates exactly. */
+  int32_t fast_accum;
 } scalemm_gemm_t;
 
 /* Handle options. strict != 0 refuses anything but the native backend; force_backend >= 0 runs exactly
@@ -189,6 +192,8 @@ typedef struct scalemm_grouped_gemm_t {
   int32_t graph_replay;            /* 1: the per-group backend captures the whole call as a CUDA graph on its
                                       first run and replays it while the call repeats exactly (fixed sizes and
                                       buffers); scalemm_grouped_graph_counts reports captures and replays */
+  /* Added in 0.6: */
+  int32_t fast_accum;              /* as scalemm_gemm_t.fast_accum, for every group's cuBLASLt call */
 } scalemm_grouped_gemm_t;
 
 /* Validates every group, then runs each non-empty group on `stream` (one cached plan per distinct

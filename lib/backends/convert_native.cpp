@@ -70,6 +70,7 @@ class ConvertNative final : public BackendImpl {
     c.a_scale = a_is_tw ? vec : rowwise_scale;
     c.b_scale = a_is_tw ? rowwise_scale : vec;
     c.alpha = native::folded_alpha(args);
+    c.fast_accum = args.fast_accum;
     ctx.matmul(c);
   }
 

@@ -55,7 +55,7 @@ int alignment_class(const void* p) {
 }
 
 // Everything that decides descriptors and the algorithm (pointers excluded, alignment classes in).
-using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool, bool, int, int, int, int, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool, bool, int, int, int, int, bool, bool>;
 
 // Prepared problems are found by hash: a warm call's lookup stays constant however many shapes ran.
 struct KeyHash {
@@ -69,7 +69,7 @@ struct KeyHash {
 Key key_of(const LtCall& c) {
   return Key{c.m, c.n, c.k, int(c.a_dtype), int(c.b_dtype), int(c.d_dtype), c.a_scale_mode, c.b_scale_mode,
              c.bias != nullptr, c.alpha_device != nullptr, alignment_class(c.a), alignment_class(c.b),
-             alignment_class(c.d), alignment_class(c.bias), c.d_amax != nullptr};
+             alignment_class(c.d), alignment_class(c.bias), c.d_amax != nullptr, c.fast_accum};
 }
 
 std::string describe(const LtCall& c) {
@@ -243,6 +243,10 @@ void LtContext::matmul(const LtCall& c, void* workspace, size_t workspace_bytes,
       const cudaDataType_t bt = CUDA_R_16BF;
       SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), ctx);
       SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), ctx);
+    }
+    if (c.fast_accum) {
+      const int8_t on = 1;
+      SCALEMM_LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof(on)), ctx);
     }
     if (c.alpha_device) {
       const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;

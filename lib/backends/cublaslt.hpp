@@ -36,6 +36,7 @@ struct LtCall {
   const float* alpha_device = nullptr;  ///< when set, alpha is read from device memory at run time
   const float* d_scale = nullptr;       ///< FP8 D: D_SCALE_POINTER (device fp32)
   float* d_amax = nullptr;              ///< FP8 D, optional: AMAX_D_POINTER (device fp32)
+  bool fast_accum = false;              ///< FAST_ACCUM: no periodic promotion of FP8 partial sums
 };
 
 /// A cuBLASLt handle plus a cache of prepared descriptors and heuristic results per problem key.

@@ -108,6 +108,7 @@ LtCall lt_call(const GemmArgs& args, const void* const scale_ptr[2], const void*
   c.a_scale = scale_ptr[0], c.b_scale = scale_ptr[1];
   c.alpha = folded_alpha(args);
   c.d_scale = args.d_scale, c.d_amax = args.d_amax;
+  c.fast_accum = args.fast_accum;
   return c;
 }
 
@@ -122,7 +123,8 @@ class Native final : public BackendImpl {
     if (!blocker.empty()) return {false, blocker};
     plan_scales(p, plan);
     return {true, std::string("native: cuBLASLt ") + dispatch::scale_mode_name(plan.cublas_scale_mode_a) +
-                      "\xC3\x97" + dispatch::scale_mode_name(plan.cublas_scale_mode_b) + " on " + t.to_string()};
+                      "\xC3\x97" + dispatch::scale_mode_name(plan.cublas_scale_mode_b) +
+                      (p.fast_accum ? " with fast accumulation" : "") + " on " + t.to_string()};
   }
 
   void run(const GemmArgs& args, const Plan& plan, const RunContext& ctx) const override {

@@ -28,6 +28,7 @@
 #include <tuple>
 
 #include "backends/cutlass_grouped.hpp"
+#include "dispatch/capabilities.hpp"
 #include "dispatch/devices.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "scalemm/detail/cuda_check.hpp"
@@ -70,6 +71,7 @@ GemmArgs m_group_call(const GroupedGemmArgs& a, const std::vector<int64_t>& row_
   c.d_dtype = a.d_dtype;
   c.alpha = a.alpha;
   c.space = a.space;
+  c.fast_accum = a.fast_accum;
   return c;
 }
 
@@ -170,6 +172,7 @@ Diagnostics validate_grouped(const GroupedGemmArgs& a, Depth depth) {
   if (mg ? a.k < 1 : a.m < 1)
     add(out, mg ? "k" : "m", "positive-extent", std::string(mg ? "K" : "M") + " must be at least 1", ">= 1",
         std::to_string(mg ? a.k : a.m), "");
+  if (auto d = dispatch::fast_accum_refusal(a.fast_accum, a.a.recipe, a.b.recipe)) out.push_back(std::move(*d));
   if (a.d_dtype != DType::kBF16 && a.d_dtype != DType::kF16 && a.d_dtype != DType::kF32)
     add(out, "d_dtype", "grouped-out-dtype", "grouped output must be bf16, f16 or f32", "bf16, f16 or f32",
         std::string(to_string(a.d_dtype)), "");
@@ -318,6 +321,7 @@ GemmArgs k_group_call(const GroupedGemmArgs& a, int64_t g) {
   c.b = a.b, c.b.scale_format = ScaleFormat::kCompact;
   c.d = static_cast<uint8_t*>(a.d) + size_t(g) * size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
   c.d_dtype = a.d_dtype, c.alpha = a.alpha, c.space = a.space;
+  c.fast_accum = a.fast_accum;
   return c;
 }
 
@@ -683,6 +687,7 @@ std::string Handle::explain(const GroupedGemmArgs& a) {
   if (why.empty()) {
     os << "CUTLASS grouped backend: " << backends::cutlass_grouped::describe(a);
     if (a.graph_replay) os << " (graph_replay has no effect: the call is one launch already)";
+    if (a.fast_accum) os << "; accumulates exactly (fast_accum applies to the per-group backend's cuBLASLt calls)";
     return os.str();
   }
   if (a.group_sizes_device) {
@@ -737,7 +742,7 @@ std::string Handle::explain(const GroupedGemmArgs& a) {
     c.m = a.group_dim == GroupDim::kM ? size : a.m;
     c.n = a.n;
     c.k = a.group_dim == GroupDim::kM ? a.k : size;
-    c.a = a.a, c.b = a.b, c.d_dtype = a.d_dtype, c.space = a.space;
+    c.a = a.a, c.b = a.b, c.d_dtype = a.d_dtype, c.space = a.space, c.fast_accum = a.fast_accum;
     if (a.group_dim == GroupDim::kK) c.a.scale_format = c.b.scale_format = ScaleFormat::kCompact;
     os << plan(c).explain();
   }

@@ -176,4 +176,14 @@ bool exact_in_bf16(const GemmProblem& p, std::string* why_not) {
   return true;
 }
 
+std::optional<Diagnostic> fast_accum_refusal(bool fast_accum, Recipe a, Recipe b) {
+  const auto amax_recipe = [](Recipe r) { return r == Recipe::kTensorwise || r == Recipe::kRowwise; };
+  if (!fast_accum || (amax_recipe(a) && amax_recipe(b))) return std::nullopt;
+  return Diagnostic{"fast_accum", "fast-accum-recipe",
+                    "fast accumulation applies to tensorwise and rowwise operands (block recipes promote per K block)",
+                    "tensorwise or rowwise on both operands",
+                    std::string(to_string(a)) + " x " + std::string(to_string(b)),
+                    "Leave fast_accum off for this recipe pair."};
+}
+
 }  // namespace scalemm::dispatch

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "scalemm/gemm.hpp"
@@ -48,6 +49,10 @@ std::string cublaslt_version_string(size_t v);
 /// Why cuBLASLt cannot run `p` natively on `t` ("" when it can). Checks the recipe pair, dtypes,
 /// output type, bias, and the shape/alignment rules; each reason names its rule and source.
 std::string native_blocker(const GemmProblem& p, const DeviceTarget& t);
+
+/// The rule "fast accumulation takes tensorwise and rowwise operands only" (cuBLASLt's FAST_ACCUM
+/// turns off the per-K-block promotion that block scales need), as a Diagnostic; none when it holds.
+std::optional<Diagnostic> fast_accum_refusal(bool fast_accum, Recipe a, Recipe b);
 
 /// True when both recipes dequantize exactly to BF16 (E8M0/UE4M3 block scales): the emulated backend.
 bool exact_in_bf16(const GemmProblem& p, std::string* why_not);

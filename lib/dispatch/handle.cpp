@@ -95,7 +95,7 @@ struct ProblemHash {
     const uint64_t tags = uint64_t(p.a_dtype) | uint64_t(p.b_dtype) << 8 | uint64_t(p.a_recipe) << 16 |
                           uint64_t(p.b_recipe) << 24 | uint64_t(p.a_format) << 32 | uint64_t(p.b_format) << 40 |
                           uint64_t(p.d_dtype) << 48 | uint64_t(p.has_bias) << 56 | uint64_t(p.has_amax) << 57 |
-                          uint64_t(p.space) << 58;
+                          uint64_t(p.space) << 58 | uint64_t(p.fast_accum) << 60;
     uint64_t h = detail::kHashSeed;
     for (uint64_t v : {uint64_t(p.m), uint64_t(p.n), uint64_t(p.k), tags}) h = detail::hash_mix(h, v);
     return size_t(h);

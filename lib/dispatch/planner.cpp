@@ -95,6 +95,10 @@ Plan plan(const GemmProblem& p, const DeviceTarget& t, const PlanOptions& option
       passed.push_back(std::string(to_string(id)) + ": " + c.reason);
       continue;
     }
+    if (p.fast_accum && id != Backend::kNative && id != Backend::kConvertNative)
+      c.reason += "; accumulates exactly (fast_accum applies to cuBLASLt's FP8 kernels only)";
+    else if (p.fast_accum && id == Backend::kConvertNative && c.reason.find("fast accumulation") == std::string::npos)
+      c.reason += "; with fast accumulation";
     result = std::move(attempt);
     result.backend = id;
     result.target = t.describe();

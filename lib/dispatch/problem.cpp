@@ -28,20 +28,22 @@ GemmProblem GemmProblem::from(const GemmArgs& a) {
   p.has_bias = a.bias != nullptr;
   p.has_amax = a.d_amax != nullptr;
   p.space = a.space;
+  p.fast_accum = a.fast_accum;
   return p;
 }
 
 bool GemmProblem::operator==(const GemmProblem& o) const {
   return m == o.m && n == o.n && k == o.k && a_dtype == o.a_dtype && b_dtype == o.b_dtype &&
          a_recipe == o.a_recipe && b_recipe == o.b_recipe && a_format == o.a_format && b_format == o.b_format &&
-         d_dtype == o.d_dtype && has_bias == o.has_bias && has_amax == o.has_amax && space == o.space;
+         d_dtype == o.d_dtype && has_bias == o.has_bias && has_amax == o.has_amax && space == o.space &&
+         fast_accum == o.fast_accum;
 }
 
 std::string GemmProblem::to_string() const {
   std::ostringstream os;
   os << scalemm::to_string(a_recipe) << '(' << scalemm::to_string(a_dtype) << ")\xC3\x97"
      << scalemm::to_string(b_recipe) << '(' << scalemm::to_string(b_dtype) << ") -> "
-     << scalemm::to_string(d_dtype) << (has_amax ? " +amax" : "") << (has_bias ? " +bias" : "") << ", M=" << m << " N=" << n << " K=" << k;
+     << scalemm::to_string(d_dtype) << (has_amax ? " +amax" : "") << (has_bias ? " +bias" : "") << (fast_accum ? " +fast-accum" : "") << ", M=" << m << " N=" << n << " K=" << k;
   return os.str();
 }
 
@@ -229,6 +231,7 @@ Diagnostics validate(const GemmArgs& a) {
     if (ptr && (reinterpret_cast<uintptr_t>(ptr) & 3u) != 0)
       add(out, name, "scalar-alignment", std::string(name) + " must be 4-byte aligned (one fp32)", "address % 4 == 0",
           std::to_string(reinterpret_cast<uintptr_t>(ptr) % 4) + " bytes past 4", "Point it at a float.");
+  if (auto d = dispatch::fast_accum_refusal(a.fast_accum, a.a.recipe, a.b.recipe)) out.push_back(std::move(*d));
   if (!a.d) add(out, "d", "null-pointer", "output pointer is null", "a valid pointer", "nullptr", "");
   if (!(a.alpha == a.alpha) || a.alpha == __builtin_huge_valf() || a.alpha == -__builtin_huge_valf())
     add(out, "alpha", "finite-alpha", "alpha must be finite", "a finite float", std::to_string(a.alpha), "");

@@ -232,7 +232,7 @@ def _bias_bf16(bias, like: View, n: int):
 # ---- public calls -------------------------------------------------------------------------------------
 
 def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
-              backend="auto", dtype_a=None, dtype_b=None):
+              backend="auto", dtype_a=None, dtype_b=None, fast_accum=False):
     """D (M, N) = A (M, K) . B (N, K)^T with each operand dequantized by its recipe's scales.
 
     a, b: FP8 (or packed FP4 for nvfp4) data, row-major with K contiguous; uint8 arrays need
@@ -240,14 +240,26 @@ def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", s
     quantizers produce; "cublaslt": the padded buffer cuBLASLt reads). NVFP4 takes
     (scales, global_decode_scale). Runs on the caller's current CUDA stream; host arrays run the
     host reference emulator. Returns D of the inputs' array type.
+
+    fast_accum (tensorwise and rowwise operands only; torch's use_fast_accum): cuBLASLt's FP8 kernels
+    may skip the periodic fp32 promotion of their partial sums: faster, less exact for long K. Other
+    backends accumulate exactly; explain() says which applies. Block recipes refuse it by name.
     """
+    fast_accum = _flag(fast_accum, "fast_accum")
     t = _torch_entry
     if t is None and _is_torch_call(a):
         t = _load_torch_entry()
     if t is not None and isinstance(a, t[0]):
-        return t[1](a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b)
+        return t[1](a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
+                    fast_accum=fast_accum)
     return _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend,
-                           dtype_a, dtype_b)
+                           dtype_a, dtype_b, fast_accum=fast_accum)
+
+
+def _flag(value, argument: str) -> bool:
+    if not isinstance(value, bool):
+        raise invalid(argument, "a switch", "True or False", repr(value))
+    return value
 
 
 _torch_entry = None  # (torch.Tensor, scalemm.torch.scaled_mm) once a torch tensor has been seen
@@ -271,26 +283,28 @@ def _is_torch_call(a) -> bool:
 
 
 def _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
-                    dtype_b, out=None):
+                    dtype_b, out=None, fast_accum=False):
     od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
     h = handle(backend)
     va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
     d = empty(va, (m, n), od) if out is None else out
     with on_device(va), naming_backend(backend):
-        h.gemm(m, n, k, op_a, op_b, view(d, "out").ptr, DTYPE_CODE[od], bias_ptr, 1.0, va.space, stream_of(va))
+        h.gemm(m, n, k, op_a, op_b, view(d, "out").ptr, DTYPE_CODE[od], bias_ptr, 1.0, va.space, stream_of(va),
+               fast_accum)
     return hand_back(va, d)
 
 
 def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
             backend="auto", dtype_a=None, dtype_b=None, group_sizes=None, group_dim="m",
-            grouped_backend="auto") -> str:
+            grouped_backend="auto", fast_accum=False) -> str:
     """The plan scaled_mm would run for these arguments (backend, why, conversions), without running it.
 
     Takes exactly scaled_mm's arguments and validates them the same way. With group_sizes (and
     group_dim, grouped_backend), scaled_grouped_mm's arguments instead: the grouped backend and, for
     the per-group one, the plan of each distinct group shape."""
     od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    fast_accum = _flag(fast_accum, "fast_accum")
     h = handle(backend)
     if group_sizes is not None:
         if bias is not None:
@@ -300,11 +314,12 @@ def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", sca
                                                                       dtype_b)
         gb = _choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
         with on_device(va), naming_backend(backend):  # planned for the arrays' device
-            return h.explain_grouped(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space, gb)
+            return h.explain_grouped(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space, gb,
+                                     fast_accum)
     va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
     with on_device(va), naming_backend(backend):  # planned for the arrays' device
-        _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space)
+        _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space, fast_accum)
     return text
 
 
@@ -425,7 +440,8 @@ def grouped_out_shape(a_shape, b_shape, groups: int, group_dim: str):
 
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", recipe_a, recipe_b, out_dtype="bf16",
-                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None, grouped_backend="auto"):
+                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None, grouped_backend="auto",
+                      fast_accum=False):
     """Grouped (MoE) scaled GEMM: many GEMMs of one recipe pair (include/scalemm/grouped.hpp).
 
     group_dim="m" (MoE forward, dgrad): a (sum M_g, K) with group g's rows consecutive, b (G, N, K),
@@ -446,20 +462,23 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     each group runs the dense planner (`backend` forces it as in scaled_mm), so a group's rows are
     bit-identical to scaled_mm on that group. "cutlass" or "per-group" insist (UnsupportedError when
     the chosen one cannot run the call).
+    fast_accum: as for scaled_mm, taken by the per-group backend's cuBLASLt calls (the CUTLASS kernel
+    accumulates exactly).
     """
+    fast_accum = _flag(fast_accum, "fast_accum")
     t = _torch_entry
     if t is None and _is_torch_call(a):
         t = _load_torch_entry()
     if t is not None and isinstance(a, t[0]):
         return t[3](a, b, scale_a, scale_b, group_sizes, group_dim=group_dim, recipe_a=recipe_a, recipe_b=recipe_b,
                     out_dtype=out_dtype, scale_format=scale_format, backend=backend, dtype_a=dtype_a,
-                    dtype_b=dtype_b, grouped_backend=grouped_backend)
+                    dtype_b=dtype_b, grouped_backend=grouped_backend, fast_accum=fast_accum)
     return _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
-                                   scale_format, backend, dtype_a, dtype_b, grouped_backend)
+                                   scale_format, backend, dtype_a, dtype_b, grouped_backend, fast_accum)
 
 
 def _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
-                            scale_format, backend, dtype_a, dtype_b, grouped_backend="auto"):
+                            scale_format, backend, dtype_a, dtype_b, grouped_backend="auto", fast_accum=False):
     od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
     gb = _choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
     h = handle(backend)
@@ -471,7 +490,7 @@ def _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, reci
 
     with on_device(va), naming_backend(backend):
         h.grouped_gemm(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space, gb,
-                       stream_of(va))
+                       stream_of(va), fast_accum)
     return hand_back(va, d)
 
 

@@ -47,15 +47,16 @@ def _out_name(out_dtype) -> str:
 def _scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, recipe_a: str,
                   recipe_b: str, out_dtype: str, scale_format: str, bias: Optional[torch.Tensor], backend: str,
                   dtype_a: Optional[str], dtype_b: Optional[str], global_a: float,
-                  global_b: float) -> torch.Tensor:
+                  global_b: float, fast_accum: bool = False) -> torch.Tensor:
     sa = (scale_a, global_a) if recipe_a == "nvfp4" else scale_a
     sb = (scale_b, global_b) if recipe_b == "nvfp4" else scale_b
-    return _fast(a, b, sa, sb, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b, False)
+    return _fast(a, b, sa, sb, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b, False,
+                 fast_accum)
 
 
 @_scaled_mm_op.register_fake
 def _(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
-      global_a, global_b):
+      global_a, global_b, fast_accum=False):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=_OUT[_out_name(out_dtype)])
 
 
@@ -88,7 +89,7 @@ def _stream(device_index: int) -> int:
 
 
 def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
-          traced=True):
+          traced=True, fast_accum=False):
     """The eager path for torch tensors (and, with traced, the custom op while tracing: see scaled_mm):
     the first call of a signature validates everything and prepares the library call (Handle.prepare);
     later calls read six addresses, allocate D through torch and run. The cache key holds what the
@@ -96,24 +97,25 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
     checks on every call (a pointer of another device or of host memory is a named error)."""
     if traced and (_is_compiling() or type(a) is not torch.Tensor or _dispatch_modes()):
         return _via_op(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
-                       dtype_b)
+                       dtype_b, fast_accum)
     T = torch.Tensor
     if not (isinstance(b, T) and isinstance(scale_a, T) and isinstance(scale_b, T)
             and (bias is None or isinstance(bias, T))):
         # NVFP4 (scales, global) pairs, and anything else the general path names an error for.
         return _core._scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
-                                     backend, dtype_a, dtype_b)
-    key = (recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a, dtype_b, a.dtype, b.dtype, scale_a.dtype,
+                                     backend, dtype_a, dtype_b, fast_accum=fast_accum)
+    key = (recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a, dtype_b, fast_accum, a.dtype, b.dtype,
+           scale_a.dtype,
            scale_b.dtype, a.shape, b.shape, a.stride(), b.stride(), scale_a.shape, scale_b.shape, scale_a.stride(),
            scale_b.stride(), a.device, None if bias is None else (bias.dtype, bias.shape, bias.stride()))
     p = _prepared.get(key)
     if p is None:
         with _core.naming_backend(backend):
             p = _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
-                         dtype_b)
+                         dtype_b, fast_accum)
         if p is None:  # a bias that needs converting: the general path
             return _core._scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
-                                         backend, dtype_a, dtype_b)
+                                         backend, dtype_a, dtype_b, fast_accum=fast_accum)
         if len(_prepared) >= 4096:
             _prepared.clear()
         _prepared[key] = p
@@ -124,7 +126,8 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
     return d
 
 
-def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b):
+def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
+             fast_accum=False):
     od = _out_name(out_dtype)
     h = _core.handle(backend)
     va, m, n, k, op_a, op_b, bias_ptr, keep = _core._gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b,
@@ -135,24 +138,26 @@ def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format
 
     # The run makes the operands' device current, so their device's default stream is the one used.
     prepared = h.prepare(m, n, k, op_a, op_b, DTYPE_CODE[od], bias is not None, 1.0, va.space,
-                         va.device if va.space == 1 else -1)
+                         va.device if va.space == 1 else -1, fast_accum)
     return prepared.run, (m, n), _OUT[od], a.device, (va.device if va.space == 1 else -1)
 
 
-def _via_op(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b):
+def _via_op(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
+            fast_accum=False):
     sa, ga = _split_global(scale_a, recipe_a)
     sb, gb = _split_global(scale_b, recipe_b)
     od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)
     return torch.ops.scalemm.scaled_mm(a, b, sa, sb, recipe_a, recipe_b, od, scale_format, bias, backend, dtype_a,
-                                       dtype_b, ga, gb)
+                                       dtype_b, ga, gb, fast_accum)
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", scale_format="compact", bias=None,
-              backend="auto", dtype_a=None, dtype_b=None):
+              backend="auto", dtype_a=None, dtype_b=None, fast_accum=False):
     """scalemm.scaled_mm for torch tensors: the custom op while compiling or for tensor subclasses
     (fake, functional, traced tensors: the dispatcher routes those) and under a dispatch mode
     (make_fx, FakeTensorMode), a direct call otherwise."""
-    return _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b)
+    return _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
+                 fast_accum=_core._flag(fast_accum, "fast_accum"))
 
 
 # ---- scaled_grouped_mm ------------------------------------------------------------------------------------
@@ -162,27 +167,29 @@ def _scaled_grouped_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tenso
                           group_sizes: List[int], group_dim: str, recipe_a: str, recipe_b: str, out_dtype: str,
                           scale_format: str, backend: str, dtype_a: Optional[str], dtype_b: Optional[str],
                           global_a: float, global_b: float, group_sizes_device: Optional[torch.Tensor] = None,
-                          grouped_backend: str = "auto") -> torch.Tensor:
+                          grouped_backend: str = "auto", fast_accum: bool = False) -> torch.Tensor:
     sa = (scale_a, global_a) if recipe_a == "nvfp4" else scale_a
     sb = (scale_b, global_b) if recipe_b == "nvfp4" else scale_b
     sizes = group_sizes_device if group_sizes_device is not None else list(group_sizes)
     return _core._scaled_grouped_mm_impl(a, b, sa, sb, sizes, group_dim, recipe_a, recipe_b, out_dtype,
-                                         scale_format, backend, dtype_a, dtype_b, grouped_backend)
+                                         scale_format, backend, dtype_a, dtype_b, grouped_backend, fast_accum)
 
 
 @_scaled_grouped_mm_op.register_fake
 def _(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a,
-      dtype_b, global_a, global_b, group_sizes_device=None, grouped_backend="auto"):
+      dtype_b, global_a, global_b, group_sizes_device=None, grouped_backend="auto", fast_accum=False):
     groups = len(group_sizes) if group_sizes_device is None else group_sizes_device.shape[0]
     shape = _core.grouped_out_shape(a.shape, b.shape, groups, group_dim)
     return a.new_empty(shape, dtype=_OUT[_out_name(out_dtype)])
 
 
 def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", recipe_a, recipe_b, out_dtype="bf16",
-                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None, grouped_backend="auto"):
+                      scale_format="compact", backend="auto", dtype_a=None, dtype_b=None, grouped_backend="auto",
+                      fast_accum=False):
     """scalemm.scaled_grouped_mm for torch tensors: the custom op while tracing (torch.compile, tensor
     subclasses, dispatch modes), a direct call otherwise. group_sizes: host integers, or a CUDA int32/int64
     tensor read on the device."""
+    fast_accum = _core._flag(fast_accum, "fast_accum")
     if _is_compiling() or type(a) is not torch.Tensor or _dispatch_modes():
         on_device = isinstance(group_sizes, torch.Tensor) and group_sizes.device.type != "cpu"
         if on_device:
@@ -195,23 +202,23 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
         od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)
         return torch.ops.scalemm.scaled_grouped_mm(a, b, sa, sb, [int(x) for x in sizes], group_dim, recipe_a,
                                                    recipe_b, od, scale_format, backend, dtype_a, dtype_b, ga, gb, dev,
-                                                   grouped_backend)
+                                                   grouped_backend, fast_accum)
     return _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format,
-                         backend, dtype_a, dtype_b, grouped_backend)
+                         backend, dtype_a, dtype_b, grouped_backend, fast_accum)
 
 
 _prepared_grouped: dict = {}
 
 
 def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format,
-                  backend, dtype_a, dtype_b, grouped_backend):
+                  backend, dtype_a, dtype_b, grouped_backend, fast_accum=False):
     """The eager path of grouped calls on CUDA tensors, as _fast is for dense ones: the first call of a
     signature validates and prepares (Handle.prepare_grouped); later ones read the addresses and run.
     Host sizes belong to the signature; device-side sizes are passed by address."""
     T = torch.Tensor
     general = lambda: _core._scaled_grouped_mm_impl(  # noqa: E731
         a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a,
-        dtype_b, grouped_backend)
+        dtype_b, grouped_backend, fast_accum)
     if not (a.is_cuda and isinstance(b, T) and isinstance(scale_a, T) and isinstance(scale_b, T)):
         return general()
     if isinstance(group_sizes, T):
@@ -224,7 +231,7 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
     else:
         return general()
     key = (group_dim, recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a, dtype_b, grouped_backend,
-           sizes_key, a.dtype, b.dtype, scale_a.dtype, scale_b.dtype, a.shape, b.shape, a.stride(), b.stride(),
+           fast_accum, sizes_key, a.dtype, b.dtype, scale_a.dtype, scale_b.dtype, a.shape, b.shape, a.stride(), b.stride(),
            scale_a.shape, scale_b.shape, scale_a.stride(), scale_b.stride(), a.device, b.device, scale_a.device,
            scale_b.device)
     p = _prepared_grouped.get(key)
@@ -238,7 +245,7 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
 
         with _core.naming_backend(backend):
             prepared = h.prepare_grouped(dim, *_core._sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
-                                         va.space, gb, va.device)
+                                         va.space, gb, va.device, fast_accum)
         p = (prepared.run, out_shape, _OUT[od], a.device, va.device)
         if len(_prepared_grouped) >= 4096:
             _prepared_grouped.clear()
@@ -395,18 +402,19 @@ def _fast_quantize(x, recipe, dtype, scale_format, columnwise, rowwise=True):
 _layer_gemms: dict = {}
 
 
-def _layer_gemm(a, b, sa, sb, ra, rb, od, fmt):
+def _layer_gemm(a, b, sa, sb, ra, rb, od, fmt, fast_accum=False):
     """scaled_mm of the layers' own operands. They come from this module's quantizers (contiguous data,
     scale tensors that follow from the shapes, recipe and format), so a prepared call is keyed by far
     less than _fast's signature: recipes, format, output dtype, the two data shapes and the device."""
     if not _direct(a):
-        return scaled_mm(a, b, sa, sb, recipe_a=ra, recipe_b=rb, out_dtype=od, scale_format=fmt)
-    key = (ra, rb, od, fmt, a.shape, b.shape, a.dtype, b.dtype, a.device)
+        return scaled_mm(a, b, sa, sb, recipe_a=ra, recipe_b=rb, out_dtype=od, scale_format=fmt, fast_accum=fast_accum)
+    key = (ra, rb, od, fmt, fast_accum, a.shape, b.shape, a.dtype, b.dtype, a.device)
     p = _layer_gemms.get(key)
     if p is None:
-        d = scaled_mm(a, b, sa, sb, recipe_a=ra, recipe_b=rb, out_dtype=od, scale_format=fmt)  # validates
+        d = scaled_mm(a, b, sa, sb, recipe_a=ra, recipe_b=rb, out_dtype=od, scale_format=fmt,
+                      fast_accum=fast_accum)  # validates
         with _core.naming_backend("auto"):
-            p = _prepare(a, b, sa, sb, ra, rb, od, fmt, None, "auto", None, None)
+            p = _prepare(a, b, sa, sb, ra, rb, od, fmt, None, "auto", None, None, fast_accum)
         if len(_layer_gemms) >= 4096:
             _layer_gemms.clear()
         _layer_gemms[key] = p
@@ -444,10 +452,12 @@ def _transpose_2d(t: torch.Tensor) -> torch.Tensor:
 
 # ---- linear layers ----------------------------------------------------------------------------------------
 
-# The recipes a layer runs: (activations and gradients, weights). Rowwise and tensorwise accumulate
-# exactly in fp32 on every GEMM (no fast accumulation: the library has none yet).
+# The recipes a layer runs: (activations and gradients, weights). Rowwise and tensorwise run the
+# forward GEMM with fast accumulation (their convention in torch and torchao: the output tolerates it,
+# the gradients do not) and dgrad and wgrad exactly; block recipes accumulate exactly everywhere.
 LINEAR_RECIPES = {"blockwise": ("block1x128", "block128x128"), "rowwise": ("rowwise", "rowwise"),
                   "tensorwise": ("tensorwise", "tensorwise"), "mxfp8": ("mxfp8", "mxfp8-32x32")}
+_FAST_ACCUM_RECIPES = ("rowwise", "tensorwise")
 # Feature counts a recipe's three GEMMs take: each is the K of one GEMM (in: forward, out: dgrad) and a
 # row count of another, and cuBLASLt's FP8 kernels want K in multiples of 16; MX blocks are 32 wide.
 _FEATURE_MULTIPLE = {"blockwise": 16, "rowwise": 16, "tensorwise": 16, "mxfp8": 32}
@@ -464,7 +474,7 @@ class _ScaledLinearFn(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, act, wgt, wq, fmt):
+    def forward(ctx, x, weight, bias, act, wgt, wq, fmt, fast_accum):
         k = x.shape[-1]
         x2 = x.reshape(-1, k)
         if not x2.is_contiguous():
@@ -475,7 +485,7 @@ class _ScaledLinearFn(torch.autograd.Function):
         else:
             wq, ws = wq if wq is not None else _quantize_parts(_plain(weight), wgt, fmt, True, False)
         out_dtype = x.dtype if x.dtype in _NAMES else torch.bfloat16
-        y = _layer_gemm(xq, wq, xs, ws, act, wgt, _name(out_dtype), fmt)
+        y = _layer_gemm(xq, wq, xs, ws, act, wgt, _name(out_dtype), fmt, fast_accum)
         if bias is not None:
             y = y + bias.to(y.dtype)
         ctx.save_for_backward(xtq, xts, weight)
@@ -509,7 +519,7 @@ class _ScaledLinearFn(torch.autograd.Function):
                 dw = dw.to(w_dtype)
         if bias_dtype is not None and ctx.needs_input_grad[2]:
             db = dy2.float().sum(0).to(bias_dtype)
-        return dx, dw, db, None, None, None, None
+        return dx, dw, db, None, None, None, None, None
 
 
 _NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -551,7 +561,9 @@ class Float8Linear(torch.nn.Module):
         "tensorwise"  one fp32 scale per tensor
         "mxfp8"       1x32 blocks, weights 32x32, E8M0 scales (exact emulation on Hopper)
 
-    E4M3 everywhere; every GEMM accumulates in fp32. Same parameters and initialisation as nn.Linear;
+    E4M3 everywhere; every GEMM accumulates in fp32, except that rowwise and tensorwise run the forward
+    GEMM with fast accumulation (cuBLASLt's FAST_ACCUM, as torch and torchao do for the output; set
+    `fast_accum = False` on the layer for exact accumulation there too). Same parameters and initialisation as nn.Linear;
     `from_linear` shares an existing layer's parameters. Inputs of any leading shape (..., in); the output
     and dX in the input's dtype, dW in the weight's.
 
@@ -576,6 +588,7 @@ class Float8Linear(torch.nn.Module):
     cache_weight = False
     scale_format = "cublaslt"
     min_gflop = 0.0  # calls whose GEMMs are smaller run F.linear in the weight's dtype (convert_to_float8 "auto")
+    fast_accum = True  # rowwise, tensorwise: fast accumulation in the forward GEMM (False: exact everywhere)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  recipe: str = "blockwise"):
@@ -619,7 +632,8 @@ class Float8Linear(torch.nn.Module):
                 < self.min_gflop:
             return torch.nn.functional.linear(x, self.weight, self.bias)
         act, wgt = LINEAR_RECIPES[self.recipe]
-        return _ScaledLinearFn.apply(x, self.weight, self.bias, act, wgt, self._cached_weight(wgt), self.scale_format)
+        return _ScaledLinearFn.apply(x, self.weight, self.bias, act, wgt, self._cached_weight(wgt), self.scale_format,
+                                     self.fast_accum and self.recipe in _FAST_ACCUM_RECIPES)
 
     def extra_repr(self):
         act, wgt = LINEAR_RECIPES[self.recipe]

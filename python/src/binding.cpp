@@ -124,8 +124,9 @@ GemmOperand operand(const Operand& o, const ScaleArg& s) {
 }
 
 GemmArgs make_args(int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b, uintptr_t d, int d_dtype,
-                   uintptr_t bias, float alpha, int space, bool check) {
+                   uintptr_t bias, float alpha, int space, bool check, bool fast_accum = false) {
   GemmArgs g;
+  g.fast_accum = fast_accum;
   g.m = m;
   g.n = n;
   g.k = k;
@@ -160,8 +161,10 @@ GemmArgs make_args(int64_t m, int64_t n, int64_t k, const Operand& a, const Oper
 // `groups` gives G.
 GroupedGemmArgs make_grouped(int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
                              int64_t groups, int64_t m, int64_t n, int64_t k, const Operand& a, const Operand& b,
-                             uintptr_t d, int d_dtype, float alpha, int space, int grouped_backend) {
+                             uintptr_t d, int d_dtype, float alpha, int space, int grouped_backend,
+                             bool fast_accum = false) {
   GroupedGemmArgs g;
+  g.fast_accum = fast_accum;
   g.backend = GroupedBackend(grouped_backend);
   g.group_dim = dim == 1 ? GroupDim::kK : GroupDim::kM;
   g.groups = groups;
@@ -396,8 +399,8 @@ NB_MODULE(_scalemm, m) {
       .def(
           "gemm",
           [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, uintptr_t d, int d_dtype,
-             uintptr_t bias, float alpha, int space, uintptr_t stream) {
-            const GemmArgs g = make_args(mm, n, k, a, b, d, d_dtype, bias, alpha, space, true);
+             uintptr_t bias, float alpha, int space, uintptr_t stream, bool fast_accum) {
+            const GemmArgs g = make_args(mm, n, k, a, b, d, d_dtype, bias, alpha, space, true, fast_accum);
             // Host data runs the host reference synchronously: let other Python threads run meanwhile.
             if (space == 0) {
               nb::gil_scoped_release release;
@@ -413,12 +416,12 @@ NB_MODULE(_scalemm, m) {
       .def(
           "prepare",
           [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype, bool bias,
-             float alpha, int space, int device) {
+             float alpha, int space, int device, bool fast_accum) {
             static uint8_t placeholder[16];
             const uintptr_t any = reinterpret_cast<uintptr_t>(placeholder);
             Prepared p;
             p.handle = &h;
-            p.args = make_args(mm, n, k, a, b, any, d_dtype, bias ? any : 0, alpha, space, true);
+            p.args = make_args(mm, n, k, a, b, any, d_dtype, bias ? any : 0, alpha, space, true, fast_accum);
             p.sa = ScaleArg{std::get<3>(a), std::get<4>(a), std::get<5>(a), std::get<6>(a)};
             p.sb = ScaleArg{std::get<3>(b), std::get<4>(b), std::get<5>(b), std::get<6>(b)};
             p.host = space == 0;
@@ -426,7 +429,8 @@ NB_MODULE(_scalemm, m) {
             return p;
           },
           nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("b"), nb::arg("d_dtype"), nb::arg("bias"),
-          nb::arg("alpha"), nb::arg("space"), nb::arg("device") = -1, nb::keep_alive<0, 1>())
+          nb::arg("alpha"), nb::arg("space"), nb::arg("device") = -1, nb::arg("fast_accum") = false,
+          nb::keep_alive<0, 1>())
       // Benchmark support: `iters` calls of Handle::gemm from C++ on `stream`, timed with CUDA events
       // (milliseconds per call), the baseline for the Python call's own overhead.
       .def("time_gemm",
@@ -449,10 +453,10 @@ NB_MODULE(_scalemm, m) {
            })
       .def("explain",
            [](Handle& h, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,
-              uintptr_t bias, float alpha, int space) {
+              uintptr_t bias, float alpha, int space, bool fast_accum) {
              static uint8_t placeholder[16];  // plan() reads no buffer; validate() wants a D pointer
              const GemmArgs g = make_args(mm, n, k, a, b, reinterpret_cast<uintptr_t>(placeholder), d_dtype, bias,
-                                          alpha, space, true);
+                                          alpha, space, true, fast_accum);
              throw_if_any(validate(g), StatusCode::kInvalidArgument);  // as gemm() would
              const Plan p = h.plan(g);
              return nb::make_tuple(std::string(to_string(p.backend)), p.explain());
@@ -462,9 +466,9 @@ NB_MODULE(_scalemm, m) {
       .def("grouped_gemm",
            [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
               int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, uintptr_t d,
-              int d_dtype, float alpha, int space, int grouped_backend, uintptr_t stream) {
+              int d_dtype, float alpha, int space, int grouped_backend, uintptr_t stream, bool fast_accum) {
              const GroupedGemmArgs g = make_grouped(dim, sizes, sizes_device, sizes_int64, groups, mm, n, k, a, b, d,
-                                                    d_dtype, alpha, space, grouped_backend);
+                                                    d_dtype, alpha, space, grouped_backend, fast_accum);
              if (space == 0) {
                nb::gil_scoped_release release;
                h.grouped_gemm(g, stream_of(stream));
@@ -484,29 +488,31 @@ NB_MODULE(_scalemm, m) {
           "prepare_grouped",
           [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
              int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,
-             float alpha, int space, int grouped_backend, int device) {
+             float alpha, int space, int grouped_backend, int device, bool fast_accum) {
             alignas(16) static uint8_t placeholder[16];  // D's address comes with each run
             PreparedGrouped p;
             p.handle = &h;
             p.device = space == 0 ? -1 : device;
             p.sizes = sizes;
             p.args = make_grouped(dim, p.sizes, sizes_device, sizes_int64, groups, mm, n, k, a, b,
-                                  reinterpret_cast<uintptr_t>(placeholder), d_dtype, alpha, space, grouped_backend);
+                                  reinterpret_cast<uintptr_t>(placeholder), d_dtype, alpha, space, grouped_backend,
+                                  fast_accum);
             p.problem = "grouped " + std::string(to_string(p.args.group_dim)) + " G=" + std::to_string(groups) + " " +
                         std::to_string(mm) + "x" + std::to_string(n) + "x" + std::to_string(k);
             return p;
           },
           nb::arg("dim"), nb::arg("sizes"), nb::arg("sizes_device"), nb::arg("sizes_int64"), nb::arg("groups"),
           nb::arg("m"), nb::arg("n"), nb::arg("k"), nb::arg("a"), nb::arg("b"), nb::arg("d_dtype"), nb::arg("alpha"),
-          nb::arg("space"), nb::arg("grouped_backend"), nb::arg("device") = -1, nb::keep_alive<0, 1>())
+          nb::arg("space"), nb::arg("grouped_backend"), nb::arg("device") = -1, nb::arg("fast_accum") = false,
+          nb::keep_alive<0, 1>())
       .def("explain_grouped",
            [](Handle& h, int dim, const std::vector<int64_t>& sizes, uintptr_t sizes_device, bool sizes_int64,
               int64_t groups, int64_t mm, int64_t n, int64_t k, const Operand& a, const Operand& b, int d_dtype,
-              float alpha, int space, int grouped_backend) {
+              float alpha, int space, int grouped_backend, bool fast_accum) {
              alignas(16) static uint8_t placeholder[16];  // explain() reads no buffer; validate() wants a D pointer
              const uintptr_t d = reinterpret_cast<uintptr_t>(placeholder);
              const GroupedGemmArgs g = make_grouped(dim, sizes, sizes_device, sizes_int64, groups, mm, n, k, a, b, d,
-                                                    d_dtype, alpha, space, grouped_backend);
+                                                    d_dtype, alpha, space, grouped_backend, fast_accum);
              return h.explain(g);
            });
 

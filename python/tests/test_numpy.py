@@ -202,3 +202,19 @@ def test_torch_style_scale_forms_are_accepted():
     np.testing.assert_array_equal(got, want)
     with pytest.raises(scalemm.InvalidLayoutError, match="scale-major-order"):
         scalemm.scaled_mm(xq, wq, np.asfortranarray(xs), ws, recipe_a="block1x128", recipe_b="block128x128")
+
+
+def test_fast_accum_is_a_permission_the_host_reference_does_not_take():
+    rng = np.random.default_rng(seed("fast accum host"))
+    _, da, sa = _operand(rng, 9, 256, "rowwise")
+    _, db, sb = _operand(rng, 12, 256, "rowwise")
+    exact = scalemm.scaled_mm(da, db, sa, sb, recipe_a="rowwise", recipe_b="rowwise", out_dtype="f32")
+    fast = scalemm.scaled_mm(da, db, sa, sb, recipe_a="rowwise", recipe_b="rowwise", out_dtype="f32", fast_accum=True)
+    np.testing.assert_array_equal(exact, fast)  # the host reference accumulates exactly
+    text = scalemm.explain(da, db, sa, sb, recipe_a="rowwise", recipe_b="rowwise", fast_accum=True)
+    assert "+fast-accum" in text and "accumulates exactly" in text
+    _, ba, bsa = _operand(rng, 9, 256, "block1x128")
+    with pytest.raises(scalemm.InvalidArgumentError, match="fast_accum"):
+        scalemm.scaled_mm(ba, db, bsa, sb, recipe_a="block1x128", recipe_b="rowwise", fast_accum=True)
+    with pytest.raises(scalemm.InvalidArgumentError, match="fast_accum"):
+        scalemm.scaled_mm(da, db, sa, sb, recipe_a="rowwise", recipe_b="rowwise", fast_accum="yes")

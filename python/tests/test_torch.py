@@ -408,3 +408,36 @@ def test_device_quantize_layouts_dequantize_match_the_host_bytes(recipe):
     deq_h = scalemm.dequantize(dh, sh, recipe)
     deq_d = scalemm.dequantize(dd, sd, recipe)
     assert torch.equal(deq_d.cpu(), deq_h)
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fast_accum_against_float64_and_torch_fast_accum(recipe):
+    """fast_accum=True runs cuBLASLt's FAST_ACCUM (explain says so); judged against float64 on the same
+    quantized operands, next to torch._scaled_mm(use_fast_accum=True) on the same bytes."""
+    gen = torch.Generator(device="cuda").manual_seed(seed(f"fast accum {recipe}"))
+    m, n, k = 256, 512, 4096
+    xq, xs = _q(torch.randn(m, k, generator=gen, device="cuda"), recipe)
+    wq, ws = _q(torch.randn(n, k, generator=gen, device="cuda"), recipe)
+    kw = dict(recipe_a=recipe, recipe_b=recipe, out_dtype="f32")
+    assert "with fast accumulation" in scalemm.explain(xq, wq, xs, ws, fast_accum=True, **kw)
+    assert "fast accumulation" not in scalemm.explain(xq, wq, xs, ws, **kw)
+    fast = scalemm.scaled_mm(xq, wq, xs, ws, fast_accum=True, **kw)
+    exact = scalemm.scaled_mm(xq, wq, xs, ws, **kw)
+    d64 = gemm64(_host64(xq, xs, recipe), _host64(wq, ws, recipe))
+
+    def sqnr(d):
+        e = d.double().cpu().numpy() - d64
+        return 10 * np.log10(np.sum(d64 ** 2) / max(np.sum(e ** 2), 1e-300))
+
+    theirs = torch._scaled_mm(xq, wq.t(), scale_a=_torch_scales(recipe, xs), scale_b=_torch_scale_b(recipe, ws, n),
+                              out_dtype=torch.float32, use_fast_accum=True)
+    differ = int((fast != exact).sum())
+    print(f"FAST-ACCUM {recipe} {m}x{n}x{k}: exact {sqnr(exact):.1f} dB, fast {sqnr(fast):.1f} dB, torch fast "
+          f"{sqnr(theirs):.1f} dB against float64; {differ} of {m * n} outputs differ from exact, "
+          f"{int((fast != theirs).sum())} from torch's")
+    assert sqnr(exact) >= 75 and sqnr(fast) >= 40
+    assert sqnr(fast) >= sqnr(theirs) - 3  # no worse than torch's fast path on the same bytes
+    with pytest.raises(scalemm.InvalidArgumentError, match="fast_accum"):
+        bq, bs = _q(torch.randn(m, k, generator=gen, device="cuda"), "block1x128")
+        scalemm.scaled_mm(bq, wq, bs, ws, recipe_a="block1x128", recipe_b=recipe, fast_accum=True)

@@ -231,3 +231,23 @@ def test_nvfp4_fake_shapes_on_the_host():
         data, (scales, g), data_t, (scales_t, g2) = st.quantize(x, "nvfp4", columnwise=True)
         assert data.shape == (64, 128) and data_t.shape == (256, 32) and g.shape == () and g2 is g
         assert scales.shape[0] == 64 and scales_t.shape[0] == 256
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
+def test_rowwise_and_tensorwise_layers_use_fast_accumulation_in_the_forward_only(recipe):
+    torch.manual_seed(3)
+    act, wgt = st.LINEAR_RECIPES[recipe]
+    lin = torch.nn.Linear(4096, 256, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = st.Float8Linear.from_linear(lin, recipe=recipe)
+    assert layer.fast_accum is True
+    x = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16)
+    xq, xs = st.quantize(x, act)
+    wq, ws = st.quantize(lin.weight.detach(), wgt)
+    ops = dict(recipe_a=act, recipe_b=wgt, scale_format="compact")
+    fast = st.scaled_mm(xq, wq, xs, ws, fast_accum=True, **ops)
+    exact = st.scaled_mm(xq, wq, xs, ws, **ops)
+    layer.scale_format = "compact"
+    assert torch.equal(layer(x), fast)
+    layer.fast_accum = False
+    assert torch.equal(layer(x), exact)

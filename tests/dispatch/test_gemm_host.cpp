@@ -63,3 +63,58 @@ TEST_CASE("the handle plans host pointers onto the host reference and explains i
   CHECK(p.backend == Backend::kReference);
   CHECK_THAT(p.explain(), Catch::Contains("host"));
 }
+
+TEST_CASE("fast accumulation: refused for block recipes, planned as cuBLASLt's FAST_ACCUM, exact elsewhere",
+          "[dispatch][host]") {
+  auto rng = scalemm::testing::rng(0xFA57);
+  auto call = [&](Recipe r, HostOperand& a, HostOperand& b, std::vector<float>& d) {
+    a = scalemm::testing::exact_operand(r, 8, 256, ScaleFormat::kCompact, rng);
+    b = scalemm::testing::exact_operand(r, 16, 256, ScaleFormat::kCompact, rng);
+    d.assign(8 * 16, std::nanf(""));
+    GemmArgs args;
+    args.m = 8, args.n = 16, args.k = 256;
+    args.a = a.view(), args.b = b.view(), args.d = d.data(), args.d_dtype = DType::kF32;
+    args.space = MemorySpace::kHost;
+    args.fast_accum = true;
+    return args;
+  };
+  HostOperand a, b;
+  std::vector<float> d;
+  // Block recipes promote per K block: the switch is refused by name, before anything runs.
+  const GemmArgs block = call(Recipe::kBlock1x128, a, b, d);
+  const Diagnostics diags = validate(block);
+  REQUIRE(diags.size() == 1);
+  CHECK(diags[0].argument == "fast_accum");
+  CHECK(diags[0].rule == "fast-accum-recipe");
+  Handle h;
+  CHECK_THROWS_AS(h.gemm(block), Error);
+  CHECK(std::isnan(d[0]));  // nothing written
+  for (Recipe r : {Recipe::kTensorwise, Recipe::kRowwise}) {
+    CAPTURE(to_string(r));
+    const GemmArgs args = call(r, a, b, d);
+    CHECK(validate(args).empty());
+    // On sm_90 the native plan says it runs cuBLASLt with fast accumulation; the problem text marks it
+    // (so the plan cache keeps it apart from the exact call).
+    GemmProblem p = GemmProblem::from(args);
+    p.space = MemorySpace::kDevice;
+    const Plan native = plan(p, DeviceTarget::simulated(90, 130100));
+    CHECK(native.backend == Backend::kNative);
+    CHECK_THAT(native.explain(), Catch::Contains("+fast-accum") && Catch::Contains("with fast accumulation"));
+    GemmProblem exact = p;
+    exact.fast_accum = false;
+    CHECK_FALSE(exact == p);
+    CHECK_THAT(plan(exact, DeviceTarget::simulated(90, 130100)).explain(),
+               !Catch::Contains("fast accumulation") && !Catch::Contains("+fast-accum"));
+    // The host reference accumulates exactly, says so, and gives the exact product.
+    CHECK_THAT(h.plan(args).explain(), Catch::Contains("accumulates exactly"));
+    h.gemm(args);
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < 8; ++i)
+      for (int64_t j = 0; j < 16; ++j) {
+        double acc = 0.0;
+        for (int64_t kk = 0; kk < 256; ++kk) acc += dequant(a, i, kk) * dequant(b, j, kk);
+        mismatches += d[size_t(i * 16 + j)] != float(acc);
+      }
+    CHECK(mismatches == 0);
+  }
+}
