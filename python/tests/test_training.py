@@ -148,14 +148,19 @@ def test_the_weight_cache_follows_every_in_place_update(opt):
     assert cached.__dict__["_weight_q"] is not first
 
 
+def _cuda_layer(recipe, inp, out, tokens, seed):
+    """A bias-free bf16 nn.Linear, its Float8Linear (shared weight) and an input of `tokens` rows."""
+    torch.manual_seed(seed)
+    lin = torch.nn.Linear(inp, out, bias=False, device="cuda", dtype=torch.bfloat16)
+    return lin, st.Float8Linear.from_linear(lin, recipe=recipe), torch.randn(tokens, inp, device="cuda",
+                                                                             dtype=torch.bfloat16)
+
+
 @needs_gpu
 @pytest.mark.parametrize("recipe", ["blockwise", "rowwise"])
 def test_wgrad_in_the_weight_dtype_is_the_rounded_fp32_wgrad(recipe):
-    torch.manual_seed(2)
     act, _ = st.LINEAR_RECIPES[recipe]
-    lin = torch.nn.Linear(256, 384, bias=False, device="cuda", dtype=torch.bfloat16)
-    layer = st.Float8Linear.from_linear(lin, recipe=recipe)
-    x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    lin, layer, x = _cuda_layer(recipe, 256, 384, 512, seed=2)
     dy = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
     layer(x).backward(dy)
     _, _, xtq, xts = st.quantize(x, act, columnwise=True)
@@ -236,12 +241,9 @@ def test_nvfp4_fake_shapes_on_the_host():
 @needs_gpu
 @pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
 def test_rowwise_and_tensorwise_layers_use_fast_accumulation_in_the_forward_only(recipe):
-    torch.manual_seed(3)
     act, wgt = st.LINEAR_RECIPES[recipe]
-    lin = torch.nn.Linear(4096, 256, bias=False, device="cuda", dtype=torch.bfloat16)
-    layer = st.Float8Linear.from_linear(lin, recipe=recipe)
+    lin, layer, x = _cuda_layer(recipe, 4096, 256, 512, seed=3)
     assert layer.fast_accum is True
-    x = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16)
     xq, xs = st.quantize(x, act)
     wq, ws = st.quantize(lin.weight.detach(), wgt)
     ops = dict(recipe_a=act, recipe_b=wgt, scale_format="compact")
