@@ -20,20 +20,12 @@
 #include "dispatch/operands.hpp"
 #include "dispatch/verify.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using scalemm::detail::cuda_check;
 
 namespace scalemm::verify {
 namespace {
-
-
-template <typename T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  explicit DeviceBuffer(size_t n) { cuda_check(cudaMalloc(&p, n * sizeof(T) + 16), "allocation"); }
-  ~DeviceBuffer() { cudaFree(p); }
-};
-
 // Output element i in the unscaled domain: FP8 outputs are divided by their D scale.
 __device__ float load_out(const void* d, DType t, int64_t i, const float* d_scale = nullptr) {
   switch (t) {
@@ -317,28 +309,28 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
   std::vector<int64_t> rows, cols;
   if (mode == Mode::kFull) {
     const size_t count = static_cast<size_t>(args.m * args.n);
-    DeviceBuffer<float> ref_d(count), test_d(count);
+    detail::DeviceBuffer ref_d(count * 4 + 16), test_d(count * 4 + 16);  // 16 spare bytes, as the reference kernels had
     emulation::GemmOptions opt;
     opt.alpha = alpha;
     opt.out_dtype = DType::kF32;
-    DeviceBuffer<float> bias32(static_cast<size_t>(args.n));
+    detail::DeviceBuffer bias32(static_cast<size_t>(args.n) * 4 + 16);
     if (args.bias) {
       std::vector<uint16_t> hb(static_cast<size_t>(args.n));
       cuda_check(cudaMemcpy(hb.data(), args.bias, hb.size() * 2, cudaMemcpyDeviceToHost), "bias copy");
       std::vector<float> fb(hb.size());
       for (size_t i = 0; i < hb.size(); ++i) fb[i] = formats::decode_bf16(hb[i]);
-      cuda_check(cudaMemcpy(bias32.p, fb.data(), fb.size() * 4, cudaMemcpyHostToDevice), "bias copy");
-      opt.bias = bias32.p;
+      cuda_check(cudaMemcpy(bias32.as<float>(), fb.data(), fb.size() * 4, cudaMemcpyHostToDevice), "bias copy");
+      opt.bias = bias32.as<float>();
     }
     const auto qa = dispatch::as_quantized(args.a, args.m, args.k), qb = dispatch::as_quantized(args.b, args.n, args.k);
     const size_t ws = emulation::gemm_device_workspace_bytes(qa, qb);
-    DeviceBuffer<char> w(ws);
-    emulation::gemm_device(qa, qb, ref_d.p, opt, w.p, ws, cs);
-    widen<<<1024, 256, 0, cs>>>(args.d, args.d_dtype, args.d_scale, test_d.p, int64_t(count));
+    detail::DeviceBuffer w(ws + 16);
+    emulation::gemm_device(qa, qb, ref_d.as<float>(), opt, w.p, ws, cs);
+    widen<<<1024, 256, 0, cs>>>(args.d, args.d_dtype, args.d_scale, test_d.as<float>(), int64_t(count));
     ref.resize(count);
     test.resize(count);
-    cuda_check(cudaMemcpyAsync(ref.data(), ref_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
-    cuda_check(cudaMemcpyAsync(test.data(), test_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
+    cuda_check(cudaMemcpyAsync(ref.data(), ref_d.as<float>(), count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
+    cuda_check(cudaMemcpyAsync(test.data(), test_d.as<float>(), count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
     cuda_check(cudaStreamSynchronize(cs), "full reference");
     if (args.d_scale) {  // FP8 output: compare with the reference as the output saturates it
       float ds = 1.0f;
@@ -355,22 +347,22 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
       for (int64_t c = 0; c < args.n; ++c) rows.push_back(i), cols.push_back(c);
     }
     const size_t count = rows.size();
-    DeviceBuffer<float> ref_d(count), test_d(count);
-    DeviceBuffer<int64_t> rows_d(count), cols_d(count);
+    detail::DeviceBuffer ref_d(count * 4 + 16), test_d(count * 4 + 16);  // 16 spare bytes, as the reference kernels had
+    detail::DeviceBuffer rows_d(count * 8 + 16), cols_d(count * 8 + 16);
     const OperandView a_view{static_cast<const uint8_t*>(args.a.data), args.a.dtype, args.a.scale,
                              layouts::ScaleLayout(args.a.recipe, args.m, args.k, args.a.scale_format)};
     const OperandView b_view{static_cast<const uint8_t*>(args.b.data), args.b.dtype, args.b.scale,
                              layouts::ScaleLayout(args.b.recipe, args.n, args.k, args.b.scale_format)};
-    cuda_check(cudaMemcpyAsync(rows_d.p, rows.data(), count * 8, cudaMemcpyHostToDevice, cs), "indices");
-    cuda_check(cudaMemcpyAsync(cols_d.p, cols.data(), count * 8, cudaMemcpyHostToDevice, cs), "indices");
+    cuda_check(cudaMemcpyAsync(rows_d.as<int64_t>(), rows.data(), count * 8, cudaMemcpyHostToDevice, cs), "indices");
+    cuda_check(cudaMemcpyAsync(cols_d.as<int64_t>(), cols.data(), count * 8, cudaMemcpyHostToDevice, cs), "indices");
     const int64_t threads = int64_t(count) * 32;
     sampled_dot<<<unsigned((threads + 255) / 256), 256, 0, cs>>>(
-        a_view, b_view, args.d, args.d_dtype, args.d_scale, args.n, args.k, rows_d.p, cols_d.p, int64_t(count), alpha,
-        static_cast<const uint16_t*>(args.bias), ref_d.p, test_d.p);
+        a_view, b_view, args.d, args.d_dtype, args.d_scale, args.n, args.k, rows_d.as<int64_t>(), cols_d.as<int64_t>(), int64_t(count), alpha,
+        static_cast<const uint16_t*>(args.bias), ref_d.as<float>(), test_d.as<float>());
     ref.resize(count);
     test.resize(count);
-    cuda_check(cudaMemcpyAsync(ref.data(), ref_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
-    cuda_check(cudaMemcpyAsync(test.data(), test_d.p, count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
+    cuda_check(cudaMemcpyAsync(ref.data(), ref_d.as<float>(), count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
+    cuda_check(cudaMemcpyAsync(test.data(), test_d.as<float>(), count * 4, cudaMemcpyDeviceToHost, cs), "copy back");
     cuda_check(cudaStreamSynchronize(cs), "sampled reference");
   }
 

@@ -1,4 +1,4 @@
-// A device allocation for GPU test cases: freed on scope exit, filled from the host on request.
+// Device allocations for GPU test cases: freed on scope exit, filled from the host on request.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -7,27 +7,12 @@
 #include <cstddef>
 #include <vector>
 
-#define CUDA_OK(x) REQUIRE((x) == cudaSuccess)
+#include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 namespace scalemm::testing {
 
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t n) : bytes(n) { CUDA_OK(cudaMalloc(&p, n ? n : 1)); }
-  // A pageable upload may return before its DMA lands, and tests also launch on non-blocking streams
-  // that do not wait for the legacy stream: finish the copy before the buffer is used.
-  Dev(const void* host, size_t n) : Dev(n) {
-    CUDA_OK(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaDeviceSynchronize());
-  }
-  template <class T>
-  explicit Dev(const std::vector<T>& host) : Dev(host.data(), host.size() * sizeof(T)) {}
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
+/// The library's one device allocation (scalemm/detail/device_buffer.hpp): uploads finish before use.
+using Dev = scalemm::detail::DeviceBuffer;
 
 }  // namespace scalemm::testing

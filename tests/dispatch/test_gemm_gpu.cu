@@ -13,6 +13,7 @@
 #include "operands.hpp"
 #include "scalemm/emulation/compare.hpp"
 #include "support/test_support.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using scalemm::testing::HostOperand;
@@ -27,9 +28,9 @@ struct DeviceOperand {
   // scale_offset > 0 places the scales that many bytes past an aligned address.
   explicit DeviceOperand(const HostOperand& h, size_t scale_offset = 0)
       : data(h.data.data(), h.data.size()), scales(h.scales.size() + scale_offset), op(h.view()) {
-    CUDA_OK(cudaMemcpy(static_cast<char*>(scales.p) + scale_offset, h.scales.data(), h.scales.size(),
+    SCALEMM_CUDA_CHECK(cudaMemcpy(static_cast<char*>(scales.p) + scale_offset, h.scales.data(), h.scales.size(),
                        cudaMemcpyHostToDevice));
-    CUDA_OK(cudaDeviceSynchronize());  // as Dev's upload: the copy has landed before any stream reads it
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());  // as Dev's upload: the copy has landed before any stream reads it
     op.data = data.p;
     op.scale = static_cast<char*>(scales.p) + scale_offset;
   }
@@ -63,7 +64,7 @@ Result run(Handle& h, const HostOperand& a, const HostOperand& b, DType out, con
   DeviceOperand da(a, scale_offset), db(b, scale_offset);
   const size_t bytes = size_t(a.rows * b.rows) * out_bytes(out);
   Dev d(bytes);
-  CUDA_OK(cudaMemset(d.p, 0xFF, bytes));  // poison: NaN in every float type
+  SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));  // poison: NaN in every float type
   GemmArgs args;
   args.m = a.rows, args.n = b.rows, args.k = a.k;
   args.a = da.op, args.b = db.op, args.d = d.p, args.d_dtype = out, args.alpha = alpha;
@@ -79,9 +80,9 @@ Result run(Handle& h, const HostOperand& a, const HostOperand& b, DType out, con
     r.backend = h.plan(args).backend;
     h.gemm(args, nullptr);
   }
-  CUDA_OK(cudaDeviceSynchronize());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint8_t> raw(bytes);
-  CUDA_OK(cudaMemcpy(raw.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(raw.data(), d.p, bytes, cudaMemcpyDeviceToHost));
   r.gpu = widen(raw, out);
   std::vector<uint8_t> ref_raw(bytes);
   emulation::GemmOptions opt;
@@ -223,26 +224,26 @@ TEST_CASE("a captured CUDA graph replays 100 times bit-identically", "[gpu][disp
     const size_t bytes = 256 * 512 * 2;
     Dev d(bytes);
     cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     GemmArgs args;
     args.m = 256, args.n = 512, args.k = 1024;
     args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = DType::kBF16;
     h.gemm(args, s);  // warm-up: plans, heuristics and scratch exist before capture
-    CUDA_OK(cudaStreamSynchronize(s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
     std::vector<uint8_t> eager(bytes), replay(bytes);
-    CUDA_OK(cudaMemcpy(eager.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(eager.data(), d.p, bytes, cudaMemcpyDeviceToHost));
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     h.gemm(args, s);
-    CUDA_OK(cudaStreamEndCapture(s, &g));
-    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
     int identical = 0;
     for (int i = 0; i < 100; ++i) {
-      CUDA_OK(cudaMemsetAsync(d.p, 0xFF, bytes, s));
-      CUDA_OK(cudaGraphLaunch(ge, s));
-      CUDA_OK(cudaStreamSynchronize(s));
-      CUDA_OK(cudaMemcpy(replay.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d.p, 0xFF, bytes, s));
+      SCALEMM_CUDA_CHECK(cudaGraphLaunch(ge, s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(replay.data(), d.p, bytes, cudaMemcpyDeviceToHost));
       identical += replay == eager;
     }
     CAPTURE(to_string(ra), to_string(rb));
@@ -275,7 +276,7 @@ TEST_CASE("8 threads x 100 calls on one handle are bit-identical to serial calls
     args.m = 128, args.n = 256, args.k = 512;
     args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = DType::kBF16;
     h.gemm(args, nullptr);
-    CUDA_OK(cudaMemcpy(serial[t].data(), d.p, bytes, cudaMemcpyDeviceToHost));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(serial[t].data(), d.p, bytes, cudaMemcpyDeviceToHost));
   }
   std::atomic<int> identical{0}, errors{0};
   std::vector<std::thread> threads;
@@ -324,7 +325,7 @@ TEST_CASE("verification passes correct calls and names the worst element of a wr
   CHECK_NOTHROW(verify::check(args, p, verify::Mode::kSample, nullptr));
   // Corrupt one output element that the sampled rows/columns also see: a whole row.
   std::vector<float> row(256, 1e6f);
-  CUDA_OK(cudaMemcpy(static_cast<float*>(d.p) + 5 * 256, row.data(), 256 * 4, cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(static_cast<float*>(d.p) + 5 * 256, row.data(), 256 * 4, cudaMemcpyHostToDevice));
   for (auto mode : {verify::Mode::kFull, verify::Mode::kSample}) {
     try {
       verify::check(args, p, mode, nullptr);
@@ -363,14 +364,14 @@ TEST_CASE("the emulated dequantization to bf16 equals formats.hpp for every data
           Dev d_data(data), d_scales(scales), d_out(size_t(rows * k) * 2), d_shifts(sizeof(backends::EmulatedShifts));
           backends::EmulatedShifts sh{};
           sh.shift[0] = shift;
-          CUDA_OK(cudaMemcpy(d_shifts.p, &sh, sizeof sh, cudaMemcpyHostToDevice));
-          CUDA_OK(cudaMemset(d_out.p, 0xFF, d_out.bytes));
+          SCALEMM_CUDA_CHECK(cudaMemcpy(d_shifts.p, &sh, sizeof sh, cudaMemcpyHostToDevice));
+          SCALEMM_CUDA_CHECK(cudaMemset(d_out.p, 0xFF, d_out.bytes));
           const backends::EmulatedOperand op{d_data.p, dtype, d_scales.p, l};
           backends::emulated_dequantize_bf16(op, d_shifts.as<backends::EmulatedShifts>(), 0, d_out.as<uint16_t>(),
                                              nullptr);
-          CUDA_OK(cudaDeviceSynchronize());
+          SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
           std::vector<uint16_t> got(size_t(rows * k));
-          CUDA_OK(cudaMemcpy(got.data(), d_out.p, d_out.bytes, cudaMemcpyDeviceToHost));
+          SCALEMM_CUDA_CHECK(cudaMemcpy(got.data(), d_out.p, d_out.bytes, cudaMemcpyDeviceToHost));
           int64_t wrong = 0, nan = 0;
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t kk = 0; kk < k; ++kk) {
@@ -487,11 +488,11 @@ TEST_CASE("sample verification runs asynchronously and reports a wrong result at
 
   // A wrong result (every element doubled) must be caught by the sampler.
   verify::AsyncSampler sampler;
-  CUDA_OK(cudaDeviceSynchronize());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> host(256 * 512);
-  CUDA_OK(cudaMemcpy(host.data(), d.p, host.size() * 2, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(host.data(), d.p, host.size() * 2, cudaMemcpyDeviceToHost));
   for (auto& v : host) v = formats::encode_bf16(2.0f * formats::decode_bf16(v) + 1.0f);
-  CUDA_OK(cudaMemcpy(d.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(d.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
   sampler.enqueue(args, h.plan(args), nullptr);
   try {
     sampler.drain();
@@ -508,14 +509,14 @@ std::vector<uint8_t> gpu_result(Handle& h, const HostOperand& ha, const HostOper
   DeviceOperand a(ha), b(hb);
   const size_t bytes = size_t(ha.rows * hb.rows) * out_bytes(out);
   Dev d(bytes);
-  CUDA_OK(cudaMemset(d.p, 0xFF, bytes));
+  SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));
   GemmArgs args;
   args.m = ha.rows, args.n = hb.rows, args.k = ha.k;
   args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = out;
   h.gemm(args, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint8_t> raw(bytes);
-  CUDA_OK(cudaMemcpy(raw.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(raw.data(), d.p, bytes, cudaMemcpyDeviceToHost));
   return raw;
 }
 }  // namespace
@@ -592,9 +593,9 @@ Fp8Out run_fp8_out(Handle& h, const HostOperand& ha, const HostOperand& hb, DTyp
   DeviceOperand a(ha), b(hb);
   const size_t count = size_t(ha.rows * hb.rows);
   Dev d(count), scal(2 * sizeof(float));
-  CUDA_OK(cudaMemset(d.p, 0xFF, count));  // poison (0xFF is NaN in e4m3 and e5m2)
+  SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, count));  // poison (0xFF is NaN in e4m3 and e5m2)
   const float init[2] = {ds, -1.0f};
-  CUDA_OK(cudaMemcpy(scal.p, init, sizeof(init), cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(scal.p, init, sizeof(init), cudaMemcpyHostToDevice));
   GemmArgs args;
   args.m = ha.rows, args.n = hb.rows, args.k = ha.k;
   args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = out;
@@ -602,11 +603,11 @@ Fp8Out run_fp8_out(Handle& h, const HostOperand& ha, const HostOperand& hb, DTyp
   Fp8Out r;
   r.backend = h.plan(args).backend;
   h.gemm(args, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   r.gpu.resize(count);
-  CUDA_OK(cudaMemcpy(r.gpu.data(), d.p, count, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(r.gpu.data(), d.p, count, cudaMemcpyDeviceToHost));
   float back[2];
-  CUDA_OK(cudaMemcpy(back, scal.p, sizeof(back), cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(back, scal.p, sizeof(back), cudaMemcpyDeviceToHost));
   r.gpu_amax = back[1];
   GemmArgs host = args;
   host.a = ha.view(), host.b = hb.view(), host.space = MemorySpace::kHost;

@@ -14,6 +14,7 @@
 #include "grouped_inputs.hpp"
 #include "scalemm/formats.hpp"
 #include "support/test_support.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using scalemm::testing::Dev;
@@ -36,7 +37,7 @@ struct DeviceGrouped {
 
 std::vector<float> download_f32(const Dev& d, size_t count) {
   std::vector<float> h(count);
-  CUDA_OK(cudaMemcpy(h.data(), d.p, count * 4, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(h.data(), d.p, count * 4, cudaMemcpyDeviceToHost));
   return h;
 }
 
@@ -44,7 +45,7 @@ bool pair_allowed(Recipe ra, Recipe rb) { return (ra == Recipe::kNvfp4) == (rb =
 
 std::vector<uint8_t> download(const Dev& d) {
   std::vector<uint8_t> h(d.bytes);
-  CUDA_OK(cudaMemcpy(h.data(), d.p, d.bytes, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(h.data(), d.p, d.bytes, cudaMemcpyDeviceToHost));
   return h;
 }
 
@@ -59,7 +60,7 @@ int64_t f32_mismatches(const Dev& d, const std::vector<double>& expected) {
 // Elements of a bf16 D that differ from the exact products rounded to bf16.
 int64_t bf16_mismatches(const Dev& d, const std::vector<double>& expected) {
   std::vector<uint16_t> got(expected.size());
-  CUDA_OK(cudaMemcpy(got.data(), d.p, got.size() * 2, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(got.data(), d.p, got.size() * 2, cudaMemcpyDeviceToHost));
   int64_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) bad += got[i] != formats::encode_bf16(float(expected[i]));
   return bad;
@@ -82,9 +83,9 @@ TEST_CASE("grouped GEMMs on the GPU equal each group's exact product for every r
                               : scalemm::testing::make_grouped(dim, ra, rb, f, f, {s, 0, 2 * s, 3 * s}, 64, 256, rng);
           DeviceGrouped dg(in);
           Dev d(in.expected.size() * 4);
-          CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));  // NaN poison
+          SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, d.bytes));  // NaN poison
           h.grouped_gemm(dg.args(d.p, DType::kF32));
-          CUDA_OK(cudaDeviceSynchronize());
+          SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
           const auto got = download_f32(d, in.expected.size());
           int64_t bad = 0;
           for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
@@ -115,8 +116,8 @@ TEST_CASE("grouped GEMMs on the GPU are bit-identical to the same dense calls (G
     DeviceGrouped dg(in);
     const size_t bytes = in.expected.size() * 2;
     Dev grouped(bytes), dense(bytes);
-    CUDA_OK(cudaMemset(grouped.p, 0xFF, bytes));
-    CUDA_OK(cudaMemset(dense.p, 0xFF, bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(grouped.p, 0xFF, bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(dense.p, 0xFF, bytes));
     GroupedGemmArgs ga = dg.args(grouped.p, DType::kBF16);
     ga.backend = GroupedBackend::kPerGroup;  // the CUTLASS kernel runs blockwise bf16 otherwise
     h.grouped_gemm(ga);
@@ -136,10 +137,10 @@ TEST_CASE("grouped GEMMs on the GPU are bit-identical to the same dense calls (G
       h.gemm(d);
       r0 += c.sizes[g];
     }
-    CUDA_OK(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint8_t> hg(bytes), hd(bytes);
-    CUDA_OK(cudaMemcpy(hg.data(), grouped.p, bytes, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(hd.data(), dense.p, bytes, cudaMemcpyDeviceToHost));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(hg.data(), grouped.p, bytes, cudaMemcpyDeviceToHost));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(hd.data(), dense.p, bytes, cudaMemcpyDeviceToHost));
     CAPTURE(c.sizes.size(), to_string(c.ra));
     CHECK(hg == hd);
   }
@@ -153,7 +154,7 @@ TEST_CASE("the per-group backend's streams fork from and join back to the caller
   auto rng = scalemm::testing::rng(0x6B5);
   Handle h;
   cudaStream_t s = nullptr;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (GroupDim dim : {GroupDim::kM, GroupDim::kK}) {
     const Recipe rb = dim == GroupDim::kM ? Recipe::kBlock128x128 : Recipe::kBlock1x128;
     const int64_t ks = scalemm::testing::k_split(Recipe::kBlock1x128, rb);
@@ -167,12 +168,12 @@ TEST_CASE("the per-group backend's streams fork from and join back to the caller
     DeviceGrouped dg(in);
     Dev d(in.expected.size() * 4), copy(in.expected.size() * 4);
     for (int rep = 0; rep < 3; ++rep) {
-      CUDA_OK(cudaMemsetAsync(d.p, 0xFF, d.bytes, s));  // NaN poison, on the caller's stream
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d.p, 0xFF, d.bytes, s));  // NaN poison, on the caller's stream
       GroupedGemmArgs ga = dg.args(d.p, DType::kF32);
       ga.backend = GroupedBackend::kPerGroup;
       h.grouped_gemm(ga, s);
-      CUDA_OK(cudaMemcpyAsync(copy.p, d.p, d.bytes, cudaMemcpyDeviceToDevice, s));
-      CUDA_OK(cudaStreamSynchronize(s));
+      SCALEMM_CUDA_CHECK(cudaMemcpyAsync(copy.p, d.p, d.bytes, cudaMemcpyDeviceToDevice, s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
       const auto got = download_f32(copy, in.expected.size());
       int64_t bad = 0;
       for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
@@ -180,7 +181,7 @@ TEST_CASE("the per-group backend's streams fork from and join back to the caller
       CHECK(bad == 0);
     }
   }
-  CUDA_OK(cudaStreamDestroy(s));
+  SCALEMM_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 namespace {
@@ -189,25 +190,25 @@ namespace {
 template <class F>
 size_t kernel_nodes(F enqueue) {
   cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   enqueue(s);
-  CUDA_OK(cudaStreamSynchronize(s));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
   cudaGraph_t g;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   enqueue(s);
-  CUDA_OK(cudaStreamEndCapture(s, &g));
+  SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
   size_t count = 0;
-  CUDA_OK(cudaGraphGetNodes(g, nullptr, &count));
+  SCALEMM_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &count));
   std::vector<cudaGraphNode_t> nodes(count);
-  CUDA_OK(cudaGraphGetNodes(g, nodes.data(), &count));
+  SCALEMM_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &count));
   size_t kernels = 0;
   for (cudaGraphNode_t n : nodes) {
     cudaGraphNodeType t;
-    CUDA_OK(cudaGraphNodeGetType(n, &t));
+    SCALEMM_CUDA_CHECK(cudaGraphNodeGetType(n, &t));
     kernels += t == cudaGraphNodeTypeKernel;
   }
-  CUDA_OK(cudaGraphDestroy(g));
-  CUDA_OK(cudaStreamDestroy(s));
+  SCALEMM_CUDA_CHECK(cudaGraphDestroy(g));
+  SCALEMM_CUDA_CHECK(cudaStreamDestroy(s));
   return kernels;
 }
 }  // namespace
@@ -236,10 +237,10 @@ TEST_CASE("the per-group backend converts every group's scales in one launch", "
     const layouts::ScaleLayout sa(Recipe::kBlock1x128, one.m, one.k, ScaleFormat::kCublasLt),
         sb(rb, one.n, one.k, ScaleFormat::kCublasLt);
     Dev oa(size_t(one.m * one.k)), ob(size_t(one.n * one.k)), osa(size_t(sa.bytes())), osb(size_t(sb.bytes()));
-    CUDA_OK(cudaMemset(oa.p, 0, oa.bytes));
-    CUDA_OK(cudaMemset(ob.p, 0, ob.bytes));
-    CUDA_OK(cudaMemset(osa.p, 0, osa.bytes));
-    CUDA_OK(cudaMemset(osb.p, 0, osb.bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(oa.p, 0, oa.bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(ob.p, 0, ob.bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(osa.p, 0, osa.bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(osb.p, 0, osb.bytes));
     one.a = {oa.p, in.da, Recipe::kBlock1x128, osa.p, ScaleFormat::kCublasLt};
     one.b = {ob.p, in.db, rb, osb.p, ScaleFormat::kCublasLt};
     one.d = d.p, one.d_dtype = DType::kF32;
@@ -252,9 +253,9 @@ TEST_CASE("the per-group backend converts every group's scales in one launch", "
     CHECK(grouped == busy * dense + 1);
     // Given cuBLASLt's layout, m-grouped needs no conversion; k-grouped still slices each group's K.
     CHECK(grouped_lt == busy * dense + (dim == GroupDim::kM ? 0 : 1));
-    CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, d.bytes));
     h.grouped_gemm(ga);
-    CUDA_OK(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(f32_mismatches(d, in.expected) == 0);
   }
 }
@@ -266,7 +267,7 @@ TEST_CASE("graph_replay captures a per-group call once and replays it while the 
   auto rng = scalemm::testing::rng(0x6B7);
   Handle h;
   cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (GroupDim dim : {GroupDim::kM, GroupDim::kK}) {
     const Recipe rb = dim == GroupDim::kM ? Recipe::kBlock128x128 : Recipe::kBlock1x128;
     const int64_t ks = scalemm::testing::k_split(Recipe::kBlock1x128, rb);
@@ -282,22 +283,22 @@ TEST_CASE("graph_replay captures a per-group call once and replays it while the 
     DeviceGrouped dg(first);
     Dev d(first.expected.size() * 4);
     auto run = [&](const GroupedInputs& in, const std::vector<int64_t>& sizes) {
-      CUDA_OK(cudaMemsetAsync(d.p, 0xFF, d.bytes, s));  // NaN poison
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d.p, 0xFF, d.bytes, s));  // NaN poison
       GroupedGemmArgs ga = dg.args(d.p, DType::kF32);   // f32 out: the per-group backend
       ga.group_sizes = sizes.data();
       ga.graph_replay = true;
       h.grouped_gemm(ga, s);
-      CUDA_OK(cudaStreamSynchronize(s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
       const auto got = download_f32(d, in.expected.size());
       int64_t bad = 0;
       for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
       return bad;
     };
     auto upload = [&](const GroupedInputs& in) {  // new contents, same buffers
-      CUDA_OK(cudaMemcpy(dg.ad.p, in.a_data.data(), in.a_data.size(), cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemcpy(dg.as.p, in.a_scale.data(), in.a_scale.size(), cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemcpy(dg.bd.p, in.b_data.data(), in.b_data.size(), cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemcpy(dg.bs.p, in.b_scale.data(), in.b_scale.size(), cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(dg.ad.p, in.a_data.data(), in.a_data.size(), cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(dg.as.p, in.a_scale.data(), in.a_scale.size(), cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(dg.bd.p, in.b_data.data(), in.b_data.size(), cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(dg.bs.p, in.b_scale.data(), in.b_scale.size(), cudaMemcpyHostToDevice));
     };
     CAPTURE(to_string(dim));
     const Handle::GraphCounts c0 = h.grouped_graph_counts();
@@ -322,7 +323,7 @@ TEST_CASE("graph_replay captures a per-group call once and replays it while the 
       GroupedGemmArgs ga = dg.args(d.p, DType::kF32);
       ga.group_sizes = split1.data();
       other_handle.grouped_gemm(ga, s);
-      CUDA_OK(cudaStreamSynchronize(s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
     }
     CHECK(run(second, split1) == 0);
     CHECK(h.grouped_graph_counts().captures == c0.captures + 3);
@@ -331,10 +332,10 @@ TEST_CASE("graph_replay captures a per-group call once and replays it while the 
     ga.group_sizes = split1.data();
     ga.graph_replay = true;
     h.grouped_gemm(ga);
-    CUDA_OK(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(h.grouped_graph_counts().captures == c0.captures + 3);
   }
-  CUDA_OK(cudaStreamDestroy(s));
+  SCALEMM_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 100 times identically",
@@ -365,12 +366,12 @@ TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 
     outs.push_back(std::make_unique<Dev>(in->expected.size() * ob));
   }
   cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto step = [&] {
     for (size_t i = 0; i < 3; ++i) h.grouped_gemm(ops[i]->args(outs[i]->p, out), s);
   };
   step();  // warm-up: plans, scratch and staging exist before capture
-  CUDA_OK(cudaStreamSynchronize(s));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<std::vector<uint8_t>> eager;
   for (size_t i = 0; i < 3; ++i) {
     eager.push_back(download(*outs[i]));
@@ -386,15 +387,15 @@ TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 
   }
   cudaGraph_t g;
   cudaGraphExec_t ge;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   step();
-  CUDA_OK(cudaStreamEndCapture(s, &g));
-  CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+  SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
   int identical = 0;
   for (int r = 0; r < 100; ++r) {
-    for (auto& o : outs) CUDA_OK(cudaMemsetAsync(o->p, 0xFF, o->bytes, s));
-    CUDA_OK(cudaGraphLaunch(ge, s));
-    CUDA_OK(cudaStreamSynchronize(s));
+    for (auto& o : outs) SCALEMM_CUDA_CHECK(cudaMemsetAsync(o->p, 0xFF, o->bytes, s));
+    SCALEMM_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
     bool same = true;
     for (size_t i = 0; i < 3; ++i) same = same && download(*outs[i]) == eager[i];
     identical += same;
@@ -419,8 +420,8 @@ TEST_CASE("compact scales off 16-byte alignment run natively and exactly", "[gpu
       auto b = scalemm::testing::exact_operand(rb, n, k, ScaleFormat::kCompact, rng);
       Dev ad(a.data), bd(b.data), d(size_t(m * n) * 4);
       Dev as(a.scales.size() + 16), bs(b.scales.size() + 16);
-      CUDA_OK(cudaMemcpy(as.as<uint8_t>() + 8, a.scales.data(), a.scales.size(), cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemcpy(bs.as<uint8_t>() + 4, b.scales.data(), b.scales.size(), cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(as.as<uint8_t>() + 8, a.scales.data(), a.scales.size(), cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(bs.as<uint8_t>() + 4, b.scales.data(), b.scales.size(), cudaMemcpyHostToDevice));
       GemmArgs g;
       g.m = m, g.n = n, g.k = k;
       g.a = a.view(), g.a.data = ad.p, g.a.scale = as.as<uint8_t>() + 8;
@@ -430,7 +431,7 @@ TEST_CASE("compact scales off 16-byte alignment run natively and exactly", "[gpu
       const Plan p = h.plan(g);
       CHECK((p.backend == Backend::kNative || p.backend == Backend::kConvertNative));
       h.gemm(g);
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       const auto got = download_f32(d, size_t(m * n));
       int64_t bad = 0;
       for (int64_t i = 0; i < m; ++i)
@@ -463,13 +464,13 @@ TEST_CASE("m-grouped groups that start off 16-byte alignment run on aligned copi
                                                    ScaleFormat::kCompact, c.sizes, c.k, c.n, rng);
     DeviceGrouped dg(in);
     Dev d(in.expected.size() * 4);
-    CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, d.bytes));
     GroupedGemmArgs ga = dg.args(d.p, DType::kF32);
     const std::string plan = h.explain(ga);
     CAPTURE(to_string(c.ra), to_string(c.rb), c.k, c.n, plan);
     CHECK((plan.find("run on aligned copies") != std::string::npos) == c.staged);
     h.grouped_gemm(ga);
-    CUDA_OK(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(f32_mismatches(d, in.expected) == 0);
     CHECK(cudaGetLastError() == cudaSuccess);
   }
@@ -511,13 +512,13 @@ TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 
                                                    c.sizes, c.m_or_k, c.n, rng);
     DeviceGrouped dg(in);
     Dev d(in.expected.size() * 2);
-    CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));  // NaN poison: every element must be written
+    SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, d.bytes));  // NaN poison: every element must be written
     GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
     ga.backend = GroupedBackend::kCutlass;
     CAPTURE(to_string(c.dim), to_string(c.ra), to_string(c.rb), c.sizes.size(), in.m, in.n, in.k);
     CHECK(h.explain(ga).find("CUTLASS grouped backend") != std::string::npos);
     h.grouped_gemm(ga);
-    CUDA_OK(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(bf16_mismatches(d, in.expected) == 0);
   }
 }
@@ -537,7 +538,7 @@ TEST_CASE("auto leaves large even groups with host sizes to the per-group backen
     DeviceGrouped dg(in);
     for (GroupedBackend backend : {GroupedBackend::kAuto, GroupedBackend::kCutlass}) {
       Dev d(in.expected.size() * 2);
-      CUDA_OK(cudaMemset(d.p, 0xFF, d.bytes));
+      SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, d.bytes));
       GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
       ga.backend = backend;
       const std::string plan = h.explain(ga);
@@ -545,7 +546,7 @@ TEST_CASE("auto leaves large even groups with host sizes to the per-group backen
       if (backend == GroupedBackend::kAuto) CHECK(plan.find("measured faster as one cuBLASLt call per group") != std::string::npos);
       else CHECK(plan.find("CUTLASS grouped backend") != std::string::npos);
       h.grouped_gemm(ga);
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       CHECK(bf16_mismatches(d, in.expected) == 0);
     }
     // Device-side sizes keep the kernel: the per-group backend would read them back synchronously.
@@ -574,15 +575,15 @@ TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) wit
     DeviceGrouped dg(in);
     const size_t bytes = in.expected.size() * 2;
     Dev ref(bytes), got(bytes), status(4);
-    CUDA_OK(cudaMemset(ref.p, 0xFF, bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(ref.p, 0xFF, bytes));
     h.grouped_gemm(dg.args(ref.p, DType::kBF16));
-    CUDA_OK(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(bf16_mismatches(ref, in.expected) == 0);
     std::vector<int32_t> s32(sizes.begin(), sizes.end());
     Dev d32(s32), d64(sizes);
     for (bool wide : {false, true}) {
-      CUDA_OK(cudaMemset(got.p, 0xFF, bytes));
-      CUDA_OK(cudaMemset(status.p, 0x7F, 4));
+      SCALEMM_CUDA_CHECK(cudaMemset(got.p, 0xFF, bytes));
+      SCALEMM_CUDA_CHECK(cudaMemset(status.p, 0x7F, 4));
       GroupedGemmArgs ga = dg.args(got.p, DType::kBF16);
       ga.group_sizes = nullptr;
       ga.group_sizes_device = wide ? d64.p : d32.p;
@@ -591,10 +592,10 @@ TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) wit
       CAPTURE(variant, wide);
       CHECK(h.explain(ga).find("device-side sizes") != std::string::npos);
       h.grouped_gemm(ga);
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       CHECK(download(got) == download(ref));
       int32_t st = -1;
-      CUDA_OK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
       CHECK(st == 0);
     }
   }
@@ -616,18 +617,18 @@ TEST_CASE("invalid device-side sizes make the CUTLASS grouped kernel write nothi
   };
   for (const Bad& b : {Bad{{64, -1, 193}, 2}, Bad{{64, 64, 127}, 4}, Bad{{256, 0, 1}, 4}}) {
     Dev sizes(b.sizes);
-    CUDA_OK(cudaMemset(d.p, 0xFF, bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));
     GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
     ga.group_sizes = nullptr;
     ga.group_sizes_device = sizes.p;
     ga.device_status = status.as<int32_t>();
     h.grouped_gemm(ga);
-    CUDA_OK(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     const auto got = download(d);
     CAPTURE(b.sizes[0], b.sizes[1], b.sizes[2]);
     CHECK(std::all_of(got.begin(), got.end(), [](uint8_t v) { return v == 0xFF; }));
     int32_t st = 0;
-    CUDA_OK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
     CHECK(st == b.status);
   }
   CHECK(cudaGetLastError() == cudaSuccess);
@@ -648,21 +649,21 @@ TEST_CASE("m-grouped with device-side sizes changing between graph replays is co
   Dev got(bytes), want(bytes), status(4);
   Dev sizes(size_t(G) * 4);
   cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   GroupedGemmArgs ga = dg.args(got.p, DType::kBF16);
   ga.group_sizes = nullptr;
   ga.group_sizes_device = sizes.p;
   ga.device_status = status.as<int32_t>();
   std::vector<int32_t> split(size_t(G), 64);
-  CUDA_OK(cudaMemcpy(sizes.p, split.data(), sizes.bytes, cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(sizes.p, split.data(), sizes.bytes, cudaMemcpyHostToDevice));
   h.grouped_gemm(ga, s);  // warm-up: the stream's staging exists before capture
-  CUDA_OK(cudaStreamSynchronize(s));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   h.grouped_gemm(ga, s);  // a host synchronisation here would end the capture with an error
-  CUDA_OK(cudaStreamEndCapture(s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   std::mt19937_64 r2(0x6C4);
   int correct = 0, replays = 20;
   for (int r = 0; r < replays; ++r) {
@@ -673,17 +674,17 @@ TEST_CASE("m-grouped with device-side sizes changing between graph replays is co
     std::vector<int64_t> host(static_cast<size_t>(G));
     for (int64_t g = 0; g < G; ++g) host[size_t(g)] = cuts[size_t(g) + 1] - cuts[size_t(g)];
     std::vector<int32_t> h32(host.begin(), host.end());
-    CUDA_OK(cudaMemcpyAsync(sizes.p, h32.data(), sizes.bytes, cudaMemcpyHostToDevice, s));
-    CUDA_OK(cudaMemsetAsync(got.p, 0xFF, bytes, s));
-    CUDA_OK(cudaGraphLaunch(exec, s));
+    SCALEMM_CUDA_CHECK(cudaMemcpyAsync(sizes.p, h32.data(), sizes.bytes, cudaMemcpyHostToDevice, s));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(got.p, 0xFF, bytes, s));
+    SCALEMM_CUDA_CHECK(cudaGraphLaunch(exec, s));
     // The same split as an eager call with host sizes.
-    CUDA_OK(cudaMemsetAsync(want.p, 0xFF, bytes, s));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(want.p, 0xFF, bytes, s));
     GroupedGemmArgs eager = dg.args(want.p, DType::kBF16);
     eager.group_sizes = host.data();
     h.grouped_gemm(eager, s);
-    CUDA_OK(cudaStreamSynchronize(s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
     int32_t st = -1;
-    CUDA_OK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
     const auto a = download(got), b = download(want);
     std::vector<uint16_t> elems(a.size() / 2);
     std::memcpy(elems.data(), a.data(), a.size());

@@ -14,6 +14,7 @@
 #include "scalemm/grouped_linear.hpp"
 #include "scalemm/linear.hpp"
 #include "support/test_support.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using scalemm::testing::Dev;
@@ -23,7 +24,7 @@ namespace {
 template <class T>
 std::vector<T> download(const void* p, size_t count) {
   std::vector<T> out(count);
-  if (count) CUDA_OK(cudaMemcpy(out.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+  if (count) SCALEMM_CUDA_CHECK(cudaMemcpy(out.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
   return out;
 }
 
@@ -44,19 +45,19 @@ void check_against_dense(LinearRecipe lr, const std::vector<int64_t>& sizes, boo
   const auto dy = scalemm::testing::make_input(t, n, exact, rng);
   Dev dx_in(x), dw_in(w), ddy(dy);
   cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   Handle h;
 
   // The grouped layer, outputs poisoned.
   Dev y(size_t(t * n) * 2), dx(size_t(t * k) * 2), dw(size_t(g * n * k) * 4);
-  CUDA_OK(cudaMemset(y.p, 0xFF, y.bytes));
-  CUDA_OK(cudaMemset(dx.p, 0xFF, dx.bytes));
-  CUDA_OK(cudaMemset(dw.p, 0xFF, dw.bytes));
+  SCALEMM_CUDA_CHECK(cudaMemset(y.p, 0xFF, y.bytes));
+  SCALEMM_CUDA_CHECK(cudaMemset(dx.p, 0xFF, dx.bytes));
+  SCALEMM_CUDA_CHECK(cudaMemset(dw.p, 0xFF, dw.bytes));
   GroupedScaledLinear grouped(h, lr, g, n, k);
   grouped.set_weight(dw_in.as<float>(), s);
   grouped.forward(dx_in.as<float>(), sizes.data(), y.as<uint16_t>(), s);
   grouped.backward(ddy.as<float>(), dx.as<uint16_t>(), wgrad ? dw.as<float>() : nullptr, s);
-  CUDA_OK(cudaStreamSynchronize(s));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
   const auto gy = download<uint16_t>(y.p, size_t(t * n));
   const auto gdx = download<uint16_t>(dx.p, size_t(t * k));
   const auto gdw = download<float>(dw.p, size_t(g * n * k));
@@ -76,7 +77,7 @@ void check_against_dense(LinearRecipe lr, const std::vector<int64_t>& sizes, boo
     dense.set_weight(dw_in.as<float>() + e * n * k, s);
     dense.forward(dx_in.as<float>() + row * k, mg, ey.as<uint16_t>(), s);
     dense.backward(ddy.as<float>() + row * n, edx.as<uint16_t>(), wgrad ? edw.as<float>() : nullptr, s);
-    CUDA_OK(cudaStreamSynchronize(s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
     const auto ry = download<uint16_t>(ey.p, size_t(mg * n));
     const auto rdx = download<uint16_t>(edx.p, size_t(mg * k));
     CHECK(byte_mismatches(ry.data(), gy.data() + row * n, ry.size()) == 0);
@@ -87,8 +88,8 @@ void check_against_dense(LinearRecipe lr, const std::vector<int64_t>& sizes, boo
     }
     row += mg;
   }
-  CUDA_OK(cudaStreamDestroy(s));
-  CUDA_OK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaStreamDestroy(s));
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace

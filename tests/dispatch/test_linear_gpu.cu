@@ -22,6 +22,7 @@
 #include "device_buffer.hpp"
 #include "linear_inputs.hpp"
 #include "support/test_support.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using scalemm::testing::make_input;
@@ -84,14 +85,14 @@ LayerRun run_layer(Handle& h, cudaStream_t s, LinearRecipe recipe, int64_t m, in
   r.dy = make_input(m, n, exact, rng);
   Dev x(r.x), w(r.w), dy(r.dy);
   Dev y(size_t(m * n) * 2), dx(size_t(m * k) * 2), dw(size_t(n * k) * 4);
-  CUDA_OK(cudaMemset(y.p, 0xFF, y.bytes));
-  CUDA_OK(cudaMemset(dx.p, 0xFF, dx.bytes));
-  CUDA_OK(cudaMemset(dw.p, 0xFF, dw.bytes));
+  SCALEMM_CUDA_CHECK(cudaMemset(y.p, 0xFF, y.bytes));
+  SCALEMM_CUDA_CHECK(cudaMemset(dx.p, 0xFF, dx.bytes));
+  SCALEMM_CUDA_CHECK(cudaMemset(dw.p, 0xFF, dw.bytes));
   ScaledLinear layer(h, recipe, n, k, opt);
   layer.set_weight(w.as<float>(), s);
   layer.forward(x.as<float>(), m, y.as<uint16_t>(), s);
   layer.backward(dy.as<float>(), dx.as<uint16_t>(), dw.as<float>(), s);
-  CUDA_OK(cudaStreamSynchronize(s));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
 
   for (LinearGemm which : {LinearGemm::kForward, LinearGemm::kDgrad, LinearGemm::kWgrad}) {
     GemmCheck& c = r.g[int(which)];
@@ -135,7 +136,7 @@ LayerRun run_layer(Handle& h, cudaStream_t s, LinearRecipe recipe, int64_t m, in
 
 struct TestStream {
   cudaStream_t s = nullptr;
-  TestStream() { CUDA_OK(cudaStreamCreate(&s)); }
+  TestStream() { SCALEMM_CUDA_CHECK(cudaStreamCreate(&s)); }
   ~TestStream() { cudaStreamDestroy(s); }
 };
 
@@ -221,7 +222,7 @@ TEST_CASE("linear layer: W^T for dgrad is the exact transpose of W (bytes, scale
       layer.set_weight(w.as<float>(), nullptr);
       layer.forward(x.as<float>(), m, y.as<uint16_t>(), nullptr);
       layer.backward(dy.as<float>(), dx.as<uint16_t>(), nullptr, nullptr);
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       const GemmOperand wop = layer.gemm_args(LinearGemm::kForward).b;  // W (N, K)
       const GemmOperand wtop = layer.gemm_args(LinearGemm::kDgrad).b;   // W^T (K, N)
       HostCopy hwq(wop, n, k), hwt(wtop, k, n);
@@ -235,7 +236,7 @@ TEST_CASE("linear layer: W^T for dgrad is the exact transpose of W (bytes, scale
       REQUIRE(lwt == layouts::transposed(lw, lwt.format));
       Dev gpu_t(size_t(lwt.bytes()));
       layouts::gpu::transpose(lw, wop.scale, lwt, gpu_t.p, nullptr);
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       const auto via_gpu = download(gpu_t.p, size_t(lwt.bytes()));
       std::vector<uint8_t> via_host(size_t(lwt.bytes()));
       layouts::transpose(lw, hwq.scales.data(), lwt, via_host.data());
@@ -274,16 +275,16 @@ TEST_CASE("linear layer: buffers are allocated once and reused for every M up to
     for (int64_t m : {264, 128, 256}) {
       layer.forward(x.as<float>(), m, y.as<uint16_t>(), nullptr);
       layer.backward(dy.as<float>(), dx.as<uint16_t>(), dwb.as<float>(), nullptr);
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       const GemmArgs f = layer.gemm_args(LinearGemm::kForward), g = layer.gemm_args(LinearGemm::kWgrad);
       const void* ptrs[6] = {f.a.data, f.a.scale, f.b.data, g.a.data, g.b.data, g.b.scale};
       if (iter == 0 && m == 264) std::memcpy(ptrs0, ptrs, sizeof ptrs);
       for (int i = 0; i < 6; ++i) CHECK(ptrs[i] == ptrs0[i]);
       // After one pass over the shapes (the Handle's scratch and plan caches are warm), nothing more
       // is allocated.
-      if (iter == 0 && m == 256) CUDA_OK(cudaMemGetInfo(&free0, &total));
+      if (iter == 0 && m == 256) SCALEMM_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
     }
-  CUDA_OK(cudaMemGetInfo(&free1, &total));
+  SCALEMM_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
   CHECK(free1 >= free0);
 }
 
@@ -302,7 +303,7 @@ TEST_CASE("linear layer: an unpadded 128x128 weight scale grid on the device is 
   ScaledLinear layer(h, LinearRecipe::kBlockwiseFp8, n, k);
   layer.set_weight(w.as<float>(), nullptr);
   layer.forward(x.as<float>(), m, y.as<uint16_t>(), nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   GemmArgs args = layer.gemm_args(LinearGemm::kForward);
   const layouts::ScaleLayout blk(Recipe::kBlock128x128, n, k, ScaleFormat::kCublasLt);
   REQUIRE(args.b.scale_format == ScaleFormat::kCublasLt);
@@ -335,7 +336,7 @@ TEST_CASE("linear layer: an unpadded 128x128 weight scale grid on the device is 
   args.b.scale = bad.p;
   args.d = y_bad.p;
   h.gemm(args, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   const auto good_v = widen(download<uint16_t>(y.p, size_t(m * n)));
   const auto bad_v = widen(download<uint16_t>(y_bad.p, size_t(m * n)));
   const auto cmp = emulation::compare(good_v.data(), bad_v.data(), m * n);

@@ -19,6 +19,7 @@
 #include "scalemm/grouped.hpp"
 #include "scalemm/scalemm.h"
 #include "support/test_support.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using scalemm::testing::HostOperand;
@@ -28,8 +29,8 @@ namespace {
 struct DeviceGuard {  // makes `d` current for a scope
   int prev = 0;
   explicit DeviceGuard(int d) {
-    CUDA_OK(cudaGetDevice(&prev));
-    CUDA_OK(cudaSetDevice(d));
+    SCALEMM_CUDA_CHECK(cudaGetDevice(&prev));
+    SCALEMM_CUDA_CHECK(cudaSetDevice(d));
   }
   ~DeviceGuard() { cudaSetDevice(prev); }
 };
@@ -52,7 +53,7 @@ struct DenseOnDevice {
   }
   std::vector<uint8_t> download() const {
     std::vector<uint8_t> out(d->bytes);
-    CUDA_OK(cudaMemcpy(out.data(), d->p, d->bytes, cudaMemcpyDeviceToHost));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(out.data(), d->p, d->bytes, cudaMemcpyDeviceToHost));
     return out;
   }
 };
@@ -72,7 +73,7 @@ struct GroupedOnDevice {
   }
   std::vector<uint8_t> download() const {
     std::vector<uint8_t> out(d->bytes);
-    CUDA_OK(cudaMemcpy(out.data(), d->p, d->bytes, cudaMemcpyDeviceToHost));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(out.data(), d->p, d->bytes, cudaMemcpyDeviceToHost));
     return out;
   }
 };
@@ -88,7 +89,7 @@ struct Work {
        const testing::GroupedInputs& g, int dev)
       : block(ba, bb, dev), mx(ma, mb, dev), emulated(ma, mb, dev), grouped(g, dev), device(dev) {
     DeviceGuard guard(dev);
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   }
   ~Work() {
     DeviceGuard guard(device);
@@ -102,7 +103,7 @@ struct Work {
   }
   std::vector<std::vector<uint8_t>> results() {
     DeviceGuard guard(device);
-    CUDA_OK(cudaStreamSynchronize(stream));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
     return {block.download(), mx.download(), emulated.download(), grouped.download()};
   }
 };
@@ -131,7 +132,7 @@ struct Inputs {
 
 TEST_CASE("on one GPU a call on a created stream plans for device 0 and names it", "[gpu][dispatch][devices]") {
   int count = 0;
-  CUDA_OK(cudaGetDeviceCount(&count));
+  SCALEMM_CUDA_CHECK(cudaGetDeviceCount(&count));
   REQUIRE(DeviceTarget::all().size() == size_t(count));
   CHECK(DeviceTarget::all().front().ordinal == 0);
   CHECK_THROWS_AS(DeviceTarget::of_device(count), Error);
@@ -151,7 +152,7 @@ TEST_CASE("on one GPU a call on a created stream plans for device 0 and names it
   const cudaStream_t own = again.stream;
   again.stream = nullptr;
   again.run(h2, f2);
-  CUDA_OK(cudaDeviceSynchronize());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   again.stream = own;
   CHECK(again.results() == on_stream);
 }
@@ -206,9 +207,9 @@ TEST_CASE("a handle destroyed while the other device is current frees each devic
   Inputs in;
   auto free_on = [](int dev) {
     DeviceGuard g(dev);
-    CUDA_OK(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     size_t free = 0, total = 0;
-    CUDA_OK(cudaMemGetInfo(&free, &total));
+    SCALEMM_CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return free;
   };
   Work w0(in.ba, in.bb, in.ma, in.mb, in.g, 0), w1(in.ba, in.bb, in.ma, in.mb, in.g, 1);
@@ -232,12 +233,12 @@ TEST_CASE("a handle destroyed while the other device is current frees each devic
     // Each device holds at least one 32 MiB cuBLASLt workspace of this handle.
     CHECK(free_on(0) + (size_t(32) << 20) <= before0);
     CHECK(free_on(1) + (size_t(32) << 20) <= before1);
-    CUDA_OK(cudaSetDevice(1));
+    SCALEMM_CUDA_CHECK(cudaSetDevice(1));
     h.reset();
     f.reset();
     CHECK(cudaGetLastError() == cudaSuccess);
     int current = -1;
-    CUDA_OK(cudaGetDevice(&current));
+    SCALEMM_CUDA_CHECK(cudaGetDevice(&current));
     CHECK(current == 1);  // destruction restores the caller's device
   }
   // Freed on their own devices (4 MiB of slack for the runtime's own allocations, against the 32 MiB
@@ -289,7 +290,7 @@ TEST_CASE("device memory of device 1 on a stream of device 0 is refused by name,
   CHECK(scalemm_gemm(ch, &g, w0.stream) == SCALEMM_STATUS_INVALID_ARGUMENT);
   CHECK_THAT(std::string(scalemm_last_error_message()), Catch::Contains("pointer-device"));
   CHECK(scalemm_handle_destroy(ch) == SCALEMM_STATUS_OK);
-  CUDA_OK(cudaStreamSynchronize(w0.stream));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(w0.stream));
   CHECK(w0.mx.download() == before);  // nothing ran
 }
 
@@ -341,18 +342,18 @@ void every_recipe_on(std::initializer_list<int> order) {
           dt = std::make_unique<testing::Dev>(size_t(db));
           st = std::make_unique<testing::Dev>(stb);
           g = std::make_unique<testing::Dev>(size_t(4));
-          CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+          SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         }
         DeviceGuard current(other);
         quantize_device(SourceMatrix{src->p, src_dtype, R, C}, cfg,
                         QuantizeOutputs{d->p, s->p, dt->p, st->p, static_cast<float*>(g->p)}, nullptr, 0, stream);
         int now = -1;
-        CUDA_OK(cudaGetDevice(&now));
+        SCALEMM_CUDA_CHECK(cudaGetDevice(&now));
         CHECK(now == other);  // the call restored the caller's device
-        CUDA_OK(cudaStreamSynchronize(stream));
+        SCALEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
         const auto get = [](const testing::Dev& b) {
           std::vector<uint8_t> v(b.bytes);
-          CUDA_OK(cudaMemcpy(v.data(), b.p, b.bytes, cudaMemcpyDeviceToHost));
+          SCALEMM_CUDA_CHECK(cudaMemcpy(v.data(), b.p, b.bytes, cudaMemcpyDeviceToHost));
           return v;
         };
         CHECK(get(*d) == hd);
@@ -361,10 +362,10 @@ void every_recipe_on(std::initializer_list<int> order) {
         CHECK(get(*st) == hst);
         if (r == Recipe::kNvfp4) {
           float gd = 0;
-          CUDA_OK(cudaMemcpy(&gd, g->p, 4, cudaMemcpyDeviceToHost));
+          SCALEMM_CUDA_CHECK(cudaMemcpy(&gd, g->p, 4, cudaMemcpyDeviceToHost));
           CHECK(gd == hg);
         }
-        CUDA_OK(cudaStreamDestroy(stream));
+        SCALEMM_CUDA_CHECK(cudaStreamDestroy(stream));
       }
     // Dense (native blockwise, MXFP8, forced emulated) and grouped, the other device current.
     std::vector<std::vector<uint8_t>> single;

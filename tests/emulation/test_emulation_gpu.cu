@@ -14,36 +14,19 @@
 
 #include "detail/fast_codecs.cuh"
 #include "emu_test_util.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 #include "scalemm/status.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace emu_test;
 
 namespace {
 
-#define CUDA_OK(x) REQUIRE((x) == cudaSuccess)
-
-/// A device buffer holding a copy of host bytes (or `bytes` of fill).
-struct DevBuf {
-  void* p = nullptr;
-  size_t n = 0;
-  explicit DevBuf(size_t bytes, int fill = 0) : n(bytes) {
-    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
-    CUDA_OK(cudaMemset(p, fill, bytes ? bytes : 1));
-  }
+/// A device buffer holding a copy of host bytes, or `bytes` of fill (zero unless told: counters).
+struct DevBuf : scalemm::detail::DeviceBuffer {
+  explicit DevBuf(size_t bytes, int fill = 0) : DeviceBuffer(bytes, fill) {}
   template <class T>
-  explicit DevBuf(const std::vector<T>& h) : DevBuf(h.size() * sizeof(T)) {
-    CUDA_OK(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
-  }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  template <class T = uint8_t>
-  std::vector<T> get() const {
-    std::vector<T> h(n / sizeof(T));
-    REQUIRE(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost) == cudaSuccess);
-    return h;
-  }
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
+  explicit DevBuf(const std::vector<T>& h) : DeviceBuffer(h) {}
 };
 
 std::vector<float> wide(std::mt19937_64& g, int64_t n) {
@@ -165,20 +148,20 @@ void check_quantizers_identical(const Shape* shapes, size_t n_shapes, bool misal
                                         : static_cast<const void*>(dxh.as<uint16_t>() + sh4);
             SourceMatrix src{sp, src_dtype, R, C};
             quantize_device(src, cfg, o, nullptr, 0, nullptr);
-            CUDA_OK(cudaDeviceSynchronize());
+            SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
             const auto strip = [ob](std::vector<uint8_t> v) {
               v.erase(v.begin(), v.begin() + std::ptrdiff_t(ob));
               return v;
             };
             if (cfg.rowwise) {
-              expect_same_bytes(strip(d.get()), h.data, 1, "rowwise data", "");
-              expect_same_bytes(s.get(), h.scales, 1, "rowwise scales", "");
+              expect_same_bytes(strip(d.download()), h.data, 1, "rowwise data", "");
+              expect_same_bytes(s.download(), h.scales, 1, "rowwise scales", "");
             }
             if (cfg.columnwise) {
-              expect_same_bytes(strip(dt.get()), h.data_t, 1, "columnwise data", "");
-              expect_same_bytes(st.get(), h.scales_t, 1, "columnwise scales", "");
+              expect_same_bytes(strip(dt.download()), h.data_t, 1, "columnwise data", "");
+              expect_same_bytes(st.download(), h.scales_t, 1, "columnwise scales", "");
             }
-            if (r == Recipe::kNvfp4) CHECK(gs.get<float>()[0] == h.global);
+            if (r == Recipe::kNvfp4) CHECK(gs.download<float>()[0] == h.global);
           }
   }
 }
@@ -238,16 +221,16 @@ TEST_CASE("A given tensor amax (one read of the source) gives the host's bytes o
                               cfg.columnwise ? st.p : nullptr, gs.as<float>()};
             SourceMatrix src{sd == DType::kF32 ? dx.p : dxb.p, sd, R, C, da.as<float>()};
             quantize_device(src, cfg, o, nullptr, 0, nullptr);
-            CUDA_OK(cudaDeviceSynchronize());
+            SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
             if (cfg.rowwise) {
-              expect_same_bytes(d.get(), h.data, 1, "rowwise data", "");
-              expect_same_bytes(s.get(), h.scales, 1, "rowwise scales", "");
+              expect_same_bytes(d.download(), h.data, 1, "rowwise data", "");
+              expect_same_bytes(s.download(), h.scales, 1, "rowwise scales", "");
             }
             if (cfg.columnwise) {
-              expect_same_bytes(dt.get(), h.data_t, 1, "columnwise data", "");
-              expect_same_bytes(st.get(), h.scales_t, 1, "columnwise scales", "");
+              expect_same_bytes(dt.download(), h.data_t, 1, "columnwise data", "");
+              expect_same_bytes(st.download(), h.scales_t, 1, "columnwise scales", "");
             }
-            if (r == Recipe::kNvfp4) CHECK(gs.get<float>()[0] == h.global);
+            if (r == Recipe::kNvfp4) CHECK(gs.download<float>()[0] == h.global);
           }
   }
 }
@@ -278,8 +261,8 @@ TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emu
             dequantize_host(h.rowwise(), hd.data(), out);
             DevBuf dd(bytes);
             dequantize_device(dop.t, dd.p, out, nullptr);
-            CUDA_OK(cudaDeviceSynchronize());
-            expect_same_bytes(dd.get(), hd, int(dtype_bits(out) / 8), what, std::string(to_string(out)));
+            SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+            expect_same_bytes(dd.download(), hd, int(dtype_bits(out) / 8), what, std::string(to_string(out)));
             // A strided view: columns [0, C - 2) with row stride C. Tensorwise only, whose one scale
             // does not depend on K (other layouts' grids change with K).
             if (r == Recipe::kTensorwise && C > 2) {
@@ -291,8 +274,8 @@ TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emu
               dequantize_host(hv, hvd.data(), out);
               DevBuf dvd(vb);
               dequantize_device(dv, dvd.p, out, nullptr);
-              CUDA_OK(cudaDeviceSynchronize());
-              expect_same_bytes(dvd.get(), hvd, int(dtype_bits(out) / 8), what + " strided view",
+              SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+              expect_same_bytes(dvd.download(), hvd, int(dtype_bits(out) / 8), what + " strided view",
                                 std::string(to_string(out)));
             }
           }
@@ -315,8 +298,8 @@ TEST_CASE("transpose_device moves every byte of a batch of matrices to its trans
     for (auto& v : h) v = uint8_t(g());
     DevBuf src(h), dst(size_t(std::max<int64_t>(n, 1)), 0xAB);
     transpose_device(static_cast<uint8_t*>(src.p) + sh.offset, sh.b, sh.r, sh.c, dst.p, nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    const auto got = dst.get();
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = dst.download();
     int64_t wrong = 0;
     for (int64_t b = 0; b < sh.b; ++b)
       for (int64_t r = 0; r < sh.r; ++r)
@@ -355,8 +338,8 @@ TEST_CASE("GPU reference GEMM equals the exact product on exact-by-construction 
         o.bias = dbias.as<float>();
         o.out_dtype = out;
         gemm_device(da.t, db.t, dd.p, o, nullptr, 0, nullptr);
-        CUDA_OK(cudaDeviceSynchronize());
-        CHECK(dd.get() == want);
+        SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+        CHECK(dd.download() == want);
       }
     }
 }
@@ -375,8 +358,8 @@ TEST_CASE("GPU reference GEMM is bit-identical to the host GEMM on random data",
     const size_t ws = gemm_device_workspace_bytes(da.t, db.t);
     DevBuf w(ws), dd(size_t(M * N) * 4);
     gemm_device(da.t, db.t, dd.p, GemmOptions{}, w.p, ws, nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    const auto got = dd.get<float>();
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = dd.download<float>();
     const auto c = compare(hd.data(), got.data(), M * N);
     INFO(c.to_string());
     CHECK(c.bitwise_equal());
@@ -408,16 +391,16 @@ TEST_CASE("GPU grouped GEMMs (row groups with an empty group, K groups) equal th
   grouped_gemm_rows_host(ha.data(), hb.data(), offs.data(), 3, hd.data());
   DevBuf dd(hd.size() * 4);
   grouped_gemm_rows_device(ta.data(), tb.data(), offs.data(), 3, dd.p, GemmOptions{}, nullptr, 0, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
-  CHECK(dd.get<float>() == hd);
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(dd.download<float>() == hd);
   // K groups: same M for all groups (use groups 2's A with itself against each B as a 2D x 2D case)
   std::vector<QuantizedTensor> ka = {ta[2], ta[2]}, kb = {tb[0], tb[2]}, hka = {ha[2], ha[2]}, hkb = {hb[0], hb[2]};
   std::vector<float> hk(size_t(2 * 129 * N));
   grouped_gemm_k_host(hka.data(), hkb.data(), 2, hk.data());
   DevBuf dk(hk.size() * 4);
   grouped_gemm_k_device(ka.data(), kb.data(), 2, dk.p, GemmOptions{}, nullptr, 0, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
-  CHECK(dk.get<float>() == hk);
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  CHECK(dk.download<float>() == hk);
 }
 
 // ---- the kernels' element codecs against the software encoder, on every fp32 pattern ------------
@@ -559,11 +542,11 @@ __global__ void hw_fp8_flag_kernel(int* flag) { *flag = SCALEMM_EMU_HW_FP8; }
 template <int E>
 void run_encode_sweep(const char* name) {
   DevBuf counters(2 * sizeof(unsigned long long));
-  CUDA_OK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
+  SCALEMM_CUDA_CHECK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
   sweep_encode_kernel<E><<<4096, 256>>>(counters.as<unsigned long long>(), counters.as<unsigned long long>() + 1);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
-  const auto h = counters.get<unsigned long long>();
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto h = counters.download<unsigned long long>();
   const unsigned long long bad = h[0];
   char first[64] = "none";
   if (bad) std::snprintf(first, sizeof first, "low 0x%08llx high 0x%08x", h[1], partner(uint32_t(h[1])));
@@ -580,8 +563,8 @@ TEST_CASE("The kernels' pair encoders equal the software encoder on all 2^32 fp3
   // patterns is the low element once and the high element once (partner() is a bijection).
   DevBuf flag(sizeof(int));
   hw_fp8_flag_kernel<<<1, 1>>>(flag.as<int>());
-  CUDA_OK(cudaDeviceSynchronize());
-  const int hw = flag.get<int>()[0];
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  const int hw = flag.download<int>()[0];
   WARN("FP8 pair encoder on this device: " << (hw ? "hardware cvt (sm_89+)" : "software"));
   run_encode_sweep<0>("e4m3");
   run_encode_sweep<1>("e5m2");
@@ -592,12 +575,12 @@ TEST_CASE("The packed E2M1 encoder of the NVFP4 kernels equals the element encod
           "in every position",
           "[emulation][gpu]") {
   DevBuf counters(2 * sizeof(unsigned long long));
-  CUDA_OK(cudaMemset(counters.as<unsigned long long>(), 0, sizeof(unsigned long long)));
-  CUDA_OK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
+  SCALEMM_CUDA_CHECK(cudaMemset(counters.as<unsigned long long>(), 0, sizeof(unsigned long long)));
+  SCALEMM_CUDA_CHECK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
   sweep_e2m1x4_kernel<<<4096, 256>>>(counters.as<unsigned long long>(), counters.as<unsigned long long>() + 1);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
-  const auto h = counters.get<unsigned long long>();
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto h = counters.download<unsigned long long>();
   const unsigned long long bad = h[0];
   char first[32] = "none";
   if (bad) std::snprintf(first, sizeof first, "0x%08llx", h[1]);
@@ -611,13 +594,13 @@ TEST_CASE("The NVFP4 tile kernel's scale byte and unsaturated encoder equal the 
   DevBuf counters(4 * sizeof(unsigned long long));
   auto* c = counters.as<unsigned long long>();
   for (int k = 0; k < 2; ++k) {
-    CUDA_OK(cudaMemset(c + 2 * k, 0, sizeof(unsigned long long)));
-    CUDA_OK(cudaMemset(c + 2 * k + 1, 0xFF, sizeof(unsigned long long)));
+    SCALEMM_CUDA_CHECK(cudaMemset(c + 2 * k, 0, sizeof(unsigned long long)));
+    SCALEMM_CUDA_CHECK(cudaMemset(c + 2 * k + 1, 0xFF, sizeof(unsigned long long)));
   }
   sweep_nvfp4_steps_kernel<<<4096, 256>>>(c);
-  CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaDeviceSynchronize());
-  const auto h = counters.get<unsigned long long>();
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto h = counters.download<unsigned long long>();
   char first_byte[32] = "none", first_small[32] = "none";
   if (h[0]) std::snprintf(first_byte, sizeof first_byte, "0x%08llx", h[1]);
   if (h[2]) std::snprintf(first_small, sizeof first_small, "0x%08llx", h[3]);
@@ -630,11 +613,11 @@ TEST_CASE("The dequantization kernel's FP8 pair decoder equals the formats decod
           "[emulation][gpu]") {
   for (int e = 0; e < 2; ++e) {
     DevBuf counters(2 * sizeof(unsigned long long));
-    CUDA_OK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
+    SCALEMM_CUDA_CHECK(cudaMemset(counters.as<unsigned long long>() + 1, 0xFF, sizeof(unsigned long long)));
     if (e == 0) sweep_decode_kernel<0><<<256, 256>>>(counters.as<unsigned long long>(), counters.as<unsigned long long>() + 1);
     else sweep_decode_kernel<1><<<256, 256>>>(counters.as<unsigned long long>(), counters.as<unsigned long long>() + 1);
-    CUDA_OK(cudaDeviceSynchronize());
-    const auto h = counters.get<unsigned long long>();
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto h = counters.download<unsigned long long>();
     const unsigned long long bad = h[0], first = h[1];
     CAPTURE(e, bad, first);
     CHECK(bad == 0);

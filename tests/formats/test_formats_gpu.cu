@@ -24,6 +24,8 @@
 #include "scalemm/formats.hpp"
 #include "support/test_support.hpp"
 #include "tally.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 namespace fmt = scalemm::formats;
 using fmt::E8M0Rounding;
@@ -315,13 +317,6 @@ std::vector<uint32_t> make_inputs(uint64_t random_count) {
 
 constexpr uint64_t kRandomCount = 1000000;
 
-#define SCALEMM_CUDA_REQUIRE(call)                                                       \
-  do {                                                                                   \
-    const cudaError_t err_ = (call);                                                     \
-    INFO(#call << ": " << cudaGetErrorString(err_));                                     \
-    REQUIRE(err_ == cudaSuccess);                                                        \
-  } while (0)
-
 }  // namespace
 
 TEST_CASE("Device-compiled codecs match CUDA's own conversions on the GPU for every boundary and 10^6 random floats",
@@ -331,34 +326,18 @@ TEST_CASE("Device-compiled codecs match CUDA's own conversions on the GPU for ev
   std::printf("formats on %s: %zu inputs (%llu random, seed %u)\n", scalemm::testing::gpu_name().c_str(), n,
               (unsigned long long)kRandomCount, scalemm::testing::seed());
 
-  uint32_t* d_in = nullptr;
-  uint16_t *d_cuda = nullptr, *d_ours = nullptr;
-  uint32_t *d_dec_cuda = nullptr, *d_dec_ours = nullptr;
   const size_t enc_bytes = n * kNumColumns * sizeof(uint16_t);
   const size_t dec_bytes = size_t(65536) * kNumDecode * sizeof(uint32_t);
-  SCALEMM_CUDA_REQUIRE(cudaMalloc(&d_in, n * sizeof(uint32_t)));
-  SCALEMM_CUDA_REQUIRE(cudaMalloc(&d_cuda, enc_bytes));
-  SCALEMM_CUDA_REQUIRE(cudaMalloc(&d_ours, enc_bytes));
-  SCALEMM_CUDA_REQUIRE(cudaMalloc(&d_dec_cuda, dec_bytes));
-  SCALEMM_CUDA_REQUIRE(cudaMalloc(&d_dec_ours, dec_bytes));
-  SCALEMM_CUDA_REQUIRE(cudaMemcpy(d_in, in.data(), n * sizeof(uint32_t), cudaMemcpyHostToDevice));
-  encode_kernel<<<1024, 256>>>(d_in, n, d_cuda, d_ours);
-  SCALEMM_CUDA_REQUIRE(cudaGetLastError());
-  decode_kernel<<<65536 / 256, 256>>>(d_dec_cuda, d_dec_ours);
-  SCALEMM_CUDA_REQUIRE(cudaGetLastError());
-  SCALEMM_CUDA_REQUIRE(cudaDeviceSynchronize());
+  const scalemm::detail::DeviceBuffer d_in(in);
+  scalemm::detail::DeviceBuffer d_cuda(enc_bytes), d_ours(enc_bytes), d_dec_cuda(dec_bytes), d_dec_ours(dec_bytes);
+  encode_kernel<<<1024, 256>>>(d_in.as<uint32_t>(), n, d_cuda.as<uint16_t>(), d_ours.as<uint16_t>());
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
+  decode_kernel<<<65536 / 256, 256>>>(d_dec_cuda.as<uint32_t>(), d_dec_ours.as<uint32_t>());
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
 
-  std::vector<uint16_t> cuda(n * kNumColumns), ours(n * kNumColumns);
-  std::vector<uint32_t> dec_cuda(size_t(65536) * kNumDecode), dec_ours(size_t(65536) * kNumDecode);
-  SCALEMM_CUDA_REQUIRE(cudaMemcpy(cuda.data(), d_cuda, enc_bytes, cudaMemcpyDeviceToHost));
-  SCALEMM_CUDA_REQUIRE(cudaMemcpy(ours.data(), d_ours, enc_bytes, cudaMemcpyDeviceToHost));
-  SCALEMM_CUDA_REQUIRE(cudaMemcpy(dec_cuda.data(), d_dec_cuda, dec_bytes, cudaMemcpyDeviceToHost));
-  SCALEMM_CUDA_REQUIRE(cudaMemcpy(dec_ours.data(), d_dec_ours, dec_bytes, cudaMemcpyDeviceToHost));
-  cudaFree(d_in);
-  cudaFree(d_cuda);
-  cudaFree(d_ours);
-  cudaFree(d_dec_cuda);
-  cudaFree(d_dec_ours);
+  const std::vector<uint16_t> cuda = d_cuda.download<uint16_t>(), ours = d_ours.download<uint16_t>();
+  const std::vector<uint32_t> dec_cuda = d_dec_cuda.download<uint32_t>(), dec_ours = d_dec_ours.download<uint32_t>();
 
   // The device codecs must also equal the host codecs (one definition, two compilers).
   uint64_t host_device_diff = 0;

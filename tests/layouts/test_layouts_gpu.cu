@@ -15,6 +15,8 @@
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/validate.hpp"
 #include "support/test_support.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using namespace scalemm;
 using namespace scalemm::layouts;
@@ -22,45 +24,33 @@ using scalemm::layouts::testutil::fill_buffer;
 using scalemm::layouts::testutil::kKs;
 using scalemm::layouts::testutil::kRows;
 
-#define CUDA_REQUIRE(x)                                                                   \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    INFO(#x << ": " << cudaGetErrorName(e_) << " " << cudaGetErrorString(e_));            \
-    REQUIRE(e_ == cudaSuccess);                                                           \
-  } while (0)
-
 namespace {
 
-// Device buffer with `pad` spare bytes in front, so that tests can misalign on purpose.
+// A device buffer `misalign` bytes past an aligned address, poisoned with 0xCD including 64 bytes
+// beyond its end, so that tests can misalign on purpose and see overruns.
 struct DevBuf {
-  unsigned char* base = nullptr;
+  scalemm::detail::DeviceBuffer mem;
   size_t bytes = 0;
   size_t shift = 0;
-  DevBuf(size_t n, size_t misalign = 0) : bytes(n), shift(misalign) {
-    CUDA_REQUIRE(cudaMalloc(&base, n + 64));
-    CUDA_REQUIRE(cudaMemset(base, 0xCD, n + 64));  // poison: conversions must write every byte
-    // The tests launch on cudaStreamNonBlocking streams, which do not wait for the legacy stream that
-    // cudaMemset/cudaMemcpy use (and a pageable upload may return before its DMA lands): finish here.
-    CUDA_REQUIRE(cudaDeviceSynchronize());
+  // DeviceBuffer's fill finishes before the tests' cudaStreamNonBlocking streams could read it.
+  DevBuf(size_t n, size_t misalign = 0) : mem(n + 64, 0xCD), bytes(n), shift(misalign) {
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  ~DevBuf() { cudaFree(base); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  unsigned char* p() const { return base + shift; }
+  unsigned char* p() const { return mem.as<unsigned char>() + shift; }
   void upload(const std::vector<uint8_t>& h) {
     REQUIRE(h.size() <= bytes);
-    CUDA_REQUIRE(cudaMemcpy(p(), h.data(), h.size(), cudaMemcpyHostToDevice));
-    CUDA_REQUIRE(cudaDeviceSynchronize());
+    SCALEMM_CUDA_CHECK(cudaMemcpy(p(), h.data(), h.size(), cudaMemcpyHostToDevice));
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<uint8_t> download() const {
     std::vector<uint8_t> h(bytes);
-    cudaMemcpy(h.data(), p(), bytes, cudaMemcpyDeviceToHost);
+    SCALEMM_CUDA_CHECK(cudaMemcpy(h.data(), p(), bytes, cudaMemcpyDeviceToHost));
     return h;
   }
   // The bytes right after the buffer must still be poison (no overrun).
   bool tail_intact() const {
     unsigned char t[16];
-    cudaMemcpy(t, p() + bytes, 16, cudaMemcpyDeviceToHost);
+    SCALEMM_CUDA_CHECK(cudaMemcpy(t, p() + bytes, 16, cudaMemcpyDeviceToHost));
     for (unsigned char c : t)
       if (c != 0xCD) return false;
     return true;
@@ -78,7 +68,7 @@ std::vector<uint8_t> gpu_convert(const ScaleLayout& from, const std::vector<uint
   DevBuf ds(src.size(), misalign_src), dd(size_t(to.bytes()), misalign_dst);
   ds.upload(src);
   gpu::convert(from, ds.p(), to, dd.p(), st);
-  CUDA_REQUIRE(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   REQUIRE(dd.tail_intact());
   return dd.download();
 }
@@ -140,7 +130,7 @@ TEST_CASE("GPU transposes and block128x128 -> mxfp8 broadcasts match the host", 
             DevBuf ds(src.size()), dd(want.size());
             ds.upload(src);
             gpu::transpose(from, ds.p(), to, dd.p(), st.s);
-            CUDA_REQUIRE(cudaStreamSynchronize(st.s));
+            SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st.s));
             REQUIRE(dd.download() == want);
           }
   for (Recipe target : {Recipe::kMxfp8, Recipe::kMxfp8_32x32})
@@ -155,14 +145,14 @@ TEST_CASE("GPU transposes and block128x128 -> mxfp8 broadcasts match the host", 
         std::vector<uint8_t> want(size_t(m.bytes()));
         const BroadcastResult res = broadcast_block128_to_mxfp8(b, s.data(), m, want.data());
         DevBuf ds(s.size() * 4), dd(want.size()), cnt(8);
-        CUDA_REQUIRE(cudaMemcpy(ds.p(), s.data(), s.size() * 4, cudaMemcpyHostToDevice));
-        CUDA_REQUIRE(cudaMemsetAsync(cnt.p(), 0, 8, st.s));  // on the kernel's stream: st.s does not wait for the default stream
+        SCALEMM_CUDA_CHECK(cudaMemcpy(ds.p(), s.data(), s.size() * 4, cudaMemcpyHostToDevice));
+        SCALEMM_CUDA_CHECK(cudaMemsetAsync(cnt.p(), 0, 8, st.s));  // on the kernel's stream: st.s does not wait for the default stream
         gpu::broadcast_block128_to_mxfp8(b, reinterpret_cast<const float*>(ds.p()), m, dd.p(),
                                          reinterpret_cast<unsigned long long*>(cnt.p()), st.s);
-        CUDA_REQUIRE(cudaStreamSynchronize(st.s));
+        SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st.s));
         REQUIRE(dd.download() == want);
         unsigned long long n = 0;
-        CUDA_REQUIRE(cudaMemcpy(&n, cnt.p(), 8, cudaMemcpyDeviceToHost));
+        SCALEMM_CUDA_CHECK(cudaMemcpy(&n, cnt.p(), 8, cudaMemcpyDeviceToHost));
         REQUIRE(int64_t(n) == res.inexact);
       }
 }
@@ -188,21 +178,21 @@ TEST_CASE("GPU grouped conversion runs in one launch, inside graph capture, and 
 
       DevBuf ds(std::max<size_t>(src.size(), 1)), dd(std::max<size_t>(want.size(), 1)), doffs(offs.size() * 8);
       ds.upload(src);
-      CUDA_REQUIRE(cudaMemcpy(doffs.p(), offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(doffs.p(), offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
       const auto* d_offs = reinterpret_cast<const int64_t*>(doffs.p());
       // Captured into a graph, then replayed.
       cudaGraph_t graph;
       cudaGraphExec_t exec;
-      CUDA_REQUIRE(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeGlobal));
+      SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeGlobal));
       gpu::convert_grouped(rc, K, d_offs, G, offs.back(), ScaleFormat::kCompact, ds.p(), ScaleFormat::kCublasLt, dd.p(),
                            st.s);
-      CUDA_REQUIRE(cudaStreamEndCapture(st.s, &graph));
+      SCALEMM_CUDA_CHECK(cudaStreamEndCapture(st.s, &graph));
       size_t nodes = 0;
-      CUDA_REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes));
+      SCALEMM_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
       REQUIRE(nodes == 1);  // one launch for all groups
-      CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-      CUDA_REQUIRE(cudaGraphLaunch(exec, st.s));
-      CUDA_REQUIRE(cudaStreamSynchronize(st.s));
+      SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      SCALEMM_CUDA_CHECK(cudaGraphLaunch(exec, st.s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st.s));
       auto got = dd.download();
       got.resize(want.size());
       REQUIRE(got == want);
@@ -211,7 +201,7 @@ TEST_CASE("GPU grouped conversion runs in one launch, inside graph capture, and 
       // And back, without a graph.
       DevBuf back(std::max<size_t>(src.size(), 1));
       gpu::convert_grouped(rc, K, d_offs, G, 0, ScaleFormat::kCublasLt, dd.p(), ScaleFormat::kCompact, back.p(), st.s);
-      CUDA_REQUIRE(cudaStreamSynchronize(st.s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st.s));
       auto b = back.download();
       b.resize(src.size());
       REQUIRE(b == src);
@@ -256,16 +246,16 @@ TEST_CASE("GPU batched conversions (whole buffers and K slices, any count) match
     }
     CAPTURE(count);
     cudaGraph_t graph;
-    CUDA_REQUIRE(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeGlobal));
+    SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeGlobal));
     gpu::convert_batch(conv.data(), count, st.s);
-    CUDA_REQUIRE(cudaStreamEndCapture(st.s, &graph));
+    SCALEMM_CUDA_CHECK(cudaStreamEndCapture(st.s, &graph));
     size_t nodes = 0;
-    CUDA_REQUIRE(cudaGraphGetNodes(graph, nullptr, &nodes));
+    SCALEMM_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
     CHECK(nodes == size_t((count - (any_large ? 1 : 0) + 255) / 256 + (any_large ? 1 : 0)));
     cudaGraphExec_t exec;
-    CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-    CUDA_REQUIRE(cudaGraphLaunch(exec, st.s));
-    CUDA_REQUIRE(cudaStreamSynchronize(st.s));
+    SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    SCALEMM_CUDA_CHECK(cudaGraphLaunch(exec, st.s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st.s));
     for (int i = 0; i < count; ++i) {
       auto got = dsts[size_t(i)]->download();
       got.resize(want[size_t(i)].size());
@@ -304,8 +294,8 @@ TEST_CASE("the device content check finds what the host check finds, without a h
       d.upload(buf);
       gpu::check_content_async(l, d.p(), d_rep, st.s);
       ContentReport got;
-      CUDA_REQUIRE(cudaMemcpyAsync(&got, d_rep, sizeof(got), cudaMemcpyDeviceToHost, st.s));
-      CUDA_REQUIRE(cudaStreamSynchronize(st.s));
+      SCALEMM_CUDA_CHECK(cudaMemcpyAsync(&got, d_rep, sizeof(got), cudaMemcpyDeviceToHost, st.s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st.s));
       REQUIRE(got.any == want.any);
       for (int i = 0; i < kContentRuleCount; ++i) {
         CAPTURE(content_rule_id(ContentRule(i)));

@@ -26,6 +26,7 @@
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/validate.hpp"
 #include "scalemm/scalemm.h"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using scalemm::testing::Dev;
@@ -75,10 +76,10 @@ struct Ctx {
     if (device) {
       // 32 spare bytes: rows may shift a pointer off its alignment without leaving the allocation.
       dev.push_back(std::make_unique<Dev>(h.data.size() + 32));
-      CUDA_OK(cudaMemcpy(dev.back()->p, h.data.data(), h.data.size(), cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(dev.back()->p, h.data.data(), h.data.size(), cudaMemcpyHostToDevice));
       op.data = dev.back()->p;
       dev.push_back(std::make_unique<Dev>(h.scales.size() + 32));
-      CUDA_OK(cudaMemcpy(dev.back()->p, h.scales.data(), h.scales.size(), cudaMemcpyHostToDevice));
+      SCALEMM_CUDA_CHECK(cudaMemcpy(dev.back()->p, h.scales.data(), h.scales.size(), cudaMemcpyHostToDevice));
       op.scale = dev.back()->p;
     }
     return op;
@@ -91,7 +92,7 @@ struct Ctx {
   // A device buffer of `bytes` (device rows only).
   void* device_buffer(size_t bytes) {
     dev.push_back(std::make_unique<Dev>(bytes));
-    CUDA_OK(cudaMemset(dev.back()->p, 0xFF, bytes));
+    SCALEMM_CUDA_CHECK(cudaMemset(dev.back()->p, 0xFF, bytes));
     return dev.back()->p;
   }
 
@@ -99,13 +100,13 @@ struct Ctx {
     std::memset(d_host.data(), 0xFF, kOutBytes);
     std::memset(d_alt.data(), 0xFF, kOutBytes);
     if (device) {
-      CUDA_OK(cudaMemset(d, 0xFF, kOutBytes));
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaMemset(d, 0xFF, kOutBytes));
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     }
   }
   bool untouched() {
     std::vector<uint8_t> out = d_host;
-    if (device) CUDA_OK(cudaMemcpy(out.data(), d, kOutBytes, cudaMemcpyDeviceToHost));
+    if (device) SCALEMM_CUDA_CHECK(cudaMemcpy(out.data(), d, kOutBytes, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < kOutBytes; ++i)
       if (out[i] != 0xFF || d_alt[i] != 0xFF || d_host[i] != 0xFF) return false;
     return true;

@@ -19,6 +19,7 @@
 #include "scalemm/gemm.hpp"
 #include "scalemm/linear.hpp"
 #include "support/test_support.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using scalemm::testing::Dev;
@@ -37,14 +38,14 @@ struct DeviceOperand {
 
 struct StreamHolder {
   cudaStream_t s{};
-  StreamHolder() { CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  StreamHolder() { SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
   ~StreamHolder() { cudaStreamDestroy(s); }
   Stream get() const { return reinterpret_cast<Stream>(s); }
 };
 
 std::vector<uint8_t> download(const void* p, size_t bytes) {
   std::vector<uint8_t> out(bytes);
-  CUDA_OK(cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost));
   return out;
 }
 
@@ -87,30 +88,30 @@ TEST_CASE("two different GEMMs with their own handles, streams and workspaces re
   // Eager (also the warm-up: plans, heuristics, per-stream workspaces and scratch exist before capture).
   h1.gemm(j1.args, s1.get());
   h2.gemm(j2.args, s2.get());
-  CUDA_OK(cudaDeviceSynchronize());
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   const auto e1 = download(j1.d->p, j1.bytes), e2 = download(j2.d->p, j2.bytes);
   INFO("plans: " << h1.plan(j1.args).explain() << " | " << h2.plan(j2.args).explain());
 
   cudaEvent_t fork, join;
-  CUDA_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-  CUDA_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  SCALEMM_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  SCALEMM_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s1.s, cudaStreamCaptureModeGlobal));
-  CUDA_OK(cudaEventRecord(fork, s1.s));
-  CUDA_OK(cudaStreamWaitEvent(s2.s, fork, 0));
+  SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s1.s, cudaStreamCaptureModeGlobal));
+  SCALEMM_CUDA_CHECK(cudaEventRecord(fork, s1.s));
+  SCALEMM_CUDA_CHECK(cudaStreamWaitEvent(s2.s, fork, 0));
   h1.gemm(j1.args, s1.get());
   h2.gemm(j2.args, s2.get());
-  CUDA_OK(cudaEventRecord(join, s2.s));
-  CUDA_OK(cudaStreamWaitEvent(s1.s, join, 0));
-  CUDA_OK(cudaStreamEndCapture(s1.s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  SCALEMM_CUDA_CHECK(cudaEventRecord(join, s2.s));
+  SCALEMM_CUDA_CHECK(cudaStreamWaitEvent(s1.s, join, 0));
+  SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s1.s, &graph));
+  SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   int identical = 0;
   for (int i = 0; i < 100; ++i) {
-    CUDA_OK(cudaMemsetAsync(j1.d->p, 0xFF, j1.bytes, s1.s));  // poison both outputs before each replay
-    CUDA_OK(cudaMemsetAsync(j2.d->p, 0xFF, j2.bytes, s1.s));
-    CUDA_OK(cudaGraphLaunch(exec, s1.s));
-    CUDA_OK(cudaStreamSynchronize(s1.s));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(j1.d->p, 0xFF, j1.bytes, s1.s));  // poison both outputs before each replay
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(j2.d->p, 0xFF, j2.bytes, s1.s));
+    SCALEMM_CUDA_CHECK(cudaGraphLaunch(exec, s1.s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s1.s));
     identical += download(j1.d->p, j1.bytes) == e1 && download(j2.d->p, j2.bytes) == e2;
   }
   CHECK(identical == 100);
@@ -130,21 +131,21 @@ TEST_CASE("two different GEMMs on one handle and one stream replay from one grap
   StreamHolder s;
   h.gemm(j1.args, s.get());
   h.gemm(j2.args, s.get());
-  CUDA_OK(cudaStreamSynchronize(s.s));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s.s));
   const auto e1 = download(j1.d->p, j1.bytes), e2 = download(j2.d->p, j2.bytes);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeGlobal));
+  SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeGlobal));
   h.gemm(j1.args, s.get());
   h.gemm(j2.args, s.get());
-  CUDA_OK(cudaStreamEndCapture(s.s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s.s, &graph));
+  SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   int identical = 0;
   for (int i = 0; i < 100; ++i) {
-    CUDA_OK(cudaMemsetAsync(j1.d->p, 0xFF, j1.bytes, s.s));
-    CUDA_OK(cudaMemsetAsync(j2.d->p, 0xFF, j2.bytes, s.s));
-    CUDA_OK(cudaGraphLaunch(exec, s.s));
-    CUDA_OK(cudaStreamSynchronize(s.s));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(j1.d->p, 0xFF, j1.bytes, s.s));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(j2.d->p, 0xFF, j2.bytes, s.s));
+    SCALEMM_CUDA_CHECK(cudaGraphLaunch(exec, s.s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s.s));
     identical += download(j1.d->p, j1.bytes) == e1 && download(j2.d->p, j2.bytes) == e2;
   }
   CHECK(identical == 100);
@@ -171,21 +172,21 @@ TEST_CASE("the linear layer's forward + backward, captured after a warm-up, repl
       layer.backward(ddy.as<float>(), dx.as<uint16_t>(), dw.as<float>(), s.get());
     };
     step();  // warm-up: buffers for M tokens, plans, workspaces
-    CUDA_OK(cudaStreamSynchronize(s.s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s.s));
     const auto ey = download(y.p, y.bytes), edx = download(dx.p, dx.bytes), edw = download(dw.p, dw.bytes);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    CUDA_OK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeGlobal));
+    SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeGlobal));
     step();
-    CUDA_OK(cudaStreamEndCapture(s.s, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s.s, &graph));
+    SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     int identical = 0;
     for (int i = 0; i < 100; ++i) {
-      CUDA_OK(cudaMemsetAsync(y.p, 0xFF, y.bytes, s.s));
-      CUDA_OK(cudaMemsetAsync(dx.p, 0xFF, dx.bytes, s.s));
-      CUDA_OK(cudaMemsetAsync(dw.p, 0xFF, dw.bytes, s.s));
-      CUDA_OK(cudaGraphLaunch(exec, s.s));
-      CUDA_OK(cudaStreamSynchronize(s.s));
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(y.p, 0xFF, y.bytes, s.s));
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(dx.p, 0xFF, dx.bytes, s.s));
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(dw.p, 0xFF, dw.bytes, s.s));
+      SCALEMM_CUDA_CHECK(cudaGraphLaunch(exec, s.s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s.s));
       identical += download(y.p, y.bytes) == ey && download(dx.p, dx.bytes) == edx && download(dw.p, dw.bytes) == edw;
     }
     CAPTURE(to_string(recipe));
@@ -215,9 +216,9 @@ TEST_CASE("8 threads x 100 calls on one handle, each thread on its own stream wi
   {
     Handle hs(quiet());
     for (auto& j : jobs) {
-      CUDA_OK(cudaMemset(j->d->p, 0xFF, j->bytes));
+      SCALEMM_CUDA_CHECK(cudaMemset(j->d->p, 0xFF, j->bytes));
       hs.gemm(j->args, nullptr);
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       serial.push_back(download(j->d->p, j->bytes));
     }
   }
@@ -260,7 +261,7 @@ TEST_CASE("threads racing on the first use of one plan key get one plan and seri
     {
       Handle hs(quiet());
       hs.gemm(proto.args, nullptr);
-      CUDA_OK(cudaDeviceSynchronize());
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       serial = download(proto.d->p, proto.bytes);
     }
     std::vector<std::unique_ptr<Dev>> outs;

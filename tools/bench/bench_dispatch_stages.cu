@@ -32,21 +32,19 @@ using namespace scalemm;
 
 namespace {
 
-#define OK(x) scalemm::detail::cuda_check((x), #x)
-
 double median_us(const std::function<void()>& fn, int iters = 30) {
   cudaEvent_t a, b;
-  OK(cudaEventCreate(&a));
-  OK(cudaEventCreate(&b));
+  SCALEMM_CUDA_CHECK(cudaEventCreate(&a));
+  SCALEMM_CUDA_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < 5; ++i) fn();
   std::vector<float> t;
   for (int i = 0; i < iters; ++i) {
-    OK(cudaEventRecord(a));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(a));
     fn();
-    OK(cudaEventRecord(b));
-    OK(cudaEventSynchronize(b));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(b));
+    SCALEMM_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
-    OK(cudaEventElapsedTime(&ms, a, b));
+    SCALEMM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms * 1000.0f);
   }
   std::sort(t.begin(), t.end());
@@ -130,10 +128,10 @@ Operand make(Recipe r, int64_t rows, int64_t k, uint64_t seed) {
   out.scales = scales.data();
   out.global_scale = &op.global;
   emulation::quantize_host({src.data(), DType::kF32, rows, k}, cfg, out);
-  OK(cudaMalloc(&op.data, data.size()));
-  OK(cudaMalloc(&op.scales, scales.size()));
-  OK(cudaMemcpy(op.data, data.data(), data.size(), cudaMemcpyHostToDevice));
-  OK(cudaMemcpy(op.scales, scales.data(), scales.size(), cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&op.data, data.size()));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&op.scales, scales.size()));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(op.data, data.data(), data.size(), cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(op.scales, scales.data(), scales.size(), cudaMemcpyHostToDevice));
   return op;
 }
 
@@ -152,11 +150,11 @@ void split_stages(const backends::EmulatedOperand& ea, const backends::EmulatedO
   const Nvml nv;
   const int iters = 300;
   cudaEvent_t ev[5];
-  for (auto& e : ev) OK(cudaEventCreate(&e));
+  for (auto& e : ev) SCALEMM_CUDA_CHECK(cudaEventCreate(&e));
   auto gemm = [&] { lt.matmul(call, ws, 32u << 20, nullptr); };
   auto elapsed = [&](int i, int j) {
     float ms = 0;
-    OK(cudaEventElapsedTime(&ms, ev[i], ev[j]));
+    SCALEMM_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i], ev[j]));
     return double(ms) * 1000.0;
   };
   // 1. The four launches back to back, an event between each: per-stage medians inside the sequence.
@@ -166,41 +164,41 @@ void split_stages(const backends::EmulatedOperand& ea, const backends::EmulatedO
   for (int i = 0; i < 5; ++i) gemm();
   const Sampled seq = sampled_phase(nv, iters, [&] {
     spin_kernel<<<1, 1>>>(200000);
-    OK(cudaEventRecord(ev[0]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[0]));
     backends::emulated_prepare(ea, eb, shifts, nullptr);
-    OK(cudaEventRecord(ev[1]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[1]));
     backends::emulated_dequantize_bf16(ea, shifts, 0, static_cast<uint16_t*>(a16), nullptr);
-    OK(cudaEventRecord(ev[2]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[2]));
     backends::emulated_dequantize_bf16(eb, shifts, 1, static_cast<uint16_t*>(b16), nullptr);
-    OK(cudaEventRecord(ev[3]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[3]));
     gemm();
-    OK(cudaEventRecord(ev[4]));
-    OK(cudaEventSynchronize(ev[4]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[4]));
+    SCALEMM_CUDA_CHECK(cudaEventSynchronize(ev[4]));
     for (int s = 0; s < 4; ++s) parts[size_t(s)].push_back(elapsed(s, s + 1));
     return elapsed(0, 4);
   });
   for (auto& p : parts) std::sort(p.begin(), p.end());
   // 2. The GEMM alone, the host waiting for each call (as the stage table times it).
   const Sampled alone = sampled_phase(nv, iters, [&] {
-    OK(cudaEventRecord(ev[0]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[0]));
     gemm();
-    OK(cudaEventRecord(ev[1]));
-    OK(cudaEventSynchronize(ev[1]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[1]));
+    SCALEMM_CUDA_CHECK(cudaEventSynchronize(ev[1]));
     return elapsed(0, 1);
   });
   // 3. The GEMM right after a D2D copy moving the same bytes as the two dequantizations (no compute).
   const size_t copy_bytes = size_t((m + n) * k) * 3 / 2;  // read + write = (m + n) k (1 + 2) bytes
   void *src = nullptr, *dst = nullptr;
-  OK(cudaMalloc(&src, copy_bytes));
-  OK(cudaMalloc(&dst, copy_bytes));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&src, copy_bytes));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
   std::vector<double> copy_part;
   const Sampled after_copy = sampled_phase(nv, iters, [&] {
-    OK(cudaEventRecord(ev[0]));
-    OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
-    OK(cudaEventRecord(ev[1]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[0]));
+    SCALEMM_CUDA_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[1]));
     gemm();
-    OK(cudaEventRecord(ev[2]));
-    OK(cudaEventSynchronize(ev[2]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[2]));
+    SCALEMM_CUDA_CHECK(cudaEventSynchronize(ev[2]));
     copy_part.push_back(elapsed(0, 1));
     return elapsed(1, 2);
   });
@@ -209,10 +207,10 @@ void split_stages(const backends::EmulatedOperand& ea, const backends::EmulatedO
   cudaFree(dst);
   // 4. The GEMM back to back, four per sample, the host never idle-waiting between them.
   const Sampled b2b = sampled_phase(nv, iters / 4, [&] {
-    OK(cudaEventRecord(ev[0]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[0]));
     for (int i = 0; i < 4; ++i) gemm();
-    OK(cudaEventRecord(ev[1]));
-    OK(cudaEventSynchronize(ev[1]));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[1]));
+    SCALEMM_CUDA_CHECK(cudaEventSynchronize(ev[1]));
     return elapsed(0, 1) / 4;
   });
   for (auto& e : ev) cudaEventDestroy(e);
@@ -239,11 +237,11 @@ void split_stages(const backends::EmulatedOperand& ea, const backends::EmulatedO
 void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = false) {
   const Operand a = make(r, m, k, 1), b = make(r, n, k, 2);
   void *a16, *b16, *d, *ws, *scratch;
-  OK(cudaMalloc(&a16, size_t(m * k) * 2));
-  OK(cudaMalloc(&b16, size_t(n * k) * 2));
-  OK(cudaMalloc(&d, size_t(m * n) * 2));
-  OK(cudaMalloc(&ws, 32u << 20));
-  OK(cudaMalloc(&scratch, 4096));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&a16, size_t(m * k) * 2));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&b16, size_t(n * k) * 2));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&d, size_t(m * n) * 2));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&ws, 32u << 20));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&scratch, 4096));
   auto* shifts = static_cast<backends::EmulatedShifts*>(scratch);
   auto* alpha_beta = reinterpret_cast<float*>(static_cast<char*>(scratch) + 256);
   const backends::EmulatedOperand ea{a.data, a.dtype, a.scales, a.layout}, eb{b.data, b.dtype, b.scales, b.layout};
@@ -256,7 +254,7 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = fal
   dev_alpha.alpha_device = alpha_beta;
   backends::emulated_prepare(ea, eb, shifts, nullptr);
   const float ab[2] = {1.0f, 0.0f};
-  OK(cudaMemcpy(alpha_beta, ab, sizeof(ab), cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(alpha_beta, ab, sizeof(ab), cudaMemcpyHostToDevice));
 
   Handle h;
   GemmArgs g;
@@ -291,7 +289,7 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = fal
 void sample_stage(int64_t m, int64_t n, int64_t k) {
   const Operand a = make(Recipe::kBlock1x128, m, k, 3), b = make(Recipe::kBlock128x128, n, k, 4);
   void* d;
-  OK(cudaMalloc(&d, size_t(m * n) * 2));
+  SCALEMM_CUDA_CHECK(cudaMalloc(&d, size_t(m * n) * 2));
   GemmArgs g;
   g.m = m, g.n = n, g.k = k;
   g.a = {a.data, a.dtype, Recipe::kBlock1x128, a.scales, ScaleFormat::kCompact, 1.0f};
@@ -315,7 +313,7 @@ void sample_stage(int64_t m, int64_t n, int64_t k) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   cudaDeviceProp p{};
-  OK(cudaGetDeviceProperties(&p, 0));
+  SCALEMM_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
   std::printf("bench_dispatch_stages on %s; CUDA-event medians of 30 after 5 warm-ups, microseconds\n\n", p.name);
   std::printf("| emulated case | prepare | dequant A | dequant B | BF16 GEMM host alpha | BF16 GEMM device alpha | stages back to back | Handle::gemm |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");

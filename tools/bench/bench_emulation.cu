@@ -23,6 +23,7 @@
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using scalemm::detail::cuda_check;
 
@@ -32,12 +33,7 @@ using namespace scalemm::emulation;
 namespace {
 
 
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t n) { cuda_check(cudaMalloc(&p, n ? n : 1), "cudaMalloc"); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-};
+using Buf = scalemm::detail::DeviceBuffer;
 
 /// Median milliseconds of fn() over reps, each bracketed by events on `s`, after `warm` warm-ups.
 double median_ms(cudaStream_t s, int warm, int reps, const std::function<void()>& fn) {

@@ -56,6 +56,7 @@
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/version.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using namespace scalemm;
 
@@ -64,8 +65,6 @@ namespace {
 // ---- errors: a failed CUDA/cuBLASLt call throws; the case that made it is reported as skipped ----
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
-
-#define CK(x) scalemm::detail::cuda_check((x), #x)
 
 #define LTCK(x) scalemm::backends::cublas_check(int(x), #x)
 
@@ -177,22 +176,7 @@ void skipped(const std::string& what, const std::string& why, std::vector<std::s
 
 // ---- device memory and data ----------------------------------------------------------------------
 
-struct Dev {
-  void* p = nullptr;
-  size_t n = 0;
-  Dev() = default;
-  explicit Dev(size_t bytes) : n(std::max<size_t>(bytes, 256)) { CK(cudaMalloc(&p, n)); }
-  ~Dev() {
-    if (p) cudaFree(p);
-  }
-  Dev(Dev&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr, o.n = 0; }
-  Dev& operator=(Dev&& o) noexcept {
-    std::swap(p, o.p);
-    std::swap(n, o.n);
-    return *this;
-  }
-  Dev(const Dev&) = delete;
-};
+using Dev = scalemm::detail::DeviceBuffer;
 
 __device__ __forceinline__ uint64_t splitmix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -240,14 +224,14 @@ Dev g_src;  // f32 staging for the quantizers, grown on demand
 
 float* normal_source(int64_t count, uint64_t seed, cudaStream_t st) {
   const size_t bytes = size_t(count) * 4;
-  if (g_src.n < bytes) {
-    CK(cudaStreamSynchronize(st));
+  if (g_src.bytes < bytes) {
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
     g_src = Dev();
     g_src = Dev(bytes);
   }
   auto* p = static_cast<float*>(g_src.p);
   fill_normal<<<grid_for(count), 256, 0, st>>>(p, count, seed);
-  CK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
   return p;
 }
 
@@ -309,17 +293,17 @@ Operand make_operand(Recipe r, DType dt, int64_t rows, int64_t k, uint64_t seed,
     out.global_scale = static_cast<float*>(global.p);
   }
   emulation::quantize_device(src, cfg, out, nullptr, 0, st);
-  CK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
   if (r != Recipe::kTensorwise && r != Recipe::kRowwise) {
     const layouts::ScaleLayout lt = o.layout.with_format(ScaleFormat::kCublasLt);
     o.scales_lt = Dev(size_t(lt.bytes()));
     layouts::gpu::convert(o.layout, o.scales.p, lt, o.scales_lt.p, st);
-    CK(cudaGetLastError());
+    SCALEMM_CUDA_CHECK(cudaGetLastError());
   }
   if (global.p) {
-    CK(cudaMemcpyAsync(&o.global, global.p, 4, cudaMemcpyDeviceToHost, st));
+    SCALEMM_CUDA_CHECK(cudaMemcpyAsync(&o.global, global.p, 4, cudaMemcpyDeviceToHost, st));
   }
-  CK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   return o;
 }
 
@@ -327,8 +311,8 @@ Dev make_bf16(int64_t rows, int64_t k, uint64_t seed, cudaStream_t st) {
   Dev d(size_t(rows * k) * 2);
   const float* src = normal_source(rows * k, seed, st);
   f32_to_bf16<<<grid_for(rows * k), 256, 0, st>>>(src, static_cast<__nv_bfloat16*>(d.p), rows * k);
-  CK(cudaGetLastError());
-  CK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   return d;
 }
 
@@ -348,19 +332,19 @@ struct Stat {
 /// CUDA events around each call; the host waits for each call's end before the next (as torch_anchor).
 Stat time_calls(cudaStream_t st, int nsets, int warm, int iters, const std::function<void(int)>& fn) {
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  SCALEMM_CUDA_CHECK(cudaEventCreate(&a));
+  SCALEMM_CUDA_CHECK(cudaEventCreate(&b));
   std::vector<double> t;
   try {
     for (int i = 0; i < warm; ++i) fn(i % nsets);
-    CK(cudaStreamSynchronize(st));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
     for (int i = 0; i < iters; ++i) {
-      CK(cudaEventRecord(a, st));
+      SCALEMM_CUDA_CHECK(cudaEventRecord(a, st));
       fn(i % nsets);
-      CK(cudaEventRecord(b, st));
-      CK(cudaEventSynchronize(b));
+      SCALEMM_CUDA_CHECK(cudaEventRecord(b, st));
+      SCALEMM_CUDA_CHECK(cudaEventSynchronize(b));
       float ms = 0;
-      CK(cudaEventElapsedTime(&ms, a, b));
+      SCALEMM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
       t.push_back(double(ms) * 1e3);
     }
   } catch (...) {
@@ -386,22 +370,22 @@ std::vector<Stat> time_interleaved(cudaStream_t st, int nsets, int warm, int ite
                                    const std::vector<std::function<void(int)>>& fns) {
   const size_t V = fns.size();
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  SCALEMM_CUDA_CHECK(cudaEventCreate(&a));
+  SCALEMM_CUDA_CHECK(cudaEventCreate(&b));
   std::vector<std::vector<double>> t(V);
   try {
     int c = 0;
     for (int i = 0; i < warm; ++i)
       for (size_t v = 0; v < V; ++v) fns[v](c++ % nsets);
-    CK(cudaStreamSynchronize(st));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
     for (int i = 0; i < iters; ++i)
       for (size_t v = 0; v < V; ++v) {
-        CK(cudaEventRecord(a, st));
+        SCALEMM_CUDA_CHECK(cudaEventRecord(a, st));
         fns[v](c++ % nsets);
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
+        SCALEMM_CUDA_CHECK(cudaEventRecord(b, st));
+        SCALEMM_CUDA_CHECK(cudaEventSynchronize(b));
         float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
+        SCALEMM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
         t[v].push_back(double(ms) * 1e3);
       }
   } catch (...) {
@@ -448,13 +432,13 @@ struct Check {
 
 Check compare(const void* a, const void* b, int64_t n, cudaStream_t st) {
   Dev c(3 * sizeof(unsigned long long));
-  CK(cudaMemsetAsync(c.p, 0, 3 * sizeof(unsigned long long), st));
+  SCALEMM_CUDA_CHECK(cudaMemsetAsync(c.p, 0, 3 * sizeof(unsigned long long), st));
   compare_bf16<<<grid_for(n), 256, 0, st>>>(static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n,
                                            static_cast<unsigned long long*>(c.p));
-  CK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
   unsigned long long h[3];
-  CK(cudaMemcpyAsync(h, c.p, sizeof h, cudaMemcpyDeviceToHost, st));
-  CK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaMemcpyAsync(h, c.p, sizeof h, cudaMemcpyDeviceToHost, st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   Check r;
   r.diff = h[0], r.nan = h[1], r.zero = h[2], r.n = (unsigned long long)n;
   return r;
@@ -538,9 +522,9 @@ void ceilings(Ctx& cx) {
   {
     const size_t bytes = size_t(1) << 30;
     Dev a(bytes), b(bytes);
-    CK(cudaMemsetAsync(a.p, 0x3C, bytes, cx.st));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(a.p, 0x3C, bytes, cx.st));
     const Stat s = time_calls(cx.st, 1, g_warm, g_iters, [&](int) {
-      CK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, cx.st));
+      SCALEMM_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, cx.st));
     });
     g_copy_tbps = 2.0 * double(bytes) / (s.med_us * 1e-6) / 1e12;
     std::printf("| D2D copy 1 GiB (read + write) | %.2f | TB/s |\n", g_copy_tbps);
@@ -686,7 +670,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     if (with_lt) {
       try {
         lib_lt(0);
-        CK(cudaStreamSynchronize(cx.st));
+        SCALEMM_CUDA_CHECK(cudaStreamSynchronize(cx.st));
       } catch (const Error& e) {  // a scalemm refusal of cuBLASLt-format scales: report it, keep the case
         lt_scales_error = e.what();
         g_plan_notes.push_back(what + " with cuBLASLt-format scales: " + lt_scales_error);
@@ -700,20 +684,20 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     if (with_lt) t_slt = t[2];
     // Same algorithm check: both outputs of set 0, poisoned first (0xFFFF is a bf16 NaN).
     Dev d2(size_t(M * N) * 2);
-    CK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
-    CK(cudaMemsetAsync(d2.p, 0xFF, size_t(M * N) * 2, cx.st));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(d2.p, 0xFF, size_t(M * N) * 2, cx.st));
     cx.handle->gemm(args(0, false), cx.st);
     cx.lt->matmul(scaled_call(M, N, K, a[0], b[0], d2.p), cx.lt_ws.p, kLtWorkspace, cx.st);
     check = compare(d[0].p, d2.p, M * N, cx.st).text();
   } else {
     // Not native: no raw cuBLASLt call exists for this problem; still check the output is written.
     t_s = time_calls(cx.st, nsets, g_warm, g_iters, lib);
-    CK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
     cx.handle->gemm(args(0, false), cx.st);
     Check c = compare(d[0].p, d[0].p, M * N, cx.st);
     check = c.nan || c.zero * 2 > c.n ? c.text() : "written, no NaN";
   }
-  CK(cudaStreamSynchronize(cx.st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(cx.st));
   const double flops = 2.0 * M * N * K;
   const Floor fl = floor_of(flops, double(set_bytes), g_fp8_tflops);
   const double ratio = t_s.med_us / t_raw.med_us, ratio_lt = t_slt.med_us / t_raw.med_us;
@@ -805,9 +789,9 @@ void emulated_case(Ctx& cx, const Shape& sh, const RecipeCase& rc, std::vector<s
     Dev a16(size_t(M * K) * 2), b16(size_t(N * K) * 2), d2(size_t(M * N) * 2);
     emulation::dequantize_device(a[0].quantized(), a16.p, DType::kBF16, cx.st);
     emulation::dequantize_device(b[0].quantized(), b16.p, DType::kBF16, cx.st);
-    CK(cudaGetLastError());
-    CK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
-    CK(cudaMemsetAsync(d2.p, 0xFF, size_t(M * N) * 2, cx.st));
+    SCALEMM_CUDA_CHECK(cudaGetLastError());
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(d2.p, 0xFF, size_t(M * N) * 2, cx.st));
     cx.handle->gemm(args(0), cx.st);
     cx.lt->matmul(bf16_call(M, N, K, a16.p, b16.p, d2.p, a[0].global * b[0].global), cx.lt_ws.p, kLtWorkspace, cx.st);
     check = compare(d[0].p, d2.p, M * N, cx.st).text();
@@ -863,7 +847,7 @@ HostTimes host_us_per_call(cudaStream_t st, const std::vector<std::function<void
   const size_t n = fns.size();
   for (const auto& fn : fns)
     for (int i = 0; i < 200; ++i) fn();
-  CK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   std::vector<std::vector<double>> per(n, std::vector<double>(size_t(rounds)));
   for (int r = 0; r < rounds; ++r)
     for (size_t j = 0; j < n; ++j) {
@@ -872,7 +856,7 @@ HostTimes host_us_per_call(cudaStream_t st, const std::vector<std::function<void
       for (int i = 0; i < burst; ++i) fns[v]();
       const auto t1 = std::chrono::steady_clock::now();
       per[v][size_t(r)] = std::chrono::duration<double, std::micro>(t1 - t0).count() / burst;
-      CK(cudaStreamSynchronize(st));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
     }
   auto median = [](std::vector<double> x) {
     std::sort(x.begin(), x.end());
@@ -890,10 +874,10 @@ HostTimes host_us_per_call(cudaStream_t st, const std::vector<std::function<void
 
 /// The anchors' host-time method: N back-to-back calls, CPU clock, final synchronise included.
 double backtoback_us_per_call(cudaStream_t st, const std::function<void()>& fn, int n) {
-  CK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) fn();
-  CK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   const auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
 }
@@ -973,7 +957,7 @@ void host_overhead(Ctx& cx) {
       other.a = ta.op(true), other.b = tb.op(true), other.d = d_other.p;
       many.gemm(other, cx.st);
     }
-    CK(cudaStreamSynchronize(cx.st));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(cx.st));
   }
   Dev d_many(size_t(M * N) * 2);
   GemmArgs gm = g;
@@ -997,7 +981,7 @@ void host_overhead(Ctx& cx) {
   std::string check = "bit-identical";
   for (auto& row : rows) {
     try {
-      CK(cudaMemsetAsync(row.out->p, 0xFF, size_t(M * N) * 2, cx.st));
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(row.out->p, 0xFF, size_t(M * N) * 2, cx.st));
       row.fn();
       const Check c = compare(row.out->p, d_raw.p, M * N, cx.st);
       const Check self = compare(row.out->p, row.out->p, M * N, cx.st);
@@ -1185,7 +1169,7 @@ void reference(Ctx& cx) {
   const Stat t = time_calls(cx.st, 1, 1, g_ref_reps, [&](int) { emulation::gemm_device(qa, qb, d.p, opt, w.p, ws, cx.st); });
   Check c;
   {
-    CK(cudaMemsetAsync(d.p, 0xFF, size_t(S * S) * 2, cx.st));
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(d.p, 0xFF, size_t(S * S) * 2, cx.st));
     emulation::gemm_device(qa, qb, d.p, opt, w.p, ws, cx.st);
     c = compare(d.p, d.p, S * S, cx.st);
   }
@@ -1193,7 +1177,7 @@ void reference(Ctx& cx) {
   Dev fa(size_t(S * S) * 4), fb(size_t(S * S) * 4);
   emulation::dequantize_device(qa, fa.p, DType::kF32, cx.st);
   emulation::dequantize_device(qb, fb.p, DType::kF32, cx.st);
-  CK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
   const Stat t2 = time_calls(cx.st, 1, 1, g_ref_reps, [&](int) {
     emulation::sgemm_nt_device(static_cast<const float*>(fa.p), static_cast<const float*>(fb.p), d.p, S, S, S, opt, cx.st);
   });
@@ -1286,7 +1270,7 @@ int main(int argc, char** argv) {
 
   Ctx cx;
   try {
-    CK(cudaStreamCreateWithFlags(&cx.st, cudaStreamNonBlocking));
+    SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&cx.st, cudaStreamNonBlocking));
     HandleOptions ho;
     ho.autotune = g_autotune ? Autotune::kOn : Autotune::kOff;
     cx.handle = std::make_unique<Handle>(ho);

@@ -17,26 +17,25 @@
 #include "scalemm/gemm.hpp"
 #include "scalemm/grouped.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using namespace scalemm;
 
 namespace {
 
-#define OK(x) scalemm::detail::cuda_check((x), #x)
-
 double median_us_per_call(cudaStream_t s, const std::function<void()>& call, int calls = 20, int samples = 7) {
   cudaEvent_t a, b;
-  OK(cudaEventCreate(&a));
-  OK(cudaEventCreate(&b));
+  SCALEMM_CUDA_CHECK(cudaEventCreate(&a));
+  SCALEMM_CUDA_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < 3; ++i) call();
   std::vector<float> t;
   for (int r = 0; r < samples; ++r) {
-    OK(cudaEventRecord(a, s));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(a, s));
     for (int i = 0; i < calls; ++i) call();
-    OK(cudaEventRecord(b, s));
-    OK(cudaEventSynchronize(b));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(b, s));
+    SCALEMM_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
-    OK(cudaEventElapsedTime(&ms, a, b));
+    SCALEMM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms * 1000.0f / float(calls));
   }
   std::sort(t.begin(), t.end());
@@ -45,11 +44,7 @@ double median_us_per_call(cudaStream_t s, const std::function<void()>& call, int
   return t[t.size() / 2];
 }
 
-struct DevMem {
-  void* p = nullptr;
-  explicit DevMem(size_t n) { OK(cudaMalloc(&p, n ? n : 1)); }
-  ~DevMem() { cudaFree(p); }
-};
+using DevMem = scalemm::detail::DeviceBuffer;
 
 struct Shape {
   int64_t g, mg, n, k;
@@ -82,11 +77,11 @@ void run_shape(const Shape& sh, std::mt19937_64& rng) {
   {  // small finite E4M3 values and unit scales
     std::vector<uint8_t> h(size_t(std::max(m, sh.g * n) * k));
     for (auto& x : h) x = uint8_t(rng() & 0xB7);
-    OK(cudaMemcpy(a.p, h.data(), size_t(m * k), cudaMemcpyHostToDevice));
-    OK(cudaMemcpy(b.p, h.data(), size_t(sh.g * n * k), cudaMemcpyHostToDevice));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(a.p, h.data(), size_t(m * k), cudaMemcpyHostToDevice));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(b.p, h.data(), size_t(sh.g * n * k), cudaMemcpyHostToDevice));
     std::vector<float> ones(size_t(std::max(la.size(), sh.g * lb.size())), 1.0f);
-    OK(cudaMemcpy(sa.p, ones.data(), size_t(la.bytes()), cudaMemcpyHostToDevice));
-    OK(cudaMemcpy(sb.p, ones.data(), size_t(sh.g * lb.bytes()), cudaMemcpyHostToDevice));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(sa.p, ones.data(), size_t(la.bytes()), cudaMemcpyHostToDevice));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(sb.p, ones.data(), size_t(sh.g * lb.bytes()), cudaMemcpyHostToDevice));
   }
   GroupedGemmArgs ga;
   ga.group_dim = GroupDim::kM;
@@ -98,7 +93,7 @@ void run_shape(const Shape& sh, std::mt19937_64& rng) {
   ga.d = d.p;
   ga.d_dtype = DType::kBF16;
   cudaStream_t s;
-  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   Handle h;
   auto time = [&](GroupedBackend backend, bool graph) {
     GroupedGemmArgs c = ga;
@@ -117,8 +112,8 @@ void run_shape(const Shape& sh, std::mt19937_64& rng) {
               (long long)empty, cutlass, flops / cutlass * 1e-6, per_group, flops / per_group * 1e-6, replay,
               flops / replay * 1e-6, per_group / replay);
   std::fflush(stdout);
-  OK(cudaStreamSynchronize(s));
-  OK(cudaStreamDestroy(s));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
+  SCALEMM_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 }  // namespace

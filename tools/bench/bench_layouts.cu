@@ -24,13 +24,12 @@
 #include "scalemm/layouts/convert.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using namespace scalemm;
 using namespace scalemm::layouts;
 
 namespace {
-
-#define CK(x) scalemm::detail::cuda_check((x), #x)
 
 int g_iters = 50;
 bool g_failed = false;
@@ -38,28 +37,23 @@ std::string g_only;  // --only: run the cases whose "name RxK" contains it (prof
 
 float median_ms(const std::function<void(cudaStream_t)>& fn, cudaStream_t st) {
   for (int i = 0; i < 5; ++i) fn(st);
-  CK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   std::vector<cudaEvent_t> ev(size_t(2 * g_iters));
-  for (auto& e : ev) CK(cudaEventCreate(&e));
+  for (auto& e : ev) SCALEMM_CUDA_CHECK(cudaEventCreate(&e));
   for (int i = 0; i < g_iters; ++i) {
-    CK(cudaEventRecord(ev[size_t(2 * i)], st));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i)], st));
     fn(st);
-    CK(cudaEventRecord(ev[size_t(2 * i + 1)], st));
+    SCALEMM_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i + 1)], st));
   }
-  CK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
   std::vector<float> t(static_cast<size_t>(g_iters));
-  for (int i = 0; i < g_iters; ++i) CK(cudaEventElapsedTime(&t[size_t(i)], ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+  for (int i = 0; i < g_iters; ++i) SCALEMM_CUDA_CHECK(cudaEventElapsedTime(&t[size_t(i)], ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
   for (auto& e : ev) cudaEventDestroy(e);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
 
-struct Dev {
-  void* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t bytes) : n(std::max<size_t>(bytes, 16)) { CK(cudaMalloc(&p, n)); }
-  ~Dev() { cudaFree(p); }
-};
+using Dev = scalemm::detail::DeviceBuffer;
 
 std::vector<uint8_t> random_bytes(size_t n, std::mt19937_64& g) {
   std::vector<uint8_t> v(n);
@@ -78,21 +72,21 @@ void row(const std::string& name, int64_t R, int64_t K, size_t src_bytes, size_t
          const std::function<void(cudaStream_t)>& kernel, const std::vector<uint8_t>& want, const Dev& out,
          cudaStream_t st) {
   // Correctness first.
-  CK(cudaMemsetAsync(out.p, 0xCD, dst_bytes, st));
+  SCALEMM_CUDA_CHECK(cudaMemsetAsync(out.p, 0xCD, dst_bytes, st));
   kernel(st);
-  CK(cudaStreamSynchronize(st));
-  CK(cudaGetLastError());
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
+  SCALEMM_CUDA_CHECK(cudaGetLastError());
   std::vector<uint8_t> got(dst_bytes);
-  CK(cudaMemcpy(got.data(), out.p, dst_bytes, cudaMemcpyDeviceToHost));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(got.data(), out.p, dst_bytes, cudaMemcpyDeviceToHost));
   const bool ok = got == want;
   if (!ok) g_failed = true;
 
   const size_t moved = src_bytes + dst_bytes;
   Dev a(moved / 2 + 16), b(moved / 2 + 16);
   const float t_k = median_ms(kernel, st);
-  const float t_c = median_ms([&](cudaStream_t s) { CK(cudaMemcpyAsync(b.p, a.p, moved / 2, cudaMemcpyDeviceToDevice, s)); }, st);
+  const float t_c = median_ms([&](cudaStream_t s) { SCALEMM_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, moved / 2, cudaMemcpyDeviceToDevice, s)); }, st);
   // Write floor: cudaMemset of the destination alone (what a kernel that only writes could reach).
-  const float t_w = median_ms([&](cudaStream_t s) { CK(cudaMemsetAsync(out.p, 0, dst_bytes, s)); }, st);
+  const float t_w = median_ms([&](cudaStream_t s) { SCALEMM_CUDA_CHECK(cudaMemsetAsync(out.p, 0, dst_bytes, s)); }, st);
   const double gbs_k = double(moved) / (t_k * 1e6), gbs_c = double(moved) / (t_c * 1e6);
   std::printf("%-34s %6lld %6lld %9.2f %9.1f %8.0f %8.0f %7.2f  %-4s %6.1f %6.2f\n", name.c_str(), (long long)R,
               (long long)K, moved / 1e6, t_k * 1e3, gbs_k, gbs_c, gbs_k / gbs_c, ok ? "ok" : "MISMATCH vs host",
@@ -110,7 +104,7 @@ void bench_relayout(Recipe rc, int64_t R, int64_t K, bool to_lt, std::mt19937_64
   std::vector<uint8_t> want(size_t(to.bytes()));
   convert(from, src.data(), to, want.data());
   Dev ds(src.size()), dd(want.size());
-  CK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
   row(name, R, K, src.size(), want.size(), [&](cudaStream_t s) { gpu::convert(from, ds.p, to, dd.p, s); }, want, dd,
       st);
 }
@@ -123,7 +117,7 @@ void bench_transpose(Recipe rc, int64_t R, int64_t K, ScaleFormat tf, std::mt199
   std::vector<uint8_t> want(size_t(to.bytes()));
   transpose(from, src.data(), to, want.data());
   Dev ds(src.size()), dd(want.size());
-  CK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
   row(name, R, K, src.size(), want.size(), [&](cudaStream_t s) { gpu::transpose(from, ds.p, to, dd.p, s); }, want,
       dd, st);
 }
@@ -137,7 +131,7 @@ void bench_broadcast(int64_t R, int64_t K, std::mt19937_64& g, cudaStream_t st) 
   std::vector<uint8_t> want(size_t(m.bytes()));
   broadcast_block128_to_mxfp8(b, s.data(), m, want.data());
   Dev ds(s.size() * 4), dd(want.size());
-  CK(cudaMemcpy(ds.p, s.data(), s.size() * 4, cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(ds.p, s.data(), s.size() * 4, cudaMemcpyHostToDevice));
   row("block128x128 -> mxfp8 cublaslt", R, K, s.size() * 4, want.size(),
       [&](cudaStream_t st2) {
         gpu::broadcast_block128_to_mxfp8(b, static_cast<const float*>(ds.p), m, static_cast<uint8_t*>(dd.p), nullptr, st2);
@@ -162,8 +156,8 @@ void bench_grouped(Recipe rc, int64_t R, int64_t K, int G, std::mt19937_64& g, c
   std::vector<uint8_t> want(size_t(lo.back() * eb));
   convert_grouped(rc, K, offs.data(), G, ScaleFormat::kCompact, src.data(), ScaleFormat::kCublasLt, want.data());
   Dev ds(src.size()), dd(want.size()), doffs(offs.size() * 8);
-  CK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(doffs.p, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(ds.p, src.data(), src.size(), cudaMemcpyHostToDevice));
+  SCALEMM_CUDA_CHECK(cudaMemcpy(doffs.p, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
   const auto* d_offs = static_cast<const int64_t*>(doffs.p);
   row(name, R, K, src.size(), want.size(),
       [&](cudaStream_t s) {
@@ -199,7 +193,7 @@ int main(int argc, char** argv) {
   std::printf("%-34s %6s %6s %9s %9s %8s %8s %7s  %-5s %6s %6s\n", "case", "R", "K", "MB moved", "us", "GB/s",
               "copy GB/s", "vs copy", "check", "set us", "vs set");
   cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   std::mt19937_64 g(20261121);
 
   // The last shape moves 134-537 MB, several times the L2 cache: there the copy runs at DRAM speed

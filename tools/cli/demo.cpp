@@ -26,6 +26,7 @@
 #include "scalemm/layouts/validate.hpp"
 #include "scalemm/version.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using scalemm::detail::cuda_check;
 
@@ -53,14 +54,11 @@ void run_info() {
 }
 
 
-struct DeviceBytes {
-  void* p = nullptr;
-  DeviceBytes(const void* src, size_t n) {
-    cuda_check(cudaMalloc(&p, n ? n : 1), "cudaMalloc");
-    if (src) cuda_check(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice), "upload");
+// A device copy of host bytes (null src: uninitialised).
+struct DeviceBytes : scalemm::detail::DeviceBuffer {
+  DeviceBytes(const void* src, size_t n) : DeviceBuffer(n) {
+    if (src) SCALEMM_CUDA_CHECK(cudaMemcpy(p, src, n, cudaMemcpyHostToDevice));
   }
-  ~DeviceBytes() { cudaFree(p); }
-  DeviceBytes(const DeviceBytes&) = delete;
 };
 
 struct Quantized {

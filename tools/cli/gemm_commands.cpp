@@ -37,6 +37,7 @@
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/layouts/validate.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using scalemm::detail::cuda_check;
 
@@ -46,24 +47,7 @@ namespace {
 // ---- device buffers ---------------------------------------------------------------------------------
 
 
-struct DeviceBuffer {
-  void* p = nullptr;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  void* alloc(size_t bytes) {
-    cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc");
-    return p;
-  }
-  void* upload(const void* src, size_t bytes) {
-    alloc(bytes);
-    if (bytes) cuda_check(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "copy to device");
-    return p;
-  }
-};
+using scalemm::detail::DeviceBuffer;
 
 size_t out_bytes(DType t) { return size_t(dtype_storage_bytes(t, 1)); }  // outputs are never packed FP4
 

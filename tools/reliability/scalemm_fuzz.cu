@@ -54,20 +54,23 @@
 #include "scalemm/gemm.hpp"
 #include "scalemm/grouped.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 
 namespace {
 
-#define FUZZ_CUDA(x)                                                                              \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "scalemm_fuzz: %s failed: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, \
-                   __LINE__);                                                                     \
-      std::exit(2);                                                                               \
-    }                                                                                             \
-  } while (0)
+// A CUDA failure of the harness itself ends the run (exit 2): it is not one of the library's errors
+// under test, which the fuzzer catches and judges.
+void harness_check(cudaError_t e, const char* call) {
+  try {
+    scalemm::detail::cuda_check(e, call);
+  } catch (const scalemm::Error& x) {
+    std::fprintf(stderr, "scalemm_fuzz: %s\n", x.what());
+    std::exit(2);
+  }
+}
+#define FUZZ_CUDA(x) harness_check((x), #x)
 
 enum class Regime : int { kNormal = 0, kTiny = 1, kNearMax = 2, kZeroBlocks = 3, kNonFinite = 4 };
 constexpr int kRegimeCount = 5;

@@ -24,3 +24,6 @@ inline void cuda_check(cudaError_t e, const std::string& what) {
 inline void launch_check(const std::string& what) { cuda_check(cudaGetLastError(), what); }
 
 }  // namespace scalemm::detail
+
+/// cuda_check of one CUDA runtime call, named by its own text: the one check of tests and tools.
+#define SCALEMM_CUDA_CHECK(call) ::scalemm::detail::cuda_check((call), #call)
