@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs CUTLASS's C++ headers for the grouped blockwise kernel (lib/backends/cutlass_grouped.cu):
+# Installs CUTLASS's C++ headers for the grouped blockwise kernel (lib/backends/cutlass_grouped_sm90a.cu):
 # the PyPI wheel nvidia-cutlass carries them under cutlass_library/source/include. They are unpacked
 # into .deps/cutlass/include (git-ignored), where CMake looks first (SCALEMM_CUTLASS_DIR overrides),
 # and given one barrier per scale-stage release in the blockwise mainloop (tools/cutlass/).

@@ -1,6 +1,6 @@
 // Grouped GEMMs (grouped.hpp): validation, the choice between the two grouped backends, and the
 // per-group backend itself.
-//  * The CUTLASS grouped kernels (backends/cutlass_grouped.cu) run blockwise and rowwise FP8 on sm_90 in
+//  * The CUTLASS grouped kernels (backends/cutlass_grouped_sm90a.cu) run blockwise and rowwise FP8 on sm_90 in
 //    one launch, with host or device-side sizes; `auto` takes them whenever they can run the call,
 //    except large groups with host sizes, measured faster per group (slower_than_per_group()).
 //  * Otherwise the per-group backend runs one dense call per non-empty group, each planned (cached per
