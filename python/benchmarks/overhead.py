@@ -170,7 +170,7 @@ def main():
         xq, wq, xs, ws = operands(m, n, k, ra, rb)
         d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         iters = 40
-        va, mm, nn, kk, op_a, op_b, _bias, _keep = _core._gemm_inputs(xq, wq, xs, ws, ra, rb, "compact", None,
+        va, mm, nn, kk, op_a, op_b, _bias, _keep = _core.gemm_inputs(xq, wq, xs, ws, ra, rb, "compact", None,
                                                                        None, None)
         h = _core.handle("auto")
         stream = torch.cuda.current_stream().cuda_stream

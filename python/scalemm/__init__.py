@@ -54,8 +54,50 @@ except ImportError as e:  # the CUDA libraries are not on the loader path: try t
 
 _scalemm.set_error_classes([Error] + _errors.BY_CODE[1:])
 
-from ._core import dequantize, explain, quantize, scaled_grouped_mm, scaled_mm  # noqa: E402
+import functools as _functools  # noqa: E402
+import sys as _sys  # noqa: E402
+
+from . import _core  # noqa: E402
+from ._core import dequantize, explain  # noqa: E402
 from . import layouts  # noqa: E402
+
+# The calls take NumPy, CuPy, DLPack and torch arrays. Torch tensors go to scalemm.torch (custom ops
+# under tracing, prepared calls when eager), imported on the first one; everything else to _core.
+# Routing lives here, above both, so that neither module imports the other's caller.
+_st = None
+
+
+def _torch_layer(a):
+    global _st
+    t = _sys.modules.get("torch")
+    if t is None or not isinstance(a, t.Tensor):
+        return None
+    if _st is None:
+        from . import torch as st
+
+        _st = st
+    return _st
+
+
+@_functools.wraps(_core.scaled_mm)
+def scaled_mm(a, b, scale_a, scale_b, **kwargs):
+    st = _torch_layer(a)
+    return (st.scaled_mm if st is not None else _core.scaled_mm)(a, b, scale_a, scale_b, **kwargs)
+
+
+@_functools.wraps(_core.scaled_grouped_mm)
+def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, **kwargs):
+    st = _torch_layer(a)
+    return (st.scaled_grouped_mm if st is not None else _core.scaled_grouped_mm)(a, b, scale_a, scale_b, group_sizes,
+                                                                               **kwargs)
+
+
+@_functools.wraps(_core.quantize)
+def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", _columnwise=False):
+    st = _torch_layer(x)
+    if st is not None:
+        return st.quantize(x, recipe, dtype=dtype, scale_format=scale_format, columnwise=_columnwise)
+    return _core.quantize(x, recipe, dtype=dtype, scale_format=scale_format, _columnwise=_columnwise)
 
 __version__ = _scalemm.version()
 RECIPES = ("tensorwise", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8-32x32", "nvfp4")

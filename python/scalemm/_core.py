@@ -37,7 +37,7 @@ def recipe_code(name, argument: str) -> int:
                   "Recipes are explicit names; scalemm never infers them from shapes.")
 
 
-def _choice(table: dict, name, argument: str, what: str):
+def choice(table: dict, name, argument: str, what: str):
     key = name
     if not isinstance(name, str):  # torch.bfloat16 and friends
         key = str(name).replace("torch.", "")
@@ -73,7 +73,7 @@ def handle(backend: str) -> "_C.Handle":
     """One library Handle per backend policy, shared by every thread (Handle is thread-safe)."""
     h = _handles.get(backend)
     if h is None:
-        code = _choice(BACKENDS, backend, "backend", "backend")
+        code = choice(BACKENDS, backend, "backend", "backend")
         with _handles_lock:
             h = _handles.get(backend)
             if h is None:
@@ -86,7 +86,7 @@ def handle(backend: str) -> "_C.Handle":
 def _operand_dtype(v: View, recipe: int, given, argument: str, dtype_argument: str) -> str:
     """The element type of operand data: from the array's own type, or `given` for raw uint8."""
     nvfp4 = recipe == RECIPES["nvfp4"]
-    want = None if given is None else _choice(DATA_DTYPES, given, dtype_argument, "data dtype")
+    want = None if given is None else choice(DATA_DTYPES, given, dtype_argument, "data dtype")
     if v.dtype in ("e4m3", "e5m2", "e2m1x2"):
         if want is not None and want != v.dtype:
             raise invalid(dtype_argument, f"disagrees with the element type of {argument}", v.dtype,
@@ -133,7 +133,7 @@ def _scale_operand(s, recipe: int, space: int, argument: str, scale_format: int)
             raise invalid(argument, "a (scales, global_scale) pair is only for nvfp4", "one scale array",
                           f"a tuple of {len(s)}")
         s, g = s
-        glob = _global_value(g, argument)
+        glob = global_value(g, argument)
     v = view(s, argument)
     if v.space != space:
         raise invalid(argument, "scales live with the data", "device" if space else "host memory",
@@ -152,7 +152,7 @@ def _scale_operand(s, recipe: int, space: int, argument: str, scale_format: int)
     return v, code, shape, strides, glob
 
 
-def _global_value(g, argument: str) -> float:
+def global_value(g, argument: str) -> float:
     if isinstance(g, (float, int, np.floating, np.integer)):
         return float(g)
     try:
@@ -173,7 +173,7 @@ def _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b):
     """Recipes, scale format, views and element types of both operands (on one device)."""
     ra = recipe_code(recipe_a, "recipe_a")
     rb = recipe_code(recipe_b, "recipe_b")
-    fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
+    fmt = choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
     va, vb = view(a, "a"), view(b, "b")
     if va.space != vb.space or va.kind != vb.kind or va.device != vb.device:
         raise invalid("b", "both operands live on the same device and are the same kind of array",
@@ -192,7 +192,7 @@ def _operand_tuples(va, vb, ta, tb, ra, rb, fmt, scale_a, scale_b):
             (vb.ptr, DTYPE_CODE[tb], rb, sb.ptr, cb, shb, stb, fmt, gb))
 
 
-def _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias, dtype_a, dtype_b):
+def gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias, dtype_a, dtype_b):
     ra, rb, fmt, va, vb, ta, tb = _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
     m, ka = _data_shape(va, ta, "a", "M")
     n, kb = _data_shape(vb, tb, "b", "N")
@@ -245,34 +245,15 @@ def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", s
     may skip the periodic fp32 promotion of their partial sums: faster, less exact for long K. Other
     backends accumulate exactly; explain() says which applies. Block recipes refuse it by name.
     """
-    fast_accum = _flag(fast_accum, "fast_accum")
-    t = _torch_entry
-    if t is None and _is_torch_call(a):
-        t = _load_torch_entry()
-    if t is not None and isinstance(a, t[0]):
-        return t[1](a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
-                    fast_accum=fast_accum)
-    return _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend,
+    fast_accum = flag(fast_accum, "fast_accum")
+    return scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend,
                            dtype_a, dtype_b, fast_accum=fast_accum)
 
 
-def _flag(value, argument: str) -> bool:
+def flag(value, argument: str) -> bool:
     if not isinstance(value, bool):
         raise invalid(argument, "a switch", "True or False", repr(value))
     return value
-
-
-_torch_entry = None  # (torch.Tensor, scalemm.torch.scaled_mm) once a torch tensor has been seen
-
-
-def _load_torch_entry():
-    global _torch_entry
-    import torch
-
-    from . import torch as st
-
-    _torch_entry = (torch.Tensor, st._fast, st._traced_quantize, st.scaled_grouped_mm)
-    return _torch_entry
 
 
 def _is_torch_call(a) -> bool:
@@ -282,11 +263,11 @@ def _is_torch_call(a) -> bool:
     return t is not None and isinstance(a, t.Tensor)
 
 
-def _scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
+def scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
                     dtype_b, out=None, fast_accum=False):
-    od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    od = choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
     h = handle(backend)
-    va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
+    va, m, n, k, op_a, op_b, bias_ptr, _keep = gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
     d = empty(va, (m, n), od) if out is None else out
     with on_device(va), naming_backend(backend):
@@ -303,20 +284,20 @@ def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", sca
     Takes exactly scaled_mm's arguments and validates them the same way. With group_sizes (and
     group_dim, grouped_backend), scaled_grouped_mm's arguments instead: the grouped backend and, for
     the per-group one, the plan of each distinct group shape."""
-    od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
-    fast_accum = _flag(fast_accum, "fast_accum")
+    od = choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    fast_accum = flag(fast_accum, "fast_accum")
     h = handle(backend)
     if group_sizes is not None:
         if bias is not None:
             raise invalid("bias", "grouped GEMMs take no bias", "None", "a bias array")
-        va, dim, sizes, m, n, k, op_a, op_b, _shape = _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim,
+        va, dim, sizes, m, n, k, op_a, op_b, _shape = grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim,
                                                                       recipe_a, recipe_b, scale_format, dtype_a,
                                                                       dtype_b)
-        gb = _choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
+        gb = choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
         with on_device(va), naming_backend(backend):  # planned for the arrays' device
-            return h.explain_grouped(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space, gb,
+            return h.explain_grouped(dim, *sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0, va.space, gb,
                                      fast_accum)
-    va, m, n, k, op_a, op_b, bias_ptr, _keep = _gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
+    va, m, n, k, op_a, op_b, bias_ptr, _keep = gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format,
                                                             bias, dtype_a, dtype_b)
     with on_device(va), naming_backend(backend):  # planned for the arrays' device
         _backend, text = h.explain(m, n, k, op_a, op_b, DTYPE_CODE[od], bias_ptr, 1.0, va.space, fast_accum)
@@ -389,10 +370,10 @@ def group_size_list(group_sizes) -> list:
                   type(group_sizes).__name__)
 
 
-def _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, scale_format, dtype_a,
+def grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, scale_format, dtype_a,
                     dtype_b):
     """(view of a, group dim code, sizes, m, n, k, operands, D shape) of a grouped call."""
-    dim = _choice(GROUP_DIMS, group_dim, "group_dim", 'grouped dimension ("m": row groups, MoE forward; "k": '
+    dim = choice(GROUP_DIMS, group_dim, "group_dim", 'grouped dimension ("m": row groups, MoE forward; "k": '
                   "weight gradient)")
     dev = _device_sizes(group_sizes)
     sizes = group_size_list(group_sizes) if dev is None else dev
@@ -427,7 +408,7 @@ def _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, re
     return va, dim, sizes, m, n, ka, op_a, op_b, out_shape
 
 
-def _sizes_args(sizes):
+def sizes_args(sizes):
     """The binding's (host sizes, device address, int64, G) for host or device-side sizes."""
     if isinstance(sizes, DeviceSizes):
         return [], sizes.ptr, sizes.int64, sizes.count
@@ -465,31 +446,24 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     fast_accum: as for scaled_mm, taken by the per-group backend's cuBLASLt calls (the CUTLASS kernel
     accumulates exactly).
     """
-    fast_accum = _flag(fast_accum, "fast_accum")
-    t = _torch_entry
-    if t is None and _is_torch_call(a):
-        t = _load_torch_entry()
-    if t is not None and isinstance(a, t[0]):
-        return t[3](a, b, scale_a, scale_b, group_sizes, group_dim=group_dim, recipe_a=recipe_a, recipe_b=recipe_b,
-                    out_dtype=out_dtype, scale_format=scale_format, backend=backend, dtype_a=dtype_a,
-                    dtype_b=dtype_b, grouped_backend=grouped_backend, fast_accum=fast_accum)
-    return _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
+    fast_accum = flag(fast_accum, "fast_accum")
+    return scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
                                    scale_format, backend, dtype_a, dtype_b, grouped_backend, fast_accum)
 
 
-def _scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
+def scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,
                             scale_format, backend, dtype_a, dtype_b, grouped_backend="auto", fast_accum=False):
-    od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
-    gb = _choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
+    od = choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    gb = choice(GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
     h = handle(backend)
-    va, dim, sizes, m, n, k, op_a, op_b, out_shape = _grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim,
+    va, dim, sizes, m, n, k, op_a, op_b, out_shape = grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim,
                                                                      recipe_a, recipe_b, scale_format, dtype_a,
                                                                      dtype_b)
     d = empty(va, out_shape, od)
     from ._arrays import ptr_of
 
     with on_device(va), naming_backend(backend):
-        h.grouped_gemm(dim, *_sizes_args(sizes), m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space, gb,
+        h.grouped_gemm(dim, *sizes_args(sizes), m, n, k, op_a, op_b, ptr_of(d), DTYPE_CODE[od], 1.0, va.space, gb,
                        stream_of(va), fast_accum)
     return hand_back(va, d)
 
@@ -535,7 +509,7 @@ def scale_shape(recipe: int, rows, k, fmt: int) -> tuple:
     return (cdiv(rows, 128) * 128 * cdiv(kb, 4) * 4,)  # 128x4 tiles (mxfp8-32x32: replicated to rows)
 
 
-def _scale_dtype_name(recipe: int) -> str:
+def scale_dtype_name(recipe: int) -> str:
     return "f32" if recipe <= 4 else ("e8m0" if recipe <= 6 else "ue4m3")
 
 
@@ -549,19 +523,12 @@ def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", _columnwise=Fal
     The library's quantizers (amax scaling; MX: E8M0 round-up; NVFP4: the two-level recipe) run on the
     array's device, on the current stream.
     """
-    t = _torch_entry
-    if t is None and _is_torch_call(x):
-        t = _load_torch_entry()
-    if t is not None and isinstance(x, t[0]):
-        traced = t[2](x, recipe, dtype, scale_format, _columnwise)  # the custom op while tracing
-        if traced is not None:
-            return traced
-    return _quantize_impl(x, recipe, dtype, scale_format, _columnwise)
+    return quantize_impl(x, recipe, dtype, scale_format, _columnwise)
 
 
-def _quantize_impl(x, recipe, dtype, scale_format, _columnwise):
+def quantize_impl(x, recipe, dtype, scale_format, _columnwise):
     r = recipe_code(recipe, "recipe")
-    fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
+    fmt = choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
     v = _source(x, "x")
     rows, k = v.shape
     nvfp4 = r == RECIPES["nvfp4"]
@@ -570,10 +537,10 @@ def _quantize_impl(x, recipe, dtype, scale_format, _columnwise):
         if k % 2:
             raise invalid("x", "nvfp4 packs two values per byte", "an even K", str(k))
     else:
-        dt = _choice({"e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "float8_e5m2": "e5m2"}, dtype,
+        dt = choice({"e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "float8_e5m2": "e5m2"}, dtype,
                      "dtype", "FP8 data type")
     data = empty(v, (rows, k // 2 if nvfp4 else k), dt)
-    sdt = _scale_dtype_name(r)
+    sdt = scale_dtype_name(r)
     scales = empty(v, scale_shape(r, rows, k, fmt), sdt)
     data_t = scales_t = None
     if _columnwise:
@@ -606,8 +573,8 @@ def dequantize(data, scales, recipe, *, dtype=None, scale_format="compact", out_
     data and scales as scaled_mm takes one operand (uint8 data needs dtype; nvfp4 scales are
     (block_scales, global_decode_scale))."""
     r = recipe_code(recipe, "recipe")
-    fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
-    od = _choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    fmt = choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
+    od = choice(OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
     v = view(data, "data")
     t = _operand_dtype(v, r, dtype, "data", "dtype")
     rows, k = _data_shape(v, t, "data", "rows")
@@ -622,7 +589,7 @@ def dequantize(data, scales, recipe, *, dtype=None, scale_format="compact", out_
         if gv is not None and gv.space == v.space and len(gv.shape) <= 1 and gv.dtype == "f32":
             glob = g  # already an f32 in the right memory space: read in place, no synchronisation
         else:
-            val = np.float32(_global_value(g, "scales"))
+            val = np.float32(global_value(g, "scales"))
             if v.space == 0:
                 glob = np.array([val], dtype=np.float32)
             else:

@@ -10,7 +10,7 @@ from collections import namedtuple
 
 from . import _scalemm as _C
 from ._arrays import DTYPE_CODE, empty, hand_back, ptr_of, stream_of, view
-from ._core import RECIPES, SCALE_FORMATS, _choice, _scale_dtype_name, recipe_code, scale_shape
+from ._core import RECIPES, SCALE_FORMATS, choice, scale_dtype_name, recipe_code, scale_shape
 from ._errors import invalid
 
 Diagnostic = namedtuple("Diagnostic", "argument rule message expected actual fix text")
@@ -36,7 +36,7 @@ def _convert(scales, recipe, rows, k, src_fmt, dst_fmt):
     r = recipe_code(recipe, "recipe")
     _dims(rows, k)
     v, code, shape, strides = _scale_view(scales, r, "scales")
-    out = empty(v, scale_shape(r, rows, k, dst_fmt), _scale_dtype_name(r) if code != 8 else "u8")
+    out = empty(v, scale_shape(r, rows, k, dst_fmt), scale_dtype_name(r) if code != 8 else "u8")
     _C.convert(r, rows, k, src_fmt, v.ptr, code, shape, strides, dst_fmt, ptr_of(out), v.space, stream_of(v))
     return hand_back(v, out)
 
@@ -60,12 +60,12 @@ def check(scales, recipe, rows, k, *, scale_format="compact", content=True):
     and synchronises the current stream."""
     r = recipe_code(recipe, "recipe")
     _dims(rows, k)
-    fmt = _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
+    fmt = choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
     v, code, shape, strides = _scale_view(scales, r, "scales")
     if code < 0:
         return [Diagnostic("scales", "scale-dtype", "scale element type of this recipe",
-                           _scale_dtype_name(r), v.dtype, "", f"scales: scale element type: expected "
-                           f"{_scale_dtype_name(r)}, got {v.dtype}")]
+                           scale_dtype_name(r), v.dtype, "", f"scales: scale element type: expected "
+                           f"{scale_dtype_name(r)}, got {v.dtype}")]
     return [Diagnostic(*d) for d in _C.check(r, rows, k, fmt, v.ptr, code, shape, strides, v.space, bool(content),
                                              "scales", stream_of(v))]
 
@@ -74,11 +74,11 @@ def describe(recipe, rows, k, *, scale_format="compact") -> str:
     """One line: the layout's element type, padded shape and bytes."""
     r = recipe_code(recipe, "recipe")
     _dims(rows, k)
-    return _C.layout_info(r, rows, k, _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format"))[7]
+    return _C.layout_info(r, rows, k, choice(SCALE_FORMATS, scale_format, "scale_format", "scale format"))[7]
 
 
 def shape(recipe, rows, k, *, scale_format="compact") -> tuple:
     """The shape of the scale array scalemm produces (and the CLI writes) for a (rows, k) operand."""
     r = recipe_code(recipe, "recipe")
     _dims(rows, k)
-    return scale_shape(r, rows, k, _choice(SCALE_FORMATS, scale_format, "scale_format", "scale format"))
+    return scale_shape(r, rows, k, choice(SCALE_FORMATS, scale_format, "scale_format", "scale format"))

@@ -38,7 +38,7 @@ _OUT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
 
 def _out_name(out_dtype) -> str:
-    return _core._choice(_core.OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
+    return _core.choice(_core.OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
 
 
 # ---- scaled_mm ------------------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ def _split_global(s, recipe):
         if isinstance(g, torch.Tensor):
             if g.is_cuda:
                 # Same rule as the eager path: the library takes it by value.
-                _core._global_value(g, "scale")
+                _core.global_value(g, "scale")
             g = float(g)
         return s[0], float(g)
     return s, 1.0
@@ -102,7 +102,7 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
     if not (isinstance(b, T) and isinstance(scale_a, T) and isinstance(scale_b, T)
             and (bias is None or isinstance(bias, T))):
         # NVFP4 (scales, global) pairs, and anything else the general path names an error for.
-        return _core._scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
+        return _core.scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
                                      backend, dtype_a, dtype_b, fast_accum=fast_accum)
     key = (recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a, dtype_b, fast_accum, a.dtype, b.dtype,
            scale_a.dtype,
@@ -114,7 +114,7 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
             p = _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,
                          dtype_b, fast_accum)
         if p is None:  # a bias that needs converting: the general path
-            return _core._scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
+            return _core.scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
                                          backend, dtype_a, dtype_b, fast_accum=fast_accum)
         if len(_prepared) >= 4096:
             _prepared.clear()
@@ -130,7 +130,7 @@ def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format
              fast_accum=False):
     od = _out_name(out_dtype)
     h = _core.handle(backend)
-    va, m, n, k, op_a, op_b, bias_ptr, keep = _core._gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b,
+    va, m, n, k, op_a, op_b, bias_ptr, keep = _core.gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b,
                                                                  scale_format, bias, dtype_a, dtype_b)
     if bias is not None and keep is not bias:
         return None
@@ -157,7 +157,7 @@ def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", s
     (fake, functional, traced tensors: the dispatcher routes those) and under a dispatch mode
     (make_fx, FakeTensorMode), a direct call otherwise."""
     return _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
-                 fast_accum=_core._flag(fast_accum, "fast_accum"))
+                 fast_accum=_core.flag(fast_accum, "fast_accum"))
 
 
 # ---- scaled_grouped_mm ------------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def _scaled_grouped_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tenso
     sa = (scale_a, global_a) if recipe_a == "nvfp4" else scale_a
     sb = (scale_b, global_b) if recipe_b == "nvfp4" else scale_b
     sizes = group_sizes_device if group_sizes_device is not None else list(group_sizes)
-    return _core._scaled_grouped_mm_impl(a, b, sa, sb, sizes, group_dim, recipe_a, recipe_b, out_dtype,
+    return _core.scaled_grouped_mm_impl(a, b, sa, sb, sizes, group_dim, recipe_a, recipe_b, out_dtype,
                                          scale_format, backend, dtype_a, dtype_b, grouped_backend, fast_accum)
 
 
@@ -189,7 +189,7 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     """scalemm.scaled_grouped_mm for torch tensors: the custom op while tracing (torch.compile, tensor
     subclasses, dispatch modes), a direct call otherwise. group_sizes: host integers, or a CUDA int32/int64
     tensor read on the device."""
-    fast_accum = _core._flag(fast_accum, "fast_accum")
+    fast_accum = _core.flag(fast_accum, "fast_accum")
     if _is_compiling() or type(a) is not torch.Tensor or _dispatch_modes():
         on_device = isinstance(group_sizes, torch.Tensor) and group_sizes.device.type != "cpu"
         if on_device:
@@ -216,7 +216,7 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
     signature validates and prepares (Handle.prepare_grouped); later ones read the addresses and run.
     Host sizes belong to the signature; device-side sizes are passed by address."""
     T = torch.Tensor
-    general = lambda: _core._scaled_grouped_mm_impl(  # noqa: E731
+    general = lambda: _core.scaled_grouped_mm_impl(  # noqa: E731
         a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format, backend, dtype_a,
         dtype_b, grouped_backend, fast_accum)
     if not (a.is_cuda and isinstance(b, T) and isinstance(scale_a, T) and isinstance(scale_b, T)):
@@ -238,13 +238,13 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
     if p is None:
         od = _out_name(out_dtype)
         h = _core.handle(backend)
-        va, dim, sizes, m, n, k, op_a, op_b, out_shape = _core._grouped_inputs(
+        va, dim, sizes, m, n, k, op_a, op_b, out_shape = _core.grouped_inputs(
             a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
-        gb = _core._choice(_core.GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
+        gb = _core.choice(_core.GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
         from ._arrays import DTYPE_CODE
 
         with _core.naming_backend(backend):
-            prepared = h.prepare_grouped(dim, *_core._sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
+            prepared = h.prepare_grouped(dim, *_core.sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
                                          va.space, gb, va.device, fast_accum)
         p = (prepared.run, out_shape, _OUT[od], a.device, va.device)
         if len(_prepared_grouped) >= 4096:
@@ -265,7 +265,7 @@ def _quantize_op(x: torch.Tensor, recipe: str, dtype: str, scale_format: str,
         raise _core.invalid("recipe", "torch.ops.scalemm.quantize covers the FP8 recipes (nvfp4 has a global scale "
                             "too)", "an FP8 recipe", "nvfp4", "Call torch.ops.scalemm.quantize_nvfp4, or "
                             "scalemm.torch.quantize, which takes every recipe.")
-    out = _core._quantize_impl(x, recipe, dtype, scale_format, columnwise)
+    out = _core.quantize_impl(x, recipe, dtype, scale_format, columnwise)
     if not columnwise:
         out = out + (x.new_empty((0,), dtype=out[0].dtype), x.new_empty((0,), dtype=out[1].dtype))
     return out
@@ -277,7 +277,7 @@ def _(x, recipe, dtype, scale_format, columnwise):
     fmt = _core.SCALE_FORMATS[scale_format]
     rows, k = x.shape
     dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st = torch_dtype(_core._scale_dtype_name(r))
+    st = torch_dtype(_core.scale_dtype_name(r))
     data = x.new_empty((rows, k), dtype=dt)
     scales = x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st)
     if columnwise:
@@ -290,7 +290,7 @@ def _quantize_nvfp4_op(x: torch.Tensor, scale_format: str, columnwise: bool) -> 
         torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """NVFP4 (data, block scales, global decode scale, data_t, scales_t): the global scale is a 0-d
     float32 tensor on x's device (no synchronisation), shared by both directions."""
-    out = _core._quantize_impl(x, "nvfp4", "e4m3", scale_format, columnwise)
+    out = _core.quantize_impl(x, "nvfp4", "e4m3", scale_format, columnwise)
     data, (scales, glob) = out[0], out[1]
     if columnwise:
         return data, scales, glob, out[2], out[3][0]
@@ -303,7 +303,7 @@ def _(x, scale_format, columnwise):
     fmt = _core.SCALE_FORMATS[scale_format]
     rows, k = x.shape
     dt = torch_dtype("e2m1x2")
-    st = torch_dtype(_core._scale_dtype_name(r))
+    st = torch_dtype(_core.scale_dtype_name(r))
     data = x.new_empty((rows, k // 2), dtype=dt)
     scales = x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st)
     glob = x.new_empty((), dtype=torch.float32)
@@ -319,17 +319,6 @@ def _nvfp4_pairs(out, columnwise):
     if columnwise:
         return data, (scales, glob), data_t, (scales_t, glob)
     return data, (scales, glob)
-
-
-def _traced_quantize(x, recipe, dtype, scale_format, columnwise):
-    """scalemm.quantize on a torch tensor while tracing (torch.compile, make_fx, fake or functional
-    tensors): the custom op, so the graph has no break. None when eager (the direct call runs)."""
-    if _is_compiling() or type(x) is not torch.Tensor or _dispatch_modes():
-        if recipe == "nvfp4":
-            return _nvfp4_pairs(torch.ops.scalemm.quantize_nvfp4(x, scale_format, columnwise), columnwise)
-        out = torch.ops.scalemm.quantize(x, recipe, dtype, scale_format, columnwise)
-        return out if columnwise else out[:2]
-    return None
 
 
 def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", columnwise=False):
@@ -370,7 +359,7 @@ def _fast_quantize(x, recipe, dtype, scale_format, columnwise, rowwise=True):
     key = (recipe, dtype, scale_format, columnwise, rowwise, x.dtype, x.shape, x.stride(), x.device)
     p = _prepared_quantize.get(key)
     if p is None:
-        out = _core._quantize_impl(x, recipe, dtype, scale_format, columnwise)
+        out = _core.quantize_impl(x, recipe, dtype, scale_format, columnwise)
         from ._arrays import DTYPE_CODE
 
         dt = "e5m2" if out[0].dtype == torch.float8_e5m2 else "e4m3"
