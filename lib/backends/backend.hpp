@@ -59,9 +59,3 @@ const BackendImpl& reference_backend();       // reference.cpp
 constexpr int kStagedOutputTag = 100;
 
 }  // namespace scalemm::backends
-
-namespace scalemm::dispatch {
-/// Runs `plan` (made for `args`'s problem) through its backend; a staged FP8 output is written to the
-/// plan's slice by the backend and converted into args.d afterwards (planner.cpp).
-void execute(const GemmArgs& args, const Plan& plan, const backends::RunContext& ctx);
-}  // namespace scalemm::dispatch

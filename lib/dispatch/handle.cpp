@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "dispatch/planner.hpp"
 #include "dispatch/devices.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "dispatch/verify.hpp"

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "backends/backend.hpp"
+#include "dispatch/planner.hpp"
 #include "dispatch/epilogue.hpp"
 #include "scalemm/gemm.hpp"
 

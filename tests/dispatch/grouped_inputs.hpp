@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "operands.hpp"
+#include "test_operands.hpp"
 #include "scalemm/grouped.hpp"
 
 namespace scalemm::testing {

@@ -11,7 +11,7 @@
 
 #include "dispatch/devices.hpp"
 #include "grouped_inputs.hpp"
-#include "operands.hpp"
+#include "test_operands.hpp"
 #include "scalemm/grouped.hpp"
 #include "support/test_support.hpp"
 

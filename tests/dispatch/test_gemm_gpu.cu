@@ -10,7 +10,7 @@
 #include "backends/emulated.hpp"
 #include "dispatch/verify.hpp"
 #include "device_buffer.hpp"
-#include "operands.hpp"
+#include "test_operands.hpp"
 #include "scalemm/emulation/compare.hpp"
 #include "support/test_support.hpp"
 #include "scalemm/detail/cuda_check.hpp"

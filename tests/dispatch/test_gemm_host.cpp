@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "operands.hpp"
+#include "test_operands.hpp"
 #include "scalemm/formats.hpp"
 #include "support/test_support.hpp"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "linear_inputs.hpp"
-#include "operands.hpp"
+#include "test_operands.hpp"
 #include "scalemm/emulation/compare.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/layouts/convert.hpp"

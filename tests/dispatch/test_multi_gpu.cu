@@ -14,7 +14,7 @@
 
 #include "device_buffer.hpp"
 #include "grouped_inputs.hpp"
-#include "operands.hpp"
+#include "test_operands.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/grouped.hpp"
 #include "scalemm/scalemm.h"

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "dispatch/device_buffer.hpp"
-#include "dispatch/operands.hpp"
+#include "dispatch/test_operands.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/validate.hpp"

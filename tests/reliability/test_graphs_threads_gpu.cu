@@ -15,7 +15,7 @@
 
 #include "dispatch/device_buffer.hpp"
 #include "dispatch/linear_inputs.hpp"
-#include "dispatch/operands.hpp"
+#include "dispatch/test_operands.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/linear.hpp"
 #include "support/test_support.hpp"
