@@ -16,7 +16,7 @@
 
 #include "detail/driver.hpp"
 #include "detail/fast_codecs.cuh"
-#include "fast_quantizers.hpp"
+#include "detail/device_exec.cuh"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/detail/cuda_check.hpp"
@@ -28,51 +28,12 @@ namespace scalemm::emulation {
 
 namespace {
 
-
-struct DeviceExec {
-  cudaStream_t stream;
-  template <class F>
-  void for_each(int64_t n, F f) {
-    thrust::for_each(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int64_t>(0),
-                     thrust::counting_iterator<int64_t>(n), f);
-    cuda_check(cudaGetLastError(), "thrust::for_each launch");
-  }
-  void zero(void* p, size_t bytes) {
-    if (bytes) cuda_check(cudaMemsetAsync(p, 0, bytes, stream), "cudaMemsetAsync");
-  }
-};
-
-size_t round256(size_t b) { return (b + 255) / 256 * 256; }
+using detail::DeviceExec;
+using detail::Workspace;
+using detail::round256;
 
 
-/// Workspace from the caller, or a stream-ordered allocation released when this object dies.
-class Workspace {
- public:
-  Workspace(void* given, size_t given_bytes, size_t need, cudaStream_t s) : stream_(s) {
-    if (need == 0) return;
-    if (given) {
-      if (given_bytes < need)
-        throw Error(StatusCode::kInvalidArgument, "emulation: workspace of " + std::to_string(given_bytes) +
-                                                      " bytes is smaller than the " + std::to_string(need) +
-                                                      " bytes needed");
-      ptr_ = given;
-    } else {
-      cuda_check(cudaMallocAsync(&ptr_, need, s), "cudaMallocAsync(workspace)");
-      owned_ = true;
-    }
-  }
-  ~Workspace() {
-    if (owned_) cudaFreeAsync(ptr_, stream_);
-  }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  void* get() const { return ptr_; }
 
- private:
-  void* ptr_ = nullptr;
-  bool owned_ = false;
-  cudaStream_t stream_;
-};
 
 
 // ---- tiled fp32 SGEMM: D = alpha * A * B^T (+ bias), A (M, K), B (N, K) row-major ----------------
@@ -149,45 +110,6 @@ void sgemm_nt_device(const float* a, const float* b, void* d, int64_t m, int64_t
   cuda_check(cudaGetLastError(), "sgemm_nt_kernel launch");
 }
 
-size_t quantize_device_workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg) {
-  const int64_t generic = detail::plan_quantize(src, cfg).scratch_floats();
-  const int64_t fast = fastq::plan_fast(src, cfg).floats();
-  return round256(size_t(std::max(generic, fast)) * sizeof(float));
-}
-
-void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out,
-                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  validate(src, cfg, out);
-  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));  // the stream's device
-  DeviceExec ex{stream};
-  if (src.rows > 0 && src.cols > 0) {
-    // Scale buffers: padding must read as zero, so a cublaslt buffer with padding is cleared first
-    // (the kernels write every real scale; without padding the clear would be a wasted pass and launch).
-    const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, src.rows, src.cols);
-    if (cfg.rowwise && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
-    if (cfg.columnwise && lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
-    // The fast kernels use scratch only for the amax passes (tensorwise, rowwise, NVFP4's global):
-    // block recipes allocate nothing per call (a stream-ordered allocation can stall when the pool
-    // has been trimmed at a synchronisation).
-    const bool amax = cfg.recipe == Recipe::kTensorwise || cfg.recipe == Recipe::kRowwise || cfg.recipe == Recipe::kNvfp4;
-    Workspace ws(workspace, workspace_bytes, amax ? round256(size_t(fastq::plan_fast(src, cfg).floats()) * sizeof(float)) : 0,
-                 stream);
-    if (fastq::quantize(src, cfg, out, static_cast<float*>(ws.get()), stream)) return;
-  }
-  Workspace ws(workspace, workspace_bytes, quantize_device_workspace_bytes(src, cfg), stream);
-  detail::run_quantize(ex, src, cfg, out, static_cast<float*>(ws.get()));
-}
-
-void dequantize_device(const QuantizedTensor& t, void* out, DType out_dtype, cudaStream_t stream) {
-  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
-  fastq::dequantize(t, out, out_dtype, stream);
-}
-
-void transpose_device(const void* src, int64_t batch, int64_t rows, int64_t cols, void* dst, cudaStream_t stream) {
-  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
-  fastq::transpose_bytes(src, batch, rows, cols, dst, stream);
-}
-
 size_t gemm_device_workspace_bytes(const QuantizedTensor& a, const QuantizedTensor& b) {
   return round256(size_t(a.rows() * a.k()) * 4) + round256(size_t(b.rows() * b.k()) * 4);
 }
@@ -202,8 +124,9 @@ void gemm_device(const QuantizedTensor& a, const QuantizedTensor& b, void* d, co
   Workspace ws(workspace, workspace_bytes, gemm_device_workspace_bytes(a, b), stream);
   float* da = static_cast<float*>(ws.get());
   float* db = reinterpret_cast<float*>(static_cast<char*>(ws.get()) + round256(size_t(M * K) * 4));
-  fastq::dequantize(a, da, DType::kF32, stream);
-  fastq::dequantize(b, db, DType::kF32, stream);
+  DeviceExec ex{stream};  // the emulator's own dequantization: it depends on no production kernel
+  detail::run_dequantize(ex, a, da, DType::kF32);
+  detail::run_dequantize(ex, b, db, DType::kF32);
   sgemm_nt_device(da, db, d, M, N, K, opt, stream);
 }
 

@@ -13,6 +13,7 @@
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/quantize.hpp"
 
 using scalemm::detail::cuda_check;
 
@@ -70,7 +71,7 @@ struct GroupedScaledLinear::Impl {
   size_t quant_workspace(Recipe r, int64_t rows, int64_t cols, bool rowwise, bool columnwise) const {
     if (host() || rows == 0) return 0;
     const emulation::SourceMatrix src{nullptr, DType::kF32, rows, cols};
-    return emulation::quantize_device_workspace_bytes(src, config(r, rowwise, columnwise));
+    return scalemm::quantize::workspace_bytes(src, config(r, rowwise, columnwise));
   }
   int64_t layout_bytes(Recipe r, int64_t rows, int64_t cols) const {
     return layouts::ScaleLayout(r, rows, cols, options.scale_format).bytes();
@@ -87,7 +88,7 @@ struct GroupedScaledLinear::Impl {
     if (host())
       emulation::quantize_host(s, cfg, out);
     else
-      emulation::quantize_device(s, cfg, out, ws, ws_bytes, stream);
+      scalemm::quantize::quantize(s, cfg, out, ws, ws_bytes, stream);
   }
 
   size_t weight_bytes() const {

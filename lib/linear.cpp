@@ -11,6 +11,7 @@
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/quantize.hpp"
 
 using scalemm::detail::cuda_check;
 
@@ -88,7 +89,7 @@ struct ScaledLinear::Impl {
     return {size_t(emulation::data_bytes(cfg, rows, cols)), size_t(emulation::rowwise_layout(cfg, rows, cols).bytes()),
             size_t(emulation::data_bytes(cfg, cols, rows)),
             size_t(emulation::columnwise_layout(cfg, rows, cols).bytes()),
-            emulation::quantize_device_workspace_bytes(src, cfg)};
+            scalemm::quantize::workspace_bytes(src, cfg)};
   }
   QuantPair carve(Arena& a, const PairSizes& s) {
     QuantPair p;
@@ -115,7 +116,7 @@ struct ScaledLinear::Impl {
     o.scales = out.scales;
     o.data_t = out.data_t;
     o.scales_t = out.scales_t;
-    emulation::quantize_device(s, config(r), o, ws, ws_bytes, stream);
+    scalemm::quantize::quantize(s, config(r), o, ws, ws_bytes, stream);
   }
 
   GemmOperand operand(const void* data, Recipe r, const void* scales) const {

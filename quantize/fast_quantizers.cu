@@ -1,5 +1,5 @@
 // The library's quantizers and dequantizer on the GPU (declared in fast_quantizers.hpp; reached
-// through emulation::quantize_device / dequantize_device). Their arithmetic is the reference
+// through scalemm::quantize, quantize/api.cu). Their arithmetic is the reference
 // emulator's (emulation/detail/functors.hpp), so their bytes equal the host emulator's; the tests in
 // tests/emulation check that byte for byte. Compiled with -fmad=false like the emulator.
 #include "fast_quantizers.hpp"
@@ -39,7 +39,7 @@ int blocks_per_sm(PerDevice<int>& cache, Kernel kernel) {
 }  // namespace
 
 // ---- fast GPU quantizers ------------------------------------------------------------------------
-// Dedicated kernels for quantize_device. They call the per-element and per-block arithmetic of
+// Dedicated kernels for scalemm::quantize::quantize. They call the per-element and per-block arithmetic of
 // detail/functors.hpp (load_hp's codecs, amax_update, compute_scale, encode_elem, finish_global,
 // store_scale -> ScaleLayout::offset), so their bytes equal the host's; only the schedule differs:
 //   * one 256-thread CTA per 128 x 128 tile of the source: the tile is read once (vector loads, one
@@ -782,7 +782,7 @@ void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, cudaStream
   if (R * K == 0) return;
   const int64_t groups = layouts::ceil_div(layouts::ceil_div(K, kTile), kUnits);
   const int64_t blocks = layouts::ceil_div(R * groups, 8);
-  SCALEMM_EXPECTS(blocks <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "dequantize_device: matrix too large");
+  SCALEMM_EXPECTS(blocks <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize::dequantize: matrix too large");
   const bool wide = out_dtype == DType::kF32;
   const bool vec_out = K % 4 == 0 && reinterpret_cast<uintptr_t>(out) % (wide ? 16 : 8) == 0;
   const bool vec_in = q.row_stride() % 4 == 0 && reinterpret_cast<uintptr_t>(q.data) % 4 == 0;
@@ -829,13 +829,13 @@ __global__ void __launch_bounds__(256) transpose_bytes_kernel(const uint8_t* __r
 
 void transpose_bytes(const void* src, int64_t batch, int64_t rows, int64_t cols, void* dst, cudaStream_t st) {
   SCALEMM_EXPECTS(batch >= 0 && rows >= 0 && cols >= 0, StatusCode::kInvalidArgument,
-                  "transpose_device: batch, rows and cols must be >= 0");
+                  "quantize::transpose: batch, rows and cols must be >= 0");
   if (batch * rows * cols == 0) return;
   SCALEMM_EXPECTS(src != nullptr && dst != nullptr, StatusCode::kInvalidArgument,
-                  "transpose_device: src and dst must be device pointers, got null");
+                  "quantize::transpose: src and dst must be device pointers, got null");
   const dim3 grid(unsigned(layouts::ceil_div(cols, kTT)), unsigned(layouts::ceil_div(rows, kTT)), unsigned(batch));
   SCALEMM_EXPECTS(layouts::ceil_div(rows, kTT) <= 65535 && batch <= 65535, StatusCode::kUnsupported,
-                  "transpose_device: at most 65535 matrices of at most 4194240 rows");
+                  "quantize::transpose: at most 65535 matrices of at most 4194240 rows");
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec_in = cols % 16 == 0 && aligned(src), vec_out = rows % 16 == 0 && aligned(dst);
   transpose_bytes_kernel<<<grid, 256, 0, st>>>(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), rows,
@@ -1548,7 +1548,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     a.pm_step = 0;
   }
   if (recipe == Recipe::kRowwise && !a.columnwise && a.cols <= kFusedCols) {
-    SCALEMM_EXPECTS(a.rows <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize_device: matrix too large");
+    SCALEMM_EXPECTS(a.rows <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize::quantize: matrix too large");
     row_fused_kernel<S, E><<<unsigned(a.rows), 256, 0, st>>>(a);
     cuda_check(cudaGetLastError(), "quantizer kernel launch");
     return;
@@ -1567,7 +1567,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
   if (!a.columnwise && a.kind != kBlocks2D) {
     // One block per lane in row_direct_kernel's scale step (FP8 1D blocks are 32 or 128 wide).
     SCALEMM_EXPECTS(a.kind != kBlocks1D || kRowUnits<E> / kRowRounds<E> * (kTile / a.bk) <= 32, StatusCode::kInternal,
-                    "quantize_device: block width " + std::to_string(a.bk) + " too small for the row kernel");
+                    "quantize::quantize: block width " + std::to_string(a.bk) + " too small for the row kernel");
     const int64_t segs = layouts::ceil_div(a.cols, kTile), groups = layouts::ceil_div(segs, kRowUnits<E>);
     // 1D blocks: one wave, as many blocks as fit on the GPU at once, each warp looping over items.
     const int64_t items_blocks = std::min<int64_t>(layouts::ceil_div(a.rows * groups, 8), 0x7FFFFFFF);
@@ -1592,7 +1592,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
   if constexpr (S != 0) {  // bf16 / f16: 2D blocks from registers, 1D blocks with a 16-bit tile
     if (E != 2 && a.kind == kBlocks2D) {  // E2M1 is NVFP4: 1D blocks only
       SCALEMM_EXPECTS(a.bk == 32 || a.bk == 128, StatusCode::kInternal,
-                      "quantize_device: no 2D-block kernel for block side " + std::to_string(a.bk));
+                      "quantize::quantize: no 2D-block kernel for block side " + std::to_string(a.bk));
       if constexpr (E != 2) {
         if (a.bk == 32) rc2d_kernel<S, E, 32><<<unsigned(tiles), kQThreads, 0, st>>>(a);
         else rc2d_kernel<S, E, 128><<<unsigned(tiles), kQThreads, 0, st>>>(a);
@@ -1602,7 +1602,7 @@ void launch_all(TileArgs a, const FastPlan& p, float* scratch, const float* src_
     }
     if (a.kind == kBlocks1D) {
       SCALEMM_EXPECTS(E == 2 ? a.bk == 16 : (a.bk == 32 || a.bk == 128), StatusCode::kInternal,
-                      "quantize_device: no 1D-block kernel for block width " + std::to_string(a.bk));
+                      "quantize::quantize: no 1D-block kernel for block width " + std::to_string(a.bk));
       if constexpr (E == 2) rc1d_kernel<S, E, 16><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       else if (a.bk == 32) rc1d_kernel<S, E, 32><<<unsigned(tiles), kQThreads, 0, st>>>(a);
       else rc1d_kernel<S, E, 128><<<unsigned(tiles), kQThreads, 0, st>>>(a);

@@ -1,5 +1,5 @@
-// The library's fast GPU quantizers (fast_quantizers.cu): what emulation::quantize_device and
-// dequantize_device run. The reference emulator (emulation/) is the oracle they are checked against.
+// The library's fast GPU quantizers (fast_quantizers.cu): what scalemm::quantize (quantize/api.cu)
+// runs. The reference emulator (emulation/) is the oracle they are checked against.
 #pragma once
 
 #include <cstdint>

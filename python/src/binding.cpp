@@ -30,6 +30,7 @@
 #include "scalemm/scalemm.h"
 #include "scalemm/status.hpp"
 #include "scalemm/types.hpp"
+#include "scalemm/quantize.hpp"
 
 namespace nb = nanobind;
 using namespace scalemm;
@@ -534,7 +535,7 @@ NB_MODULE(_scalemm, m) {
     emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
     cfg.rowwise = rowwise;
     cfg.columnwise = columnwise;
-    return emulation::quantize_device_workspace_bytes(s, cfg);
+    return scalemm::quantize::workspace_bytes(s, cfg);
   });
   m.def("quantize", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe, int data_dtype, int format,
                        uintptr_t data, uintptr_t scales, uintptr_t data_t, uintptr_t scales_t, uintptr_t global_out,
@@ -550,7 +551,7 @@ NB_MODULE(_scalemm, m) {
       nb::gil_scoped_release release;
       emulation::quantize_host(s, cfg, out);
     } else {
-      emulation::quantize_device(s, cfg, out, ptr(workspace), workspace ? workspace_bytes : 0, stream_of(stream));
+      scalemm::quantize::quantize(s, cfg, out, ptr(workspace), workspace ? workspace_bytes : 0, stream_of(stream));
     }
   }, nb::arg("src"), nb::arg("src_dtype"), nb::arg("rows"), nb::arg("cols"), nb::arg("recipe"), nb::arg("data_dtype"),
      nb::arg("format"), nb::arg("data"), nb::arg("scales"), nb::arg("data_t"), nb::arg("scales_t"), nb::arg("global_out"),
@@ -572,14 +573,14 @@ NB_MODULE(_scalemm, m) {
       nb::gil_scoped_release release;
       emulation::dequantize_host(t, ptr(out), DType(out_dtype));
     } else {
-      emulation::dequantize_device(t, ptr(out), DType(out_dtype), stream_of(stream));
+      scalemm::quantize::dequantize(t, ptr(out), DType(out_dtype), stream_of(stream));
     }
   });
 
   // The FP8 data of an exact-transpose operand transposed on the device (batch of packed matrices).
   m.def("transpose_bytes", [](uintptr_t src, int64_t batch, int64_t rows, int64_t cols, uintptr_t dst,
                               uintptr_t stream) {
-    emulation::transpose_device(ptr(src), batch, rows, cols, ptr(dst), stream_of(stream));
+    scalemm::quantize::transpose(ptr(src), batch, rows, cols, ptr(dst), stream_of(stream));
   });
 
   // Its scales: a (rows, k) operand's compact or cublaslt scales -> the transpose's, in to_format.

@@ -20,6 +20,7 @@
 #include "scalemm/scalemm.h"
 #include "support/test_support.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/quantize.hpp"
 
 using namespace scalemm;
 using scalemm::testing::HostOperand;
@@ -345,7 +346,7 @@ void every_recipe_on(std::initializer_list<int> order) {
           SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         }
         DeviceGuard current(other);
-        quantize_device(SourceMatrix{src->p, src_dtype, R, C}, cfg,
+        scalemm::quantize::quantize(SourceMatrix{src->p, src_dtype, R, C}, cfg,
                         QuantizeOutputs{d->p, s->p, dt->p, st->p, static_cast<float*>(g->p)}, nullptr, 0, stream);
         int now = -1;
         SCALEMM_CUDA_CHECK(cudaGetDevice(&now));

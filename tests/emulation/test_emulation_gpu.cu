@@ -17,6 +17,7 @@
 #include "scalemm/detail/device_buffer.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/quantize.hpp"
 
 using namespace emu_test;
 
@@ -147,7 +148,7 @@ void check_quantizers_identical(const Shape* shapes, size_t n_shapes, bool misal
                              : alt == 1 ? static_cast<const void*>(dxb.as<uint16_t>() + sh4)
                                         : static_cast<const void*>(dxh.as<uint16_t>() + sh4);
             SourceMatrix src{sp, src_dtype, R, C};
-            quantize_device(src, cfg, o, nullptr, 0, nullptr);
+            scalemm::quantize::quantize(src, cfg, o, nullptr, 0, nullptr);
             SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
             const auto strip = [ob](std::vector<uint8_t> v) {
               v.erase(v.begin(), v.begin() + std::ptrdiff_t(ob));
@@ -220,7 +221,7 @@ TEST_CASE("A given tensor amax (one read of the source) gives the host's bytes o
             QuantizeOutputs o{cfg.rowwise ? d.p : nullptr, cfg.rowwise ? s.p : nullptr, cfg.columnwise ? dt.p : nullptr,
                               cfg.columnwise ? st.p : nullptr, gs.as<float>()};
             SourceMatrix src{sd == DType::kF32 ? dx.p : dxb.p, sd, R, C, da.as<float>()};
-            quantize_device(src, cfg, o, nullptr, 0, nullptr);
+            scalemm::quantize::quantize(src, cfg, o, nullptr, 0, nullptr);
             SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
             if (cfg.rowwise) {
               expect_same_bytes(d.download(), h.data, 1, "rowwise data", "");
@@ -260,7 +261,7 @@ TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emu
             std::vector<uint8_t> hd(bytes);
             dequantize_host(h.rowwise(), hd.data(), out);
             DevBuf dd(bytes);
-            dequantize_device(dop.t, dd.p, out, nullptr);
+            scalemm::quantize::dequantize(dop.t, dd.p, out, nullptr);
             SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
             expect_same_bytes(dd.download(), hd, int(dtype_bits(out) / 8), what, std::string(to_string(out)));
             // A strided view: columns [0, C - 2) with row stride C. Tensorwise only, whose one scale
@@ -273,7 +274,7 @@ TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emu
               std::vector<uint8_t> hvd(vb);
               dequantize_host(hv, hvd.data(), out);
               DevBuf dvd(vb);
-              dequantize_device(dv, dvd.p, out, nullptr);
+              scalemm::quantize::dequantize(dv, dvd.p, out, nullptr);
               SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
               expect_same_bytes(dvd.download(), hvd, int(dtype_bits(out) / 8), what + " strided view",
                                 std::string(to_string(out)));
@@ -283,7 +284,7 @@ TEST_CASE("Host and GPU dequantization agree bit for bit in f32 and bf16", "[emu
       }
 }
 
-TEST_CASE("transpose_device moves every byte of a batch of matrices to its transposed place", "[emulation][gpu]") {
+TEST_CASE("quantize::transpose moves every byte of a batch of matrices to its transposed place", "[emulation][gpu]") {
   // Whole 64x64 tiles with 16-byte accesses, tails in both dimensions, a single element, widths that
   // allow the vector load but not the vector store (and the reverse), and a source one byte off
   // alignment (byte path throughout). The output is poisoned first: every byte must be written.
@@ -297,7 +298,7 @@ TEST_CASE("transpose_device moves every byte of a batch of matrices to its trans
     std::vector<uint8_t> h(size_t(n + sh.offset));
     for (auto& v : h) v = uint8_t(g());
     DevBuf src(h), dst(size_t(std::max<int64_t>(n, 1)), 0xAB);
-    transpose_device(static_cast<uint8_t*>(src.p) + sh.offset, sh.b, sh.r, sh.c, dst.p, nullptr);
+    scalemm::quantize::transpose(static_cast<uint8_t*>(src.p) + sh.offset, sh.b, sh.r, sh.c, dst.p, nullptr);
     SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     const auto got = dst.download();
     int64_t wrong = 0;
@@ -310,9 +311,9 @@ TEST_CASE("transpose_device moves every byte of a batch of matrices to its trans
   }
   bool named = false;  // a null buffer is refused by name, before anything is enqueued
   try {
-    transpose_device(nullptr, 1, 4, 4, nullptr, nullptr);
+    scalemm::quantize::transpose(nullptr, 1, 4, 4, nullptr, nullptr);
   } catch (const Error& e) {
-    named = std::string(e.what()).find("transpose_device") != std::string::npos;
+    named = std::string(e.what()).find("quantize::transpose") != std::string::npos;
   }
   CHECK(named);
 }

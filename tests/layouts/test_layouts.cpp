@@ -132,7 +132,7 @@ TEST_CASE("offset is a row term plus a K-block term in every layout", "[layouts]
 }
 
 TEST_CASE("has_padding is true exactly when some buffer position is not a real scale", "[layouts][property]") {
-  // quantize_device clears a scale buffer before the kernels write it only when has_padding().
+  // scalemm::quantize::quantize clears a scale buffer before the kernels write it only when has_padding().
   for_each_layout([&](const ScaleLayout& l) {
     bool any_pad = false;
     for (int64_t p = 0; p < l.padded_rows(); ++p)

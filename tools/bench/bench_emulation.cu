@@ -24,6 +24,7 @@
 #include "scalemm/formats.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/detail/device_buffer.hpp"
+#include "scalemm/quantize.hpp"
 
 using scalemm::detail::cuda_check;
 
@@ -141,7 +142,7 @@ int main(int argc, char** argv) {
     cfg.columnwise = c.columnwise;
     const auto lr = rowwise_layout(cfg, S, S), lc = columnwise_layout(cfg, S, S);
     Buf sr(size_t(lr.bytes())), sc(size_t(lc.bytes()));
-    const size_t ws_bytes = quantize_device_workspace_bytes(src, cfg);
+    const size_t ws_bytes = scalemm::quantize::workspace_bytes(src, cfg);
     Buf ws(ws_bytes);
     QuantizeOutputs out{data.p, sr.p, c.columnwise ? data_t.p : nullptr, c.columnwise ? sc.p : nullptr,
                         static_cast<float*>(gscale.p)};
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
     const double bytes = double(S * S) * 2 + (c.rowwise ? db + lr.bytes() : 0) + (c.columnwise ? db + lc.bytes() : 0);
     SourceMatrix qsrc = src;
     if (c.given_amax) qsrc.amax = static_cast<const float*>(amax_d.p);
-    const double ms = median_ms(s, 3, reps, [&] { quantize_device(qsrc, cfg, out, ws.p, ws_bytes, s); });
+    const double ms = median_ms(s, 3, reps, [&] { scalemm::quantize::quantize(qsrc, cfg, out, ws.p, ws_bytes, s); });
     row(name, bytes, ms, anchor_ms(bytes));
   }
   if (!only.empty()) return 0;
@@ -166,10 +167,10 @@ int main(int argc, char** argv) {
     const auto lr = rowwise_layout(cfg, S, S);
     Buf sr(size_t(lr.bytes())), out(size_t(S * S) * 4);
     QuantizeOutputs o{data.p, sr.p, nullptr, nullptr, nullptr};
-    quantize_device(src, cfg, o, nullptr, 0, s);
+    scalemm::quantize::quantize(src, cfg, o, nullptr, 0, s);
     const auto t = rowwise_operand(src, cfg, o);
     const double bytes = double(S * S) * (1 + 4) + double(lr.bytes());
-    const double ms = median_ms(s, 3, reps, [&] { dequantize_device(t, out.p, DType::kF32, s); });
+    const double ms = median_ms(s, 3, reps, [&] { scalemm::quantize::dequantize(t, out.p, DType::kF32, s); });
     row("dequantize mxfp8 -> f32", bytes, ms, anchor_ms(bytes));
   }
 
@@ -190,8 +191,8 @@ int main(int argc, char** argv) {
     Buf qa(size_t(G * G)), qb(size_t(G * G)), sa(size_t(lay.bytes())), sb(size_t(lay.bytes()));
     const SourceMatrix srca{xa.p, DType::kBF16, G, G}, srcb{xb.p, DType::kBF16, G, G};
     QuantizeOutputs oa{qa.p, sa.p, nullptr, nullptr, nullptr}, ob{qb.p, sb.p, nullptr, nullptr, nullptr};
-    quantize_device(srca, cfg, oa, nullptr, 0, s);
-    quantize_device(srcb, cfg, ob, nullptr, 0, s);
+    scalemm::quantize::quantize(srca, cfg, oa, nullptr, 0, s);
+    scalemm::quantize::quantize(srcb, cfg, ob, nullptr, 0, s);
     const auto ta = rowwise_operand(srca, cfg, oa), tb = rowwise_operand(srcb, cfg, ob);
     const size_t ws_bytes = gemm_device_workspace_bytes(ta, tb);
     Buf ws(ws_bytes), d(size_t(G * G) * 2);

@@ -57,6 +57,7 @@
 #include "scalemm/version.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/detail/device_buffer.hpp"
+#include "scalemm/quantize.hpp"
 
 using namespace scalemm;
 
@@ -292,7 +293,7 @@ Operand make_operand(Recipe r, DType dt, int64_t rows, int64_t k, uint64_t seed,
     global = Dev(4);
     out.global_scale = static_cast<float*>(global.p);
   }
-  emulation::quantize_device(src, cfg, out, nullptr, 0, st);
+  scalemm::quantize::quantize(src, cfg, out, nullptr, 0, st);
   SCALEMM_CUDA_CHECK(cudaGetLastError());
   if (r != Recipe::kTensorwise && r != Recipe::kRowwise) {
     const layouts::ScaleLayout lt = o.layout.with_format(ScaleFormat::kCublasLt);
@@ -787,8 +788,8 @@ void emulated_case(Ctx& cx, const Shape& sh, const RecipeCase& rc, std::vector<s
   std::string check;
   {
     Dev a16(size_t(M * K) * 2), b16(size_t(N * K) * 2), d2(size_t(M * N) * 2);
-    emulation::dequantize_device(a[0].quantized(), a16.p, DType::kBF16, cx.st);
-    emulation::dequantize_device(b[0].quantized(), b16.p, DType::kBF16, cx.st);
+    scalemm::quantize::dequantize(a[0].quantized(), a16.p, DType::kBF16, cx.st);
+    scalemm::quantize::dequantize(b[0].quantized(), b16.p, DType::kBF16, cx.st);
     SCALEMM_CUDA_CHECK(cudaGetLastError());
     SCALEMM_CUDA_CHECK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
     SCALEMM_CUDA_CHECK(cudaMemsetAsync(d2.p, 0xFF, size_t(M * N) * 2, cx.st));
@@ -1175,8 +1176,8 @@ void reference(Ctx& cx) {
   }
   // SGEMM alone on f32 copies of the dequantized operands (the workspace holds them after a call).
   Dev fa(size_t(S * S) * 4), fb(size_t(S * S) * 4);
-  emulation::dequantize_device(qa, fa.p, DType::kF32, cx.st);
-  emulation::dequantize_device(qb, fb.p, DType::kF32, cx.st);
+  scalemm::quantize::dequantize(qa, fa.p, DType::kF32, cx.st);
+  scalemm::quantize::dequantize(qb, fb.p, DType::kF32, cx.st);
   SCALEMM_CUDA_CHECK(cudaGetLastError());
   const Stat t2 = time_calls(cx.st, 1, 1, g_ref_reps, [&](int) {
     emulation::sgemm_nt_device(static_cast<const float*>(fa.p), static_cast<const float*>(fb.p), d.p, S, S, S, opt, cx.st);

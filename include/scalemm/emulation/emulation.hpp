@@ -88,10 +88,9 @@ inline DType element_dtype(const QuantizeConfig& cfg) {
 /// Throws Error(kInvalidArgument) naming what is wrong with this request.
 void validate(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out);
 
+/// The reference quantizer on host memory. Device memory: scalemm::quantize (scalemm/quantize.hpp),
+/// the library's kernels, which give these bytes.
 void quantize_host(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out);
-size_t quantize_device_workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg);
-void quantize_device(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out,
-                     void* workspace, size_t workspace_bytes, Stream stream);
 
 // ---- quantized operands, dequantization --------------------------------------------------------
 
@@ -116,13 +115,8 @@ QuantizedTensor rowwise_operand(const SourceMatrix& src, const QuantizeConfig& c
 QuantizedTensor columnwise_operand(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out);
 
 /// Dequantizes to a row-major (rows, k) matrix of out_dtype (kF32, kBF16 or kF16; RNE).
+/// (Device memory: scalemm::quantize::dequantize.)
 void dequantize_host(const QuantizedTensor& t, void* out, DType out_dtype = DType::kF32);
-void dequantize_device(const QuantizedTensor& t, void* out, DType out_dtype, Stream stream);
-
-/// The FP8 data of an exact-transpose recipe (block128x128, mxfp8-32x32) for the other GEMM: each of
-/// `batch` packed row-major (rows, cols) matrices of 1-byte elements written as its (cols, rows)
-/// transpose, on the GPU (the scales: layouts::gpu::transpose). Bytes are moved, never decoded.
-void transpose_device(const void* src, int64_t batch, int64_t rows, int64_t cols, void* dst, Stream stream);
 
 // ---- reference GEMM -----------------------------------------------------------------------------
 
