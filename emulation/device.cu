@@ -39,7 +39,7 @@ using detail::round256;
 // ---- tiled fp32 SGEMM: D = alpha * A * B^T (+ bias), A (M, K), B (N, K) row-major ----------------
 // 128x128 output tile per block, K step 8, 256 threads, 8x8 outputs per thread in registers.
 // Every output accumulates acc = fmaf(a_k, b_k, acc) for k = 0..K-1 in order (the zero padding past K
-// adds exact zeros), which is exactly what the host GemmF32 functor does.
+// adds exact zeros), which is exactly what the host GemmRef<float> functor does.
 constexpr int kBM = 128, kBN = 128, kBK = 8, kTM = 8, kTN = 8, kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) sgemm_nt_kernel(const float* __restrict__ A, const float* __restrict__ B,

@@ -26,27 +26,6 @@ struct HostExec {
   }
 };
 
-/// fp64 variant of the reference GEMM (host only): acc = fma(a, b, acc) in double.
-struct GemmF64 {
-  const float* a;
-  const float* b;
-  int64_t m, n, k;
-  double alpha;
-  const float* bias;
-  void* d;
-  DType out_dtype;
-  int64_t ldd;
-  void operator()(int64_t i) const {
-    const int64_t row = i / n, col = i % n;
-    const float* pa = a + row * k;
-    const float* pb = b + col * k;
-    double acc = 0.0;
-    for (int64_t kk = 0; kk < k; ++kk) acc = std::fma(double(pa[kk]), double(pb[kk]), acc);
-    double v = alpha * acc;
-    if (bias) v = v + double(bias[col]);
-    detail::store_hp(d, out_dtype, row * ldd + col, float(v));
-  }
-};
 
 }  // namespace
 
@@ -73,7 +52,7 @@ void gemm_host(const QuantizedTensor& a, const QuantizedTensor& b, void* d, cons
   detail::run_dequantize(ex, b, db.data(), DType::kF32);
   const int64_t ldd = opt.ldd > 0 ? opt.ldd : N;
   if (opt.fp64_accumulate)
-    ex.for_each(M * N, GemmF64{da.data(), db.data(), M, N, K, double(opt.alpha), opt.bias, d, opt.out_dtype, ldd});
+    ex.for_each(M * N, detail::GemmRef<double>{da.data(), db.data(), M, N, K, double(opt.alpha), opt.bias, d, opt.out_dtype, ldd});
   else
     ex.for_each(M * N, detail::GemmF32{da.data(), db.data(), M, N, K, opt.alpha, opt.bias, d, opt.out_dtype, ldd});
 }

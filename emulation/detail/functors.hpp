@@ -580,12 +580,17 @@ SCALEMM_HD inline void gemm_store(void* d, DType out_dtype, int64_t idx, float a
 }
 
 /// Reference GEMM over fp32 dequantized operands (A (M, K), B (N, K) row-major). Item = output (m, n).
-/// Sequential fmaf in K order: the GPU tiled kernel performs the same operations per output.
-struct GemmF32 {
+/// Sequential fma in K order, accumulating in Acc: float (fmaf: the GPU tiled kernel performs the same
+/// operations per output) or, on the host only, double. Then alpha, the bias, and one rounding to D.
+SCALEMM_HD inline float ref_fma(float x, float y, float acc) { return fmaf(x, y, acc); }
+inline double ref_fma(double x, double y, double acc) { return std::fma(x, y, acc); }  // host only
+
+template <class Acc>
+struct GemmRef {
   const float* a;
   const float* b;
   int64_t m, n, k;
-  float alpha;
+  Acc alpha;
   const float* bias;
   void* d;
   DType out_dtype;
@@ -594,10 +599,13 @@ struct GemmF32 {
     const int64_t row = i / n, col = i % n;
     const float* pa = a + row * k;
     const float* pb = b + col * k;
-    float acc = 0.0f;
-    for (int64_t kk = 0; kk < k; ++kk) acc = fmaf(pa[kk], pb[kk], acc);
-    gemm_store(d, out_dtype, row * ldd + col, acc, alpha, bias, col);
+    Acc acc = 0;
+    for (int64_t kk = 0; kk < k; ++kk) acc = ref_fma(Acc(pa[kk]), Acc(pb[kk]), acc);
+    Acc v = alpha * acc;
+    if (bias) v = v + Acc(bias[col]);
+    store_hp(d, out_dtype, row * ldd + col, float(v));
   }
 };
+using GemmF32 = GemmRef<float>;
 
 }  // namespace scalemm::emulation::detail
