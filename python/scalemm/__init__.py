@@ -55,7 +55,6 @@ except ImportError as e:  # the CUDA libraries are not on the loader path: try t
 _scalemm.set_error_classes([Error] + _errors.BY_CODE[1:])
 
 import functools as _functools  # noqa: E402
-import sys as _sys  # noqa: E402
 
 from . import _core  # noqa: E402
 from ._core import dequantize, explain  # noqa: E402
@@ -64,19 +63,24 @@ from . import layouts  # noqa: E402
 # The calls take NumPy, CuPy, DLPack and torch arrays. Torch tensors go to scalemm.torch (custom ops
 # under tracing, prepared calls when eager), imported on the first one; everything else to _core.
 # Routing lives here, above both, so that neither module imports the other's caller.
-_st = None
+_torch_entry = None  # (torch.Tensor, scalemm.torch) once a torch tensor has been seen
 
 
 def _torch_layer(a):
-    global _st
-    t = _sys.modules.get("torch")
-    if t is None or not isinstance(a, t.Tensor):
-        return None
-    if _st is None:
-        from . import torch as st
+    t = _torch_entry
+    if t is None and _core.is_torch_call(a):
+        t = _load_torch_entry()
+    return t[1] if t is not None and isinstance(a, t[0]) else None
 
-        _st = st
-    return _st
+
+def _load_torch_entry():
+    global _torch_entry
+    import torch
+
+    from . import torch as st
+
+    _torch_entry = (torch.Tensor, st)
+    return _torch_entry
 
 
 @_functools.wraps(_core.scaled_mm)
@@ -98,6 +102,7 @@ def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", _columnwise=Fal
     if st is not None:
         return st.quantize(x, recipe, dtype=dtype, scale_format=scale_format, columnwise=_columnwise)
     return _core.quantize(x, recipe, dtype=dtype, scale_format=scale_format, _columnwise=_columnwise)
+
 
 __version__ = _scalemm.version()
 RECIPES = ("tensorwise", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8-32x32", "nvfp4")

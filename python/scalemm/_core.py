@@ -256,7 +256,7 @@ def flag(value, argument: str) -> bool:
     return value
 
 
-def _is_torch_call(a) -> bool:
+def is_torch_call(a) -> bool:
     import sys
 
     t = sys.modules.get("torch")
@@ -319,7 +319,7 @@ class DeviceSizes:
 
 def _device_sizes(group_sizes):
     """DeviceSizes for a device-side sizes array, None for a host one."""
-    if _is_torch_call(group_sizes):
+    if is_torch_call(group_sizes):
         if group_sizes.device.type == "cpu":
             return None
         dt = str(group_sizes.dtype)
@@ -343,7 +343,7 @@ def _device_sizes(group_sizes):
 def group_size_list(group_sizes) -> list:
     """The G group sizes as Python ints: from a list/tuple of ints, a 1-D NumPy integer array or a host
     torch tensor (int32/int64). Device-side sizes are not read here (see _device_sizes)."""
-    if _is_torch_call(group_sizes):
+    if is_torch_call(group_sizes):
         if group_sizes.device.type != "cpu":
             raise invalid("group_sizes", "host group sizes are read here", "a host array or list",
                           f"a tensor on {group_sizes.device}")

@@ -32,6 +32,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook as _register_step_hook
 
 from . import _core
+from . import _scalemm as _C
 from ._arrays import torch_dtype
 
 _OUT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -366,7 +367,7 @@ def _fast_quantize(x, recipe, dtype, scale_format, columnwise, rowwise=True):
         codes = (_core.recipe_code(recipe, "recipe"), DTYPE_CODE[dt], _core.SCALE_FORMATS[scale_format],
                  DTYPE_CODE[_name(x.dtype)], x.shape[0], x.shape[1])
         # Scratch through torch's caching allocator (the amax recipes need some; block recipes none).
-        ws = _core._C.quantize_workspace_bytes(codes[3], codes[4], codes[5], codes[0], codes[1], codes[2], rowwise,
+        ws = _C.quantize_workspace_bytes(codes[3], codes[4], codes[5], codes[0], codes[1], codes[2], rowwise,
                                                columnwise) if recipe in ("tensorwise", "rowwise") else 0
         if len(_prepared_quantize) >= 4096:
             _prepared_quantize.clear()
@@ -378,11 +379,11 @@ def _fast_quantize(x, recipe, dtype, scale_format, columnwise, rowwise=True):
     if not rowwise:
         (st_, tt), (ss, ts) = metas[2], metas[3]
         data_t, scales_t = torch.empty(st_, dtype=tt, device=x.device), torch.empty(ss, dtype=ts, device=x.device)
-        _core._C.quantize(x.data_ptr(), src, rows, k, r, dt, fmt, 0, 0, data_t.data_ptr(), scales_t.data_ptr(), 0,
+        _C.quantize(x.data_ptr(), src, rows, k, r, dt, fmt, 0, 0, data_t.data_ptr(), scales_t.data_ptr(), 0,
                           1, _stream(x.device.index), wp, ws)
         return data_t, scales_t
     out = tuple(torch.empty(shape, dtype=t, device=x.device) for shape, t in metas)
-    _core._C.quantize(x.data_ptr(), src, rows, k, r, dt, fmt, out[0].data_ptr(), out[1].data_ptr(),
+    _C.quantize(x.data_ptr(), src, rows, k, r, dt, fmt, out[0].data_ptr(), out[1].data_ptr(),
                       out[2].data_ptr() if columnwise else 0, out[3].data_ptr() if columnwise else 0, 0, 1,
                       _stream(x.device.index), wp, ws)
     return out
@@ -428,7 +429,7 @@ def _transpose_fp8(t: torch.Tensor) -> torch.Tensor:
     tensors go through the library's tiled kernel (about 5x torch's strided copy for 1-byte elements)."""
     if t.is_contiguous() and t.numel() and _direct(t):
         out = torch.empty((*t.shape[:-2], t.shape[-1], t.shape[-2]), dtype=t.dtype, device=t.device)
-        _core._C.transpose_bytes(t.data_ptr(), t.numel() // (t.shape[-1] * t.shape[-2]), t.shape[-2], t.shape[-1],
+        _C.transpose_bytes(t.data_ptr(), t.numel() // (t.shape[-1] * t.shape[-2]), t.shape[-2], t.shape[-1],
                                  out.data_ptr(), _stream(t.device.index))
         return out
     return t.view(torch.uint8).transpose(-1, -2).contiguous().view(t.dtype)
@@ -803,12 +804,12 @@ class _GatheredFloat8Weight(torch.Tensor):
         stream = _stream(data.device.index)
         if transposed:  # one kernel each: the bytes, and the scale grid into its transposed layout
             out = torch.empty(_core.scale_shape(r, k, rows, to), dtype=scales.dtype, device=scales.device)
-            _core._C.transpose_scales(r, rows, k, 0, scales.data_ptr(), to, out.data_ptr(), stream)
+            _C.transpose_scales(r, rows, k, 0, scales.data_ptr(), to, out.data_ptr(), stream)
             return _transpose_fp8(data), out
         from ._arrays import DTYPE_CODE, torch_names
 
         out = torch.empty(_core.scale_shape(r, rows, k, to), dtype=scales.dtype, device=scales.device)
-        _core._C.convert(r, rows, k, 0, scales.data_ptr(), DTYPE_CODE[torch_names()[scales.dtype]], list(scales.shape),
+        _C.convert(r, rows, k, 0, scales.data_ptr(), DTYPE_CODE[torch_names()[scales.dtype]], list(scales.shape),
                          list(scales.stride()), to, out.data_ptr(), 1, stream)
         return data, out
 
