@@ -1,5 +1,5 @@
 // One step of the library's cache-key hashing: the plan cache (dispatch/handle.cpp) and the
-// prepared-descriptor cache (backends/cublaslt.cpp) fold their keys field by field through it.
+// prepared-descriptor cache (cublaslt/cublaslt.cpp) fold their keys field by field through it.
 #pragma once
 
 #include <cstdint>

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <string>
 
-#include "backends/cublaslt.hpp"
+#include "cublaslt/cublaslt.hpp"
 #include "scalemm/gemm.hpp"
 
 namespace scalemm::backends {

@@ -11,7 +11,7 @@
 // Rowwise scales never enter the mainloop: the epilogue multiplies by A's row scale and B's column
 // scale through per-group pointers into the caller's vectors, so nothing is converted.
 #include "backends/cutlass_grouped.hpp"
-#include "backends/tool_marks.hpp"
+#include "support/tool_marks.hpp"
 
 #include <cuda_runtime_api.h>
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cublaslt_grouped.hpp"
+#include "cublaslt/cublaslt_grouped.hpp"
 #include "scalemm/device.hpp"
 
 using namespace scalemm;

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cublaslt.hpp"
+#include "cublaslt/cublaslt.hpp"
 #include "backends/emulated.hpp"
 #include "dispatch/verify.hpp"
 #include "scalemm/emulation/emulation.hpp"

@@ -48,7 +48,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cublaslt.hpp"
+#include "cublaslt/cublaslt.hpp"
 #include "dispatch/capabilities.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backends/cutlass_grouped.hpp"
-#include "backends/cublaslt_grouped.hpp"
+#include "cublaslt/cublaslt_grouped.hpp"
 #include "cli_io.hpp"
 #include "dispatch/capabilities.hpp"
 #include "commands.hpp"

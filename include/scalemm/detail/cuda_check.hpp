@@ -1,5 +1,5 @@
 // The library's one CUDA runtime error check (cuBLASLt statuses go through the same
-// detail::throw_api_error in backends/cublaslt.cpp, the only file that sees cublasLt.h).
+// detail::throw_api_error in cublaslt/cublaslt.cpp, the only file that sees cublasLt.h).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,4 +1,4 @@
-#include "backends/cublaslt_grouped.hpp"
+#include "cublaslt/cublaslt_grouped.hpp"
 
 #include <cublasLt.h>
 #include <dlfcn.h>

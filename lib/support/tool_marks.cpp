@@ -1,4 +1,4 @@
-#include "backends/tool_marks.hpp"
+#include "support/tool_marks.hpp"
 
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExtMemCudaRt.h>

@@ -1,4 +1,4 @@
-#include "backends/cublaslt.hpp"
+#include "cublaslt/cublaslt.hpp"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backends/tool_marks.hpp"
+#include "support/tool_marks.hpp"
 #include "hash.hpp"
 #include "scalemm/status.hpp"
 
