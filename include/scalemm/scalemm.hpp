@@ -16,6 +16,7 @@
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/layouts/validate.hpp"
 #include "scalemm/linear.hpp"
+#include "scalemm/quantize.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/types.hpp"
 #include "scalemm/version.hpp"
