@@ -1,9 +1,8 @@
 // The reference emulator on the GPU: the functors of detail/functors.hpp run through thrust::for_each
 // with the Thrust CUDA system on the caller's stream (par_nosync: nothing here synchronises), plus the
-// tiled fp32 SGEMM that makes the reference GEMM usable at real sizes, and the public device entry
-// points. quantize_device / dequantize_device run the library's fast kernels (quantize/) and fall back
-// to the functors where those do not apply. Compiled with -fmad=false so that only the explicit fmaf
-// calls are fused.
+// tiled fp32 SGEMM that makes the reference GEMM usable at real sizes. It uses nothing of the library's
+// own quantizers (quantize/, scalemm::quantize), which are checked against it. Compiled with
+// -fmad=false so that only the explicit fmaf calls are fused.
 #include <cuda_runtime.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>

@@ -18,7 +18,7 @@
 // size to pad to (pad each expert's tokens with zero rows: they add nothing to dW; forward and dgrad
 // take any sizes). An expert with no tokens has no rows of Y and dX and gets dW_g = 0.
 //
-// Memory space: kDevice (default; device pointers, quantize_device, the planner's backends) or kHost
+// Memory space: kDevice (default; device pointers, scalemm::quantize, the planner's backends) or kHost
 // (host pointers, quantize_host, the host reference: for tests and machines without a GPU).
 // Buffers: the weights at the first set_weight, the activations at reserve()/the first forward for a
 // token count larger than any before; calls with sum M_g up to that capacity allocate nothing.

@@ -10,7 +10,7 @@
 //   blockwise-fp8   block1x128, fp32 scales    block128x128, fp32 scales (DeepSeek-V3)
 //   mxfp8           mxfp8 1x32, e8m0           mxfp8-32x32, e8m0 (its transpose is exact)
 //
-// Quantization, one read of each high-precision tensor (emulation::quantize_device with rowwise AND
+// Quantization, one read of each high-precision tensor (scalemm::quantize::quantize with rowwise AND
 // columnwise output):
 //   set_weight  W  -> W (N,K) and W^T (K,N). For the square-block weight recipes the columnwise output
 //               IS the exact transpose: the same bytes at transposed positions and the same scale grid
