@@ -123,8 +123,7 @@ class Native final : public BackendImpl {
     if (!blocker.empty()) return {false, blocker};
     plan_scales(p, plan);
     return {true, std::string("native: cuBLASLt ") + dispatch::scale_mode_name(plan.cublas_scale_mode_a) +
-                      "\xC3\x97" + dispatch::scale_mode_name(plan.cublas_scale_mode_b) +
-                      (p.fast_accum ? " with fast accumulation" : "") + " on " + t.to_string()};
+                      "\xC3\x97" + dispatch::scale_mode_name(plan.cublas_scale_mode_b) + " on " + t.to_string()};
   }
 
   void run(const GemmArgs& args, const Plan& plan, const RunContext& ctx) const override {

@@ -96,10 +96,11 @@ Plan plan(const GemmProblem& p, const DeviceTarget& t, const PlanOptions& option
       passed.push_back(std::string(to_string(id)) + ": " + c.reason);
       continue;
     }
-    if (p.fast_accum && id != Backend::kNative && id != Backend::kConvertNative)
-      c.reason += "; accumulates exactly (fast_accum applies to cuBLASLt's FP8 kernels only)";
-    else if (p.fast_accum && id == Backend::kConvertNative && c.reason.find("fast accumulation") == std::string::npos)
-      c.reason += "; with fast accumulation";
+    // Fast accumulation is a permission: the cuBLASLt backends take it (lt_call), the others do not.
+    if (p.fast_accum)
+      c.reason += id == Backend::kNative || id == Backend::kConvertNative
+                      ? "; with fast accumulation"
+                      : "; accumulates exactly (fast_accum applies to cuBLASLt's FP8 kernels only)";
     result = std::move(attempt);
     result.backend = id;
     result.target = t.describe();
