@@ -293,6 +293,8 @@ def _quantize_nvfp4_op(x: torch.Tensor, scale_format: str, columnwise: bool) -> 
     float32 tensor on x's device (no synchronisation), shared by both directions."""
     out = _core.quantize_impl(x, "nvfp4", "e4m3", scale_format, columnwise)
     data, (scales, glob) = out[0], out[1]
+    if not isinstance(glob, torch.Tensor):  # a host tensor's global comes back as a Python float
+        glob = torch.tensor(glob, dtype=torch.float32)
     if columnwise:
         return data, scales, glob, out[2], out[3][0]
     return data, scales, glob, x.new_empty((0,), dtype=data.dtype), x.new_empty((0,), dtype=scales.dtype)
