@@ -9,7 +9,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/native.hpp"
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
@@ -37,7 +37,7 @@ class ConvertNative final : public BackendImpl {
                          std::string(to_string(p.b_recipe)) + " native"};
     GemmProblem q = p;
     q.a_recipe = q.b_recipe = Recipe::kRowwise;
-    const std::string blocker = dispatch::native_blocker(q, t);
+    const std::string blocker = base::native_blocker(q, t);
     if (!blocker.empty()) return {false, "as rowwise\xC3\x97rowwise: " + blocker};
     const bool a_is_tw = p.a_recipe == Recipe::kTensorwise;
     const int64_t len = a_is_tw ? p.m : p.n;
@@ -46,7 +46,7 @@ class ConvertNative final : public BackendImpl {
                                 len * 4});
     plan.reserve(kBroadcast, static_cast<size_t>(len) * 4);
     plan.reserve(kRowwiseRealigned, static_cast<size_t>(a_is_tw ? p.n : p.m) * 4);  // see native::realign
-    plan.cublas_scale_mode_a = plan.cublas_scale_mode_b = dispatch::kOuterVec32F;
+    plan.cublas_scale_mode_a = plan.cublas_scale_mode_b = base::kOuterVec32F;
     return {true, "convert-then-native: tensorwise broadcast to rowwise (exact), cuBLASLt OUTER_VEC_32F"};
   }
 
@@ -65,7 +65,7 @@ class ConvertNative final : public BackendImpl {
     LtCall c;
     c.m = args.m, c.n = args.n, c.k = args.k;
     c.a_dtype = args.a.dtype, c.b_dtype = args.b.dtype, c.d_dtype = args.d_dtype;
-    c.a_scale_mode = c.b_scale_mode = dispatch::kOuterVec32F;
+    c.a_scale_mode = c.b_scale_mode = base::kOuterVec32F;
     c.a = args.a.data, c.b = args.b.data, c.d = args.d, c.bias = args.bias;
     c.a_scale = a_is_tw ? vec : rowwise_scale;
     c.b_scale = a_is_tw ? rowwise_scale : vec;
@@ -78,7 +78,7 @@ class ConvertNative final : public BackendImpl {
   static Verdict plan_pad_m(const GemmProblem& p, const DeviceTarget& t, Plan& plan) {
     GemmProblem q = p;
     q.m = layouts::round_up(p.m, 4);
-    const std::string blocker = dispatch::native_blocker(q, t);
+    const std::string blocker = base::native_blocker(q, t);
     if (!blocker.empty()) return {false, "padded to M=" + std::to_string(q.m) + ": " + blocker};
     const layouts::ScaleLayout a_lt(p.a_recipe, p.m, p.k, ScaleFormat::kCublasLt);
     if (a_lt.size() != layouts::ScaleLayout(p.a_recipe, q.m, p.k, ScaleFormat::kCublasLt).size())
@@ -94,8 +94,8 @@ class ConvertNative final : public BackendImpl {
     plan.reserve(kPaddedD, d_bytes);
     plan.padded_m = q.m;
     return {true, "convert-then-native: A padded to M=" + std::to_string(q.m) + " with zero rows (exact), cuBLASLt " +
-                      dispatch::scale_mode_name(plan.cublas_scale_mode_a) + "\xC3\x97" +
-                      dispatch::scale_mode_name(plan.cublas_scale_mode_b)};
+                      base::scale_mode_name(plan.cublas_scale_mode_a) + "\xC3\x97" +
+                      base::scale_mode_name(plan.cublas_scale_mode_b)};
   }
 
   static void run_pad_m(const GemmArgs& args, const Plan& plan, const RunContext& ctx) {

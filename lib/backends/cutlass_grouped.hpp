@@ -1,4 +1,4 @@
-// The CUTLASS grouped backend: DeepSeek-style blockwise FP8 grouped GEMMs (block1x128 A with
+// The CUTLASS grouped kernels: DeepSeek-style blockwise FP8 grouped GEMMs (block1x128 A with
 // block128x128 or block1x128 B) and rowwise x rowwise ones in ONE launch of CUTLASS's Hopper
 // pointer-array kernels (TMA, warp-specialized, problem shapes read on the device). A small set-up
 // kernel turns the group sizes, from the host or from device memory, into the kernel's per-group
@@ -6,7 +6,8 @@
 // call is graph-capturable.
 //
 // Built only when CUTLASS's headers were found at configure time (tools/fetch-cutlass.sh) and sm_90 is
-// among the architectures; otherwise built() is false and blocker() says why.
+// among the architectures; otherwise built() is false (cutlass_grouped_stub.cpp). The backend object
+// the handle's table holds (the choice, the staging, explain) is cutlass_grouped.cpp.
 #pragma once
 
 #include <cstddef>
@@ -21,18 +22,14 @@ namespace scalemm::backends::cutlass_grouped {
 /// Whether this library holds the kernels.
 bool built();
 
-/// Empty when this backend runs `args` on `t`; else why not (printable, one line).
+/// Empty when these kernels run `args` on `t`; else why not (printable, one line).
 std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
-
-/// Empty unless measurements say the per-group backend runs `args` faster (large even groups with host
-/// sizes); else why. The auto choice only: a call that asks for this kernel still gets it.
-std::string slower_than_per_group(const GroupedGemmArgs& args);
 
 /// Device scratch the call needs (256-byte aligned pieces, one allocation).
 size_t workspace_bytes(const GroupedGemmArgs& args, const DeviceTarget& t);
 
 /// Enqueues the whole grouped GEMM on `stream`. `workspace` holds workspace_bytes(); blocker() was empty.
-/// `generation` identifies the workspace's allocation (dispatch::StagingScratch::generation).
+/// `generation` identifies the workspace's allocation (StagingScratch::generation).
 void run(const GroupedGemmArgs& args, Stream stream, char* workspace, size_t bytes, uint64_t generation);
 
 /// A one-line description of the kernel configuration for explain().

@@ -1,5 +1,6 @@
-// The CUTLASS grouped backend (cutlass_grouped.hpp): plan (blocker, workspace) and run, with the set-up
-// kernel that builds the pointer-array kernels' per-group arguments on the device.
+// The CUTLASS grouped kernels (cutlass_grouped.hpp): what they run (blocker, workspace) and their
+// launch, with the set-up kernel that builds the pointer-array kernels' per-group arguments on the
+// device. The backend object that the handle's table holds is in cutlass_grouped.cpp.
 //
 // Blockwise scales: the kernel reads each group's scale grid as a packed CuTe layout of that group's
 // own extents (cp.async, element by element), K-major or M/N-major by instantiation.
@@ -529,21 +530,6 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
   if (a.m > INT32_MAX || a.n > INT32_MAX || a.k > INT32_MAX) return "an extent beyond 2^31";
   if (a.groups > kMaxGroups || (!a.group_sizes_device && a.groups > kMaxHostGroups))
     return "more than " + std::to_string(a.group_sizes_device ? kMaxGroups : kMaxHostGroups) + " groups";
-  return {};
-}
-
-// H100, one process (docs/benchmarks.md): at M_g >= 1024 one cuBLASLt call per group on four streams
-// beat the rowwise kernel (769 vs 838 us at G = 8, M_g = 2048; 823 vs 906 us at G = 32, M_g = 1024),
-// and at M_g = 2048 the blockwise one (825 vs 868 us equal, 836 vs 879 us uneven); at G = 32 blockwise
-// the kernel won uneven sizes (968 vs 1082 us). Device-side sizes stay here: per-group would read them
-// back with a synchronisation.
-std::string slower_than_per_group(const GroupedGemmArgs& a) {
-  if (a.group_dim != GroupDim::kM || a.group_sizes_device || a.groups == 0) return {};
-  const int64_t mean = a.m / a.groups;
-  if (rowwise(a) && mean > 512)
-    return "rowwise with large groups (average M_g " + std::to_string(mean) + " > 512): measured faster as one cuBLASLt call per group";
-  if (!rowwise(a) && mean >= 2048)
-    return "blockwise with large groups (average M_g " + std::to_string(mean) + " >= 2048): measured faster as one cuBLASLt call per group";
   return {};
 }
 

@@ -1,4 +1,4 @@
-// The CUTLASS grouped backend when CUTLASS's headers were not found at configure time (lib/CMakeLists.txt
+// The CUTLASS grouped kernels when CUTLASS's headers were not found at configure time (lib/CMakeLists.txt
 // builds this file instead of cutlass_grouped_sm90a.cu): absent, so the per-group backend runs every call.
 #include "backends/cutlass_grouped.hpp"
 
@@ -7,7 +7,6 @@ namespace scalemm {
 namespace backends::cutlass_grouped {
 bool built() { return false; }
 std::string blocker(const GroupedGemmArgs&, const DeviceTarget&) { return "not built"; }
-std::string slower_than_per_group(const GroupedGemmArgs&) { return {}; }
 size_t workspace_bytes(const GroupedGemmArgs&, const DeviceTarget&) { return 0; }
 void run(const GroupedGemmArgs&, Stream, char*, size_t, uint64_t) {
   throw Error(StatusCode::kInternal, "cutlass_grouped: not built");

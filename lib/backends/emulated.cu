@@ -12,7 +12,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/native.hpp"
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/status.hpp"
@@ -338,7 +338,7 @@ class Emulated final : public BackendImpl {
     if (p.space == MemorySpace::kHost) return {false, "host pointers"};
     if (!t.has_gpu()) return {false, "no CUDA device"};
     std::string why;
-    if (!dispatch::exact_in_bf16(p, &why)) return {false, why};
+    if (!base::exact_in_bf16(p, &why)) return {false, why};
     // cuBLASLt's BF16 GEMM writes a bf16 or f32 D, and takes a bf16 bias only with a bf16 D
     // (f16 D: NOT_SUPPORTED, f32 D with a bf16 bias: INVALID_VALUE, cuBLASLt 13.1 on sm_90).
     if (p.d_dtype != DType::kBF16 && p.d_dtype != DType::kF32)

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
@@ -56,8 +56,8 @@ void plan_scales(const GemmProblem& p, Plan& plan) {
     plan.reserve(s.tag, static_cast<size_t>(lt.bytes()));
   }
   // cuBLASLt's A is the user's B (and vice versa) after the row-major swap.
-  plan.cublas_scale_mode_a = dispatch::recipe_scale_mode(p.b_recipe);
-  plan.cublas_scale_mode_b = dispatch::recipe_scale_mode(p.a_recipe);
+  plan.cublas_scale_mode_a = base::recipe_scale_mode(p.b_recipe);
+  plan.cublas_scale_mode_b = base::recipe_scale_mode(p.a_recipe);
 }
 
 void realign(const GemmOperand& op, int64_t rows, int64_t k, const Plan& plan, const RunContext& ctx, int tag,
@@ -102,8 +102,8 @@ LtCall lt_call(const GemmArgs& args, const void* const scale_ptr[2], const void*
   LtCall c;
   c.m = m, c.n = args.n, c.k = args.k;
   c.a_dtype = args.a.dtype, c.b_dtype = args.b.dtype, c.d_dtype = args.d_dtype;
-  c.a_scale_mode = dispatch::recipe_scale_mode(args.a.recipe);
-  c.b_scale_mode = dispatch::recipe_scale_mode(args.b.recipe);
+  c.a_scale_mode = base::recipe_scale_mode(args.a.recipe);
+  c.b_scale_mode = base::recipe_scale_mode(args.b.recipe);
   c.a = a_data, c.b = args.b.data, c.d = d, c.bias = args.bias;
   c.a_scale = scale_ptr[0], c.b_scale = scale_ptr[1];
   c.alpha = folded_alpha(args);
@@ -119,11 +119,11 @@ class Native final : public BackendImpl {
   Backend id() const override { return Backend::kNative; }
 
   Verdict plan(const GemmProblem& p, const DeviceTarget& t, Plan& plan) const override {
-    const std::string blocker = dispatch::native_blocker(p, t);
+    const std::string blocker = base::native_blocker(p, t);
     if (!blocker.empty()) return {false, blocker};
     plan_scales(p, plan);
-    return {true, std::string("native: cuBLASLt ") + dispatch::scale_mode_name(plan.cublas_scale_mode_a) +
-                      "\xC3\x97" + dispatch::scale_mode_name(plan.cublas_scale_mode_b) + " on " + t.to_string()};
+    return {true, std::string("native: cuBLASLt ") + base::scale_mode_name(plan.cublas_scale_mode_a) +
+                      "\xC3\x97" + base::scale_mode_name(plan.cublas_scale_mode_b) + " on " + t.to_string()};
   }
 
   void run(const GemmArgs& args, const Plan& plan, const RunContext& ctx) const override {

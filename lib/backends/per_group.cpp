@@ -20,11 +20,13 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <tuple>
 
+#include "backends/grouped_backend.hpp"
 #include "backends/per_group.hpp"
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "dispatch/devices.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "scalemm/detail/cuda_check.hpp"
@@ -32,7 +34,8 @@
 #include "scalemm/layouts/convert.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 
-namespace scalemm::backends::per_group {
+namespace scalemm::backends {
+namespace per_group {
 
 // Streams the per-group backend spreads a device call's groups over (each with its own workspace).
 // Four keep a few small GEMMs in flight at once; more add fork/join work without filling the GPU more.
@@ -241,12 +244,10 @@ size_t k_stage_bytes(const GroupedGemmArgs& a) {
   return need;
 }
 
-// SCALEMM_VERIFY for a call the CUTLASS kernel ran: each group against the reference, as a dense call
-// of the native tier's tolerance (synchronous, in both modes: the sizes may first have to be read).
+namespace {
 
-
-// The per-group backend on host sizes, after validation: every non-empty group's dense call.
-void run(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream stream) {
+// Every non-empty group's dense call, on host sizes, after validation.
+void run_groups(const GroupedGemmArgs& a, Stream stream, GroupedServices& svc) {
   const bool host = a.space == MemorySpace::kHost;
   // Empty k-groups first, on the caller's stream: an empty reduction makes D[g] = 0.
   const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
@@ -276,7 +277,7 @@ void run(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream stream)
     GemmArgs& c = calls[size_t(g)] = mg ? m_group_call(a, first, offs, g) : k_group_call(a, g);
     if (host) continue;  // the host reference reads any layout; k-groups stage theirs below
     const Plan*& p = plans[a.group_sizes[g]];
-    if (!p) p = &dispatch::cached_plan(impl, mg ? m_group_view(a, first, offs, g) : c, stream);
+    if (!p) p = &svc.dense_plan(mg ? m_group_view(a, first, offs, g) : c, stream);
     const ScaleFormat to = takes_cublaslt_scales(*p) ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
     if (mg) {
       if (converts_scales(*p, c.a, true))
@@ -300,22 +301,22 @@ void run(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream stream)
     need = std::max(need, ab || bb ? al256(ab) + al256(bb) : 0);
   }
   const bool one_lane = lanes < 2;
-  dispatch::StagingScratch caller_scratch;
+  StagingScratch caller_scratch;
   std::vector<uint8_t> host_stage;
   char* caller_stage = nullptr;
   if (host) {
     host_stage.resize(need);
     caller_stage = reinterpret_cast<char*>(host_stage.data());
   } else if (batch.count() > 0 || (need > 0 && one_lane)) {
-    caller_scratch = dispatch::staging_scratch(impl, stream, batch.bytes() + (one_lane ? need : 0));
+    caller_scratch = svc.staging(stream, batch.bytes() + (one_lane ? need : 0));
     batch.run(caller_scratch.ptr, stream);
     caller_stage = caller_scratch.ptr + batch.bytes();
   }
   // The fork follows the batch, so every stream sees its conversions. Each stream takes the
   // next-largest group while it has the least work (M_g or K_g: the work of a group is proportional
   // to it), so the last stream to finish finishes early.
-  dispatch::ForkedStreams forked = dispatch::fork_streams(impl, stream, lanes);
-  std::vector<Stream> streams = forked.streams;
+  const std::unique_ptr<ForkedStreams> forked = svc.fork(stream, lanes);
+  std::vector<Stream> streams = forked->streams;
   if (streams.empty()) streams.push_back(stream);
   std::vector<int> lane_of(size_t(a.groups), 0);
   if (streams.size() > 1) {
@@ -330,16 +331,16 @@ void run(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream stream)
     }
   }
   if (mg && need == 0) {
-    for (int64_t g : order) h.gemm(calls[size_t(g)], streams[size_t(lane_of[size_t(g)])]);
+    for (int64_t g : order) svc.dense_gemm(calls[size_t(g)], streams[size_t(lane_of[size_t(g)])]);
     return;
   }
-  std::vector<dispatch::StagingScratch> scratch;  // locked in stream order: no two calls deadlock
+  std::vector<StagingScratch> scratch;  // locked in stream order: no two calls deadlock
   std::vector<char*> base;
   if (streams.size() == 1) {
     base.push_back(caller_stage);
   } else {
     for (Stream s : streams) {
-      scratch.push_back(dispatch::staging_scratch(impl, s, need));
+      scratch.push_back(svc.staging(s, need));
       base.push_back(scratch.back().ptr);
     }
   }
@@ -347,27 +348,27 @@ void run(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream stream)
     const size_t lane = size_t(lane_of[size_t(g)]);
     if (mg) {
       stage_m_data(calls[size_t(g)], base[lane], streams[lane]);
-      h.gemm(calls[size_t(g)], streams[lane]);
+      svc.dense_gemm(calls[size_t(g)], streams[lane]);
       continue;
     }
     if (host) {
-      h.gemm(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), streams[lane]);
+      svc.dense_gemm(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), streams[lane]);
       continue;
     }
     stage_k_data(a, first[size_t(g)], base[lane], streams[lane], calls[size_t(g)]);
-    h.gemm(calls[size_t(g)], streams[lane]);
+    svc.dense_gemm(calls[size_t(g)], streams[lane]);
   }
 }
 
 
-std::string explain(Handle& h, const GroupedGemmArgs& a, const std::string& why) {
+std::string explain_groups(Handle& h, const GroupedGemmArgs& a, const std::string& why) {
   std::ostringstream os;
   // One plan per distinct group shape (what the plan cache holds), with the groups that share it.
   std::map<int64_t, std::vector<int64_t>> by_size;
   for (int64_t g = 0; g < a.groups; ++g) by_size[a.group_sizes[g]].push_back(g);
   const int64_t busy = a.groups - (by_size.count(0) ? int64_t(by_size[0].size()) : 0);
   os << "per-group backend: one dense call per non-empty group, " << by_size.size() << " distinct group shape(s)"
-     << " (CUTLASS grouped kernel passed over: " << why << ")";
+     << " (" << why << ")";
   if (a.space == MemorySpace::kDevice && busy > 1)
     os << "; the groups run on " << std::min<int64_t>(busy, int64_t(kPerGroupStreams))
        << " streams forked from the caller's, each with its own workspace";
@@ -416,4 +417,28 @@ std::string explain(Handle& h, const GroupedGemmArgs& a, const std::string& why)
   return os.str();
 }
 
-}  // namespace scalemm::backends::per_group
+class PerGroup final : public GroupedBackendImpl {
+ public:
+  GroupedBackend id() const override { return GroupedBackend::kPerGroup; }
+  // Every call that validates: each group is a dense call, which takes every recipe pair.
+  std::string blocker(const GroupedGemmArgs&, const DeviceTarget&, const PlanOptions&) const override { return {}; }
+  bool one_launch() const override { return false; }
+  void run(const GroupedGemmArgs& a, const GroupedRunContext& ctx) const override {
+    run_groups(a, ctx.stream, *ctx.services);
+  }
+  std::string explain(Handle& h, const GroupedGemmArgs& a, const std::string& passed_over) const override {
+    if (!a.group_sizes_device) return explain_groups(h, a, passed_over);
+    return "per-group backend (" + passed_over + "): the device-side sizes are copied to the host at each call (one "
+           "stream synchronisation), then each non-empty group runs its dense plan";
+  }
+};
+
+}  // namespace
+}  // namespace per_group
+
+const GroupedBackendImpl& per_group_backend() {
+  static const per_group::PerGroup b;
+  return b;
+}
+
+}  // namespace scalemm::backends

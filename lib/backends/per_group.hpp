@@ -1,23 +1,16 @@
-// The per-group grouped backend (per_group.cpp): what the handle's grouped entry points
-// (dispatch/grouped_handle.cpp) run and ask of it.
+// The per-group grouped backend (per_group.cpp, per_group_backend() in grouped_backend.hpp): the
+// group arithmetic that the handle's grouped validation and verification share with it
+// (dispatch/grouped_handle.cpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "dispatch/handle_scratch.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/grouped.hpp"
 
 namespace scalemm::backends::per_group {
-
-/// Every non-empty group's dense call, after validation, with the sizes on the host.
-void run(Handle& h, Handle::Impl& impl, const GroupedGemmArgs& a, Stream stream);
-
-/// The explain() text of a call this backend runs (`why`: why the CUTLASS kernel passed it over):
-/// streams, staging, conversions, and the dense plan of each distinct group shape.
-std::string explain(Handle& h, const GroupedGemmArgs& a, const std::string& why);
 
 /// K granularity of a k-grouped split: the recipe's K-block (tensorwise and rowwise scale all of K).
 int64_t k_granularity(Recipe r);

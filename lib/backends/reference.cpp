@@ -6,8 +6,8 @@
 
 #include "backends/backend.hpp"
 #include "backends/native.hpp"
-#include "dispatch/epilogue.hpp"
-#include "dispatch/operands.hpp"
+#include "base/epilogue.hpp"
+#include "base/operands.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/formats.hpp"
 
@@ -24,7 +24,7 @@ emulation::QuantizedTensor layout_only(Recipe r, DType t, ScaleFormat f, int64_t
 }
 
 // Host memory: the emulator with fp32 accumulation; an FP8 D goes through an fp32 D and the same
-// conversion as dispatch::finish_fp8_output.
+// conversion as base::finish_fp8_output.
 void run_host(const GemmArgs& args) {
   std::vector<float> bias;
   emulation::GemmOptions opt;
@@ -41,7 +41,7 @@ void run_host(const GemmArgs& args) {
     for (int64_t i = 0; i < args.n; ++i) bias[size_t(i)] = formats::decode_bf16(b[i]);
     opt.bias = bias.data();
   }
-  emulation::gemm_host(dispatch::as_quantized(args.a, args.m, args.k), dispatch::as_quantized(args.b, args.n, args.k),
+  emulation::gemm_host(base::as_quantized(args.a, args.m, args.k), base::as_quantized(args.b, args.n, args.k),
                        staged.empty() ? args.d : staged.data(), opt);
   if (staged.empty()) return;
   const float ds = *args.d_scale;
@@ -80,11 +80,11 @@ class Reference final : public BackendImpl {
     opt.out_dtype = args.d_dtype;
     if (args.bias) {
       auto* b32 = ctx.slice<float>(plan, kBiasF32);
-      dispatch::bf16_to_f32(static_cast<const uint16_t*>(args.bias), b32, args.n, ctx.stream);
+      base::bf16_to_f32(static_cast<const uint16_t*>(args.bias), b32, args.n, ctx.stream);
       opt.bias = b32;
     }
     const Plan::WorkspaceSlice& ws = plan.workspace_slice(kGemm);
-    emulation::gemm_device(dispatch::as_quantized(args.a, args.m, args.k), dispatch::as_quantized(args.b, args.n, args.k),
+    emulation::gemm_device(base::as_quantized(args.a, args.m, args.k), base::as_quantized(args.b, args.n, args.k),
                            args.d, opt, ctx.workspace + ws.offset, ws.bytes, ctx.stream);
   }
 };

@@ -3,12 +3,12 @@
 #include <cublasLt.h>
 #include <dlfcn.h>
 
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 
 namespace scalemm::backends {
 
-using dispatch::cublaslt_version;
-using dispatch::cublaslt_version_string;
+using base::cublaslt_version;
+using base::cublaslt_version_string;
 
 size_t lt_grouped_min_version() { return cublaslt_version(13, 2); }
 

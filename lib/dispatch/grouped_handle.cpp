@@ -1,9 +1,10 @@
-// Grouped GEMMs (grouped.hpp) at the handle, beside the dense Handle::gemm: validation, the choice
-// between the two grouped backends, device-side sizes, verification and whole-call graphs.
-//  * The CUTLASS grouped kernels (backends/cutlass_grouped_sm90a.cu) run blockwise and rowwise FP8 on
-//    sm_90 in one launch, with host or device-side sizes; `auto` takes them whenever they can run the
-//    call, except large groups with host sizes, measured faster per group (slower_than_per_group()).
-//  * Otherwise the per-group backend (backends/per_group.cpp) runs one dense call per non-empty group.
+// Grouped GEMMs (grouped.hpp) at the handle, beside the dense Handle::gemm: validation, the choice of
+// grouped backend (kGroupedTable, as the dense planner walks kTable), device-side sizes, verification
+// and whole-call graphs. The backends themselves are objects in lib/backends (grouped_backend.hpp):
+//  * the CUTLASS grouped kernels (backends/cutlass_grouped.cpp) run blockwise and rowwise FP8 on sm_90
+//    in one launch, with host or device-side sizes; `auto` takes them whenever they can run the call,
+//    except large groups with host sizes, measured faster per group;
+//  * otherwise the per-group backend (backends/per_group.cpp) runs one dense call per non-empty group.
 //    It needs the sizes on the host: device-side sizes are copied over first (one synchronisation,
 //    refused during a capture).
 #include <cuda_runtime_api.h>
@@ -13,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cutlass_grouped.hpp"
+#include "backends/grouped_backend.hpp"
 #include "backends/per_group.hpp"
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "dispatch/devices.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "dispatch/verify.hpp"
@@ -76,7 +77,7 @@ Diagnostics validate_grouped(const GroupedGemmArgs& a, Depth depth) {
   if (mg ? a.k < 1 : a.m < 1)
     add(out, mg ? "k" : "m", "positive-extent", std::string(mg ? "K" : "M") + " must be at least 1", ">= 1",
         std::to_string(mg ? a.k : a.m), "");
-  if (auto d = dispatch::fast_accum_refusal(a.fast_accum, a.a.recipe, a.b.recipe)) out.push_back(std::move(*d));
+  if (auto d = base::fast_accum_refusal(a.fast_accum, a.a.recipe, a.b.recipe)) out.push_back(std::move(*d));
   if (a.d_dtype != DType::kBF16 && a.d_dtype != DType::kF16 && a.d_dtype != DType::kF32)
     add(out, "d_dtype", "grouped-out-dtype", "grouped output must be bf16, f16 or f32", "bf16, f16 or f32",
         std::string(to_string(a.d_dtype)), "");
@@ -179,17 +180,61 @@ Diagnostics validate_sizes(const GroupedGemmArgs& a) { return validate_grouped(a
 
 namespace {
 
-// Why the CUTLASS grouped kernel does not run `a` (empty: it does).
-std::string cutlass_blocker(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) {
-  if (a.backend == GroupedBackend::kPerGroup) return "the call asks for the per-group backend";
-  if (!backends::cutlass_grouped::built())
-    return "not built (CUTLASS's headers were not found at configure time: tools/fetch-cutlass.sh)";
-  if (options.force && *options.force != Backend::kNative)
-    return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
-  std::string why = backends::cutlass_grouped::blocker(a, t);
-  if (why.empty() && a.backend == GroupedBackend::kAuto) why = backends::cutlass_grouped::slower_than_per_group(a);
-  return why;
+// The grouped backends in the order the handle tries them (grouped_backend.hpp): the first with no
+// blocker runs the call. The per-group backend takes every call that validates.
+const backends::GroupedBackendImpl* const kGroupedTable[] = {
+    &backends::cutlass_grouped_backend(),
+    &backends::per_group_backend(),
+};
+
+const char* display_name(GroupedBackend b) {
+  return b == GroupedBackend::kCutlass ? "CUTLASS grouped kernel" : "per-group backend";
 }
+
+// The backend that runs `a` on `t`, and why those before it passed it over ("<name> passed over: why").
+// Null when the call asks for a backend that cannot run it; `passed_over` then says why.
+struct GroupedChoice {
+  const backends::GroupedBackendImpl* backend = nullptr;
+  std::string passed_over;
+};
+GroupedChoice choose(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) {
+  GroupedChoice c;
+  for (const backends::GroupedBackendImpl* b : kGroupedTable) {
+    std::string why = a.backend != GroupedBackend::kAuto && a.backend != b->id()
+                          ? "the call asks for the " + std::string(display_name(a.backend))
+                          : b->blocker(a, t, options);
+    if (why.empty()) {
+      c.backend = b;
+      return c;
+    }
+    if (a.backend == b->id()) {
+      c.passed_over = why;
+      return c;
+    }
+    c.passed_over += (c.passed_over.empty() ? "" : "; ") + std::string(display_name(b->id())) + " passed over: " + why;
+  }
+  return c;
+}
+
+// What the handle lends a grouped backend (grouped_backend.hpp).
+class Services final : public backends::GroupedServices {
+ public:
+  Services(Handle& h, Handle::Impl& impl) : h_(h), impl_(impl) {}
+  const Plan& dense_plan(const GemmArgs& args, Stream stream) override {
+    return dispatch::cached_plan(impl_, args, stream);
+  }
+  void dense_gemm(const GemmArgs& args, Stream stream) override { h_.gemm(args, stream); }
+  backends::StagingScratch staging(Stream stream, size_t bytes) override {
+    return dispatch::staging_scratch(impl_, stream, bytes);
+  }
+  std::unique_ptr<backends::ForkedStreams> fork(Stream caller, int count) override {
+    return dispatch::fork_streams(impl_, caller, count);
+  }
+
+ private:
+  Handle& h_;
+  Handle::Impl& impl_;
+};
 
 // The per-group backend needs the sizes on the host: one copy and one synchronisation.
 std::vector<int64_t> sizes_to_host(const GroupedGemmArgs& a, const std::string& why, Stream stream) {
@@ -198,7 +243,7 @@ std::vector<int64_t> sizes_to_host(const GroupedGemmArgs& a, const std::string& 
   if (capturing != cudaStreamCaptureStatusNone)
     throw Error(StatusCode::kUnsupported,
                 "group_sizes_device: this call runs on the per-group backend, which needs the sizes on the host, "
-                "and a graph capture cannot wait for them (CUTLASS grouped kernel passed over: " + why +
+                "and a graph capture cannot wait for them (" + why +
                     "). Fix: pass host sizes (group_sizes), or a call the CUTLASS kernel runs.");
   std::vector<int64_t> sizes(size_t(a.groups));
   std::vector<int32_t> s32(a.group_sizes_int64 ? 0 : sizes.size());
@@ -211,7 +256,10 @@ std::vector<int64_t> sizes_to_host(const GroupedGemmArgs& a, const std::string& 
   return sizes;
 }
 
-void verify_cutlass_call(Handle::Impl& impl, const GroupedGemmArgs& in, verify::Mode mode, Stream stream) {
+// SCALEMM_VERIFY for a call a one-launch backend ran: each group against the reference, as a dense
+// call of the native tier's tolerance (synchronous, in both modes: the sizes may first have to be read).
+void verify_whole_call(Handle::Impl& impl, const GroupedGemmArgs& in, const std::string& description, verify::Mode mode,
+                       Stream stream) {
   std::vector<int64_t> host_sizes;
   GroupedGemmArgs a = in;
   if (a.group_sizes_device) {
@@ -221,7 +269,7 @@ void verify_cutlass_call(Handle::Impl& impl, const GroupedGemmArgs& in, verify::
   }
   Plan plan;
   plan.backend = Backend::kNative;
-  plan.reasons = {backends::cutlass_grouped::describe(in)};
+  plan.reasons = {description};
   if (a.group_dim == GroupDim::kM) {
     std::vector<int64_t> rows(size_t(a.groups) + 1, 0);
     for (int64_t g = 0; g < a.groups; ++g) rows[size_t(g) + 1] = rows[size_t(g)] + a.group_sizes[g];
@@ -230,7 +278,7 @@ void verify_cutlass_call(Handle::Impl& impl, const GroupedGemmArgs& in, verify::
       if (a.group_sizes[g] > 0) verify::check(backends::per_group::m_group_call(a, rows, offs, g), plan, mode, stream);
     return;
   }
-  dispatch::StagingScratch scratch = dispatch::staging_scratch(impl, stream, backends::per_group::k_stage_bytes(a));
+  backends::StagingScratch scratch = dispatch::staging_scratch(impl, stream, backends::per_group::k_stage_bytes(a));
   const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
   std::vector<uint8_t> dg(d_bytes);
   int64_t k0 = 0;
@@ -277,12 +325,17 @@ std::string graph_blocker(const GroupedGemmArgs& a, Stream stream, verify::Mode 
 
 void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   const bool host = a.space == MemorySpace::kHost;
-  // The call's device (the stream's), then the backend for it (its blocker reads no buffer), so that
-  // the checks fit what runs.
+  // The call's device (the stream's), then the backend for it (blockers read no buffer), so that the
+  // checks fit what runs.
   const int device = host ? -1 : dispatch::call_device(*impl_, stream);
   const DeviceTarget& target = host ? this->target() : dispatch::device_target(*impl_, device);
-  const std::string why = cutlass_blocker(a, target, dispatch::handle_options(*impl_).plan);
-  throw_if_any(validate_grouped(a, why.empty() ? Depth::kWhole : Depth::kPerGroup), StatusCode::kInvalidArgument);
+  const GroupedChoice choice = choose(a, target, dispatch::handle_options(*impl_).plan);
+  const bool one_launch = choice.backend && choice.backend->one_launch();
+  throw_if_any(validate_grouped(a, one_launch ? Depth::kWhole : Depth::kPerGroup), StatusCode::kInvalidArgument);
+  if (!choice.backend)
+    throw Error(StatusCode::kUnsupported, "backend: the " + std::string(display_name(a.backend)) +
+                                              " cannot run this call: " + choice.passed_over +
+                                              ". Fix: pass GroupedBackend::kAuto or kPerGroup.");
   // The whole tensors' memory space and device, before any group runs (the groups are views into
   // them, and k-grouped groups read staged copies that the dense check never sees).
   if (!host) {
@@ -292,21 +345,17 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   }
   // Staging, its copies and every launch go to the stream's device.
   const dispatch::DeviceScope scope(host ? -1 : dispatch::scope_device(*impl_, stream, device));
-  if (why.empty()) {
-    const size_t need = backends::cutlass_grouped::workspace_bytes(a, target);
-    {
-      dispatch::StagingScratch scratch = dispatch::staging_scratch(*impl_, stream, need);
-      backends::cutlass_grouped::run(a, stream, scratch.ptr, need, scratch.generation);
-    }
+  Services services(*this, *impl_);
+  const backends::GroupedRunContext ctx{stream, &target, &services};
+  if (one_launch) {
+    choice.backend->run(a, ctx);
     const verify::Mode mode = dispatch::handle_verify_mode(*impl_);
-    if (mode != verify::Mode::kOff) verify_cutlass_call(*impl_, a, mode, stream);
+    if (mode != verify::Mode::kOff) verify_whole_call(*impl_, a, choice.backend->explain(*this, a, ""), mode, stream);
     return;
   }
-  if (a.backend == GroupedBackend::kCutlass)
-    throw Error(StatusCode::kUnsupported, "backend: the CUTLASS grouped kernel cannot run this call: " + why +
-                                              ". Fix: pass GroupedBackend::kAuto or kPerGroup.");
+  // The groups run as dense calls, which need the sizes on the host.
   if (a.group_sizes_device) {
-    const std::vector<int64_t> sizes = sizes_to_host(a, why, stream);
+    const std::vector<int64_t> sizes = sizes_to_host(a, choice.passed_over, stream);
     GroupedGemmArgs h = a;
     h.group_sizes = sizes.data(), h.group_sizes_device = nullptr, h.device_status = nullptr;
     throw_if_any(validate(h), StatusCode::kInvalidArgument);
@@ -320,13 +369,13 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     // call needs and computes D), then captured for the next time.
     const std::string key = replay_key(a, stream, device);
     if (dispatch::replay_graph(*impl_, key, stream)) return;
-    backends::per_group::run(*this, *impl_, a, stream);
+    choice.backend->run(a, ctx);
     const uint64_t epoch = dispatch::arena_epoch_now();
     cudaStream_t cs = reinterpret_cast<cudaStream_t>(stream);
     detail::cuda_check(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), "grouped_gemm: graph capture");
     cudaGraph_t graph = nullptr;
     try {
-      backends::per_group::run(*this, *impl_, a, stream);
+      choice.backend->run(a, ctx);
     } catch (...) {
       cudaStreamEndCapture(cs, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -340,26 +389,19 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     dispatch::keep_graph(*impl_, key, exec, epoch);
     return;
   }
-  backends::per_group::run(*this, *impl_, a, stream);
+  choice.backend->run(a, ctx);
 }
 
 std::string Handle::explain(const GroupedGemmArgs& a) {
   throw_if_any(validate(a), StatusCode::kInvalidArgument);
+  const GroupedChoice choice = choose(a, target(), dispatch::handle_options(*impl_).plan);
+  if (!choice.backend)
+    throw Error(StatusCode::kUnsupported, "backend: the " + std::string(display_name(a.backend)) +
+                                              " cannot run this call: " + choice.passed_over +
+                                              ". Fix: pass GroupedBackend::kAuto or kPerGroup.");
   std::ostringstream os;
-  os << "grouped (" << to_string(a.group_dim) << "), G=" << a.groups << ", ";
-  const std::string why = cutlass_blocker(a, target(), dispatch::handle_options(*impl_).plan);
-  if (why.empty()) {
-    os << "CUTLASS grouped backend: " << backends::cutlass_grouped::describe(a);
-    if (a.graph_replay) os << " (graph_replay has no effect: the call is one launch already)";
-    if (a.fast_accum) os << "; accumulates exactly (fast_accum applies to the per-group backend's cuBLASLt calls)";
-    return os.str();
-  }
-  if (a.group_sizes_device) {
-    os << "per-group backend (CUTLASS grouped kernel passed over: " << why << "): the device-side sizes are copied"
-       << " to the host at each call (one stream synchronisation), then each non-empty group runs its dense plan";
-    return os.str();
-  }
-  os << backends::per_group::explain(*this, a, why);
+  os << "grouped (" << to_string(a.group_dim) << "), G=" << a.groups << ", "
+     << choice.backend->explain(*this, a, choice.passed_over);
   return os.str();
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -53,7 +54,7 @@ struct StreamArena {
   std::mutex staging_mu;  // held by one grouped call while it stages operands (dispatch::staging_scratch)
   char* staging = nullptr;
   size_t staging_bytes = 0;
-  uint64_t staging_generation = 0;  // dispatch::StagingScratch::generation
+  uint64_t staging_generation = 0;  // backends::StagingScratch::generation
   std::unique_ptr<verify::AsyncSampler> sampler;  // SCALEMM_VERIFY=sample only
   // Streams grouped calls on this stream fork their groups onto (dispatch::fork_streams), with the
   // events of the fork (one) and the join (one per stream).
@@ -376,10 +377,10 @@ Diagnostics dispatch::check_pointers(Handle::Impl& impl, const GemmArgs& args, S
   return impl.check_pointers(args, stream, device);
 }
 
-dispatch::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes) {
+backends::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes) {
   StreamArena& arena = impl.arena(stream, impl.device_of(stream));
   static std::atomic<uint64_t> allocations{0};
-  StagingScratch s{std::unique_lock<std::mutex>(arena.staging_mu), nullptr};
+  backends::StagingScratch s{std::unique_lock<std::mutex>(arena.staging_mu), nullptr};
   const size_t had = arena.staging_bytes;
   StreamArena::grow(arena.staging, arena.staging_bytes, bytes, stream, "scalemm staging");
   if (arena.staging_bytes != had) arena.staging_generation = ++allocations;
@@ -388,11 +389,32 @@ dispatch::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream st
   return s;
 }
 
-dispatch::ForkedStreams dispatch::fork_streams(Handle::Impl& impl, Stream caller, int count) {
-  ForkedStreams f;
+namespace {
+
+// The caller stream's forks, held (arena.fork_mu) until joined.
+class Fork final : public backends::ForkedStreams {
+ public:
+  ~Fork() override {
+    // The join runs on every path, a group that threw included: a caller stream that did not wait for
+    // its forks would race them, and a capture left with unjoined streams cannot end.
+    for (size_t i = 0; i < streams.size(); ++i) {
+      const cudaEvent_t e = joins[i];
+      if (cudaEventRecord(e, streams[i]) != cudaSuccess || cudaStreamWaitEvent(caller, e, 0) != cudaSuccess)
+        std::fprintf(stderr, "scalemm: grouped_gemm could not join stream %zu back to its caller\n", i);
+    }
+  }
+  std::unique_lock<std::mutex> lock;
+  cudaStream_t caller = nullptr;
+  std::vector<cudaEvent_t> joins;  // one per stream
+};
+
+}  // namespace
+
+std::unique_ptr<backends::ForkedStreams> dispatch::fork_streams(Handle::Impl& impl, Stream caller, int count) {
+  auto f = std::make_unique<Fork>();
   if (impl.sim || count < 2) return f;
   StreamArena& arena = impl.arena(caller, impl.device_of(caller));
-  f.lock_ = std::unique_lock<std::mutex>(arena.fork_mu);
+  f->lock = std::unique_lock<std::mutex>(arena.fork_mu);
   if (!arena.fork_event)
     cuda_check(cudaEventCreateWithFlags(&arena.fork_event, cudaEventDisableTiming), "grouped_gemm: fork event");
   while (int(arena.forks.size()) < count) {
@@ -404,23 +426,13 @@ dispatch::ForkedStreams dispatch::fork_streams(Handle::Impl& impl, Stream caller
     arena.join_events.push_back(e);
   }
   cuda_check(cudaEventRecord(arena.fork_event, caller), "grouped_gemm: fork");
-  f.caller_ = caller;  // before the first stream joins f.streams: the destructor joins what was forked
+  f->caller = static_cast<cudaStream_t>(caller);  // before the first stream joins f->streams: the destructor joins what was forked
   for (int i = 0; i < count; ++i) {
     cuda_check(cudaStreamWaitEvent(arena.forks[size_t(i)], arena.fork_event, 0), "grouped_gemm: fork");
-    f.streams.push_back(arena.forks[size_t(i)]);
-    f.joins_.push_back(arena.join_events[size_t(i)]);
+    f->streams.push_back(arena.forks[size_t(i)]);
+    f->joins.push_back(arena.join_events[size_t(i)]);
   }
   return f;
-}
-
-dispatch::ForkedStreams::~ForkedStreams() {
-  // The join runs on every path, a group that threw included: a caller stream that did not wait for
-  // its forks would race them, and a capture left with unjoined streams cannot end.
-  for (size_t i = 0; i < streams.size(); ++i) {
-    const cudaEvent_t e = static_cast<cudaEvent_t>(joins_[i]);
-    if (cudaEventRecord(e, streams[i]) != cudaSuccess || cudaStreamWaitEvent(caller_, e, 0) != cudaSuccess)
-      std::fprintf(stderr, "scalemm: grouped_gemm could not join stream %zu back to its caller\n", i);
-  }
 }
 
 bool dispatch::replay_graph(Handle::Impl& impl, const std::string& key, Stream stream) {

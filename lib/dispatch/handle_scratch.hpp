@@ -1,30 +1,25 @@
-// Staging memory of a stream for calls that prepare their operands before the dense path runs (the
-// k-grouped gather of backends/per_group.cpp) or that carry their own arguments (the CUTLASS grouped
-// kernel's per-group arrays). Separate from the plans' scratch, which each dense call takes under its
-// own lock.
+// What the handle keeps for grouped calls beyond the dense plans: the staging memory of a stream, for
+// calls that prepare their operands before the dense path runs (the k-grouped gather of
+// backends/per_group.cpp) or that carry their own arguments (the CUTLASS grouped kernel's per-group
+// arrays), separate from the plans' scratch, which each dense call takes under its own lock; forked
+// streams; whole-call graphs; and the handle's settings grouped calls follow.
 #pragma once
 
 #include <cstddef>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backends/grouped_backend.hpp"
 #include "dispatch/verify.hpp"
 #include "scalemm/gemm.hpp"
 
 namespace scalemm::dispatch {
 
-/// `ptr` holds at least the bytes asked for until `lock` is released: one grouped call at a time per
-/// stream stages into it. Growing synchronises the stream first, as the plan scratch does.
-/// `generation` changes whenever the buffer is (re)allocated, in any handle: a cache keyed by the
-/// address alone could not tell a new buffer from a freed one that cudaMalloc handed out again.
-struct StagingScratch {
-  std::unique_lock<std::mutex> lock;
-  char* ptr = nullptr;
-  uint64_t generation = 0;
-};
-StagingScratch staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes);
+/// The staging memory of `stream` (backends::StagingScratch), grown to `bytes`; growing synchronises
+/// the stream first, as the plan scratch does.
+backends::StagingScratch staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes);
 
 /// Streams that a grouped call spreads its groups over (the per-group backend): up to `count`
 /// non-blocking streams of the caller stream's device, made on first use and kept with the caller
@@ -32,26 +27,9 @@ StagingScratch staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes);
 /// creation each stream waits for the work enqueued on the caller stream so far; on destruction the
 /// caller stream waits for everything enqueued on them. Both are events, so the fork and the join are
 /// captured into a CUDA graph like any launch. `streams` is empty where there is nothing to fork (a
-/// simulated machine in host tests, count < 2): the caller then runs its groups on its own stream.
-/// One grouped call at a time per caller stream holds them (`lock`).
-class ForkedStreams {
- public:
-  ForkedStreams() = default;
-  ForkedStreams(ForkedStreams&& o) noexcept
-      : streams(std::move(o.streams)), lock_(std::move(o.lock_)), caller_(o.caller_), joins_(std::move(o.joins_)) {
-    o.streams.clear();
-  }
-  ForkedStreams& operator=(ForkedStreams&&) = delete;
-  ~ForkedStreams();
-  std::vector<Stream> streams;
-
- private:
-  friend ForkedStreams fork_streams(Handle::Impl&, Stream, int);
-  std::unique_lock<std::mutex> lock_;
-  Stream caller_ = nullptr;
-  std::vector<void*> joins_;  // cudaEvent_t, one per stream
-};
-ForkedStreams fork_streams(Handle::Impl& impl, Stream caller, int count);
+/// simulated machine in host tests, count < 2). One grouped call at a time per caller stream holds
+/// them.
+std::unique_ptr<backends::ForkedStreams> fork_streams(Handle::Impl& impl, Stream caller, int count);
 
 /// Whole-call graphs of grouped calls (GroupedGemmArgs::graph_replay), kept by the handle under a
 /// key that holds everything the call's launches bake in (sizes, shapes, pointers, stream, device).

@@ -6,7 +6,7 @@
 
 #include "backends/backend.hpp"
 #include "dispatch/planner.hpp"
-#include "dispatch/epilogue.hpp"
+#include "base/epilogue.hpp"
 #include "scalemm/gemm.hpp"
 
 namespace scalemm {
@@ -145,7 +145,7 @@ void execute(const GemmArgs& args, const Plan& plan, const backends::RunContext&
   staged.d_scale = nullptr;
   staged.d_amax = nullptr;
   backend.run(staged, plan, ctx);
-  finish_fp8_output(static_cast<const float*>(staged.d), args.d, args.d_dtype, args.m * args.n, args.d_scale,
+  base::finish_fp8_output(static_cast<const float*>(staged.d), args.d, args.d_dtype, args.m * args.n, args.d_scale,
                     args.d_amax, ctx.stream);
 }
 

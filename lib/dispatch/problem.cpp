@@ -4,7 +4,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "dispatch/devices.hpp"
 #include "scalemm/device.hpp"
 #include "scalemm/gemm.hpp"
@@ -55,7 +55,7 @@ std::string DeviceTarget::to_string() const {
     os << "sm_" << sm;
     if (!name.empty() || multiprocessors) os << " (" << (name.empty() ? "simulated" : name) << ", " << multiprocessors << " SMs)";
   }
-  os << ", cuBLASLt " << dispatch::cublaslt_version_string(cublaslt_version);
+  os << ", cuBLASLt " << base::cublaslt_version_string(cublaslt_version);
   return os.str();
 }
 
@@ -231,7 +231,7 @@ Diagnostics validate(const GemmArgs& a) {
     if (ptr && (reinterpret_cast<uintptr_t>(ptr) & 3u) != 0)
       add(out, name, "scalar-alignment", std::string(name) + " must be 4-byte aligned (one fp32)", "address % 4 == 0",
           std::to_string(reinterpret_cast<uintptr_t>(ptr) % 4) + " bytes past 4", "Point it at a float.");
-  if (auto d = dispatch::fast_accum_refusal(a.fast_accum, a.a.recipe, a.b.recipe)) out.push_back(std::move(*d));
+  if (auto d = base::fast_accum_refusal(a.fast_accum, a.a.recipe, a.b.recipe)) out.push_back(std::move(*d));
   if (!a.d) add(out, "d", "null-pointer", "output pointer is null", "a valid pointer", "nullptr", "");
   if (!(a.alpha == a.alpha) || a.alpha == __builtin_huge_valf() || a.alpha == -__builtin_huge_valf())
     add(out, "alpha", "finite-alpha", "alpha must be finite", "a finite float", std::to_string(a.alpha), "");

@@ -17,7 +17,7 @@
 #include "scalemm/io/call_record.hpp"
 #include "scalemm/io/npy.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
-#include "dispatch/operands.hpp"
+#include "base/operands.hpp"
 #include "dispatch/verify.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/detail/device_buffer.hpp"
@@ -322,7 +322,7 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
       cuda_check(cudaMemcpy(bias32.as<float>(), fb.data(), fb.size() * 4, cudaMemcpyHostToDevice), "bias copy");
       opt.bias = bias32.as<float>();
     }
-    const auto qa = dispatch::as_quantized(args.a, args.m, args.k), qb = dispatch::as_quantized(args.b, args.n, args.k);
+    const auto qa = base::as_quantized(args.a, args.m, args.k), qb = base::as_quantized(args.b, args.n, args.k);
     const size_t ws = emulation::gemm_device_workspace_bytes(qa, qb);
     detail::DeviceBuffer w(ws + 16);
     emulation::gemm_device(qa, qb, ref_d.as<float>(), opt, w.p, ws, cs);

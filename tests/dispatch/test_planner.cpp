@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
 
@@ -261,7 +261,7 @@ TEST_CASE("every argument the GPU tests use passes validation as device memory",
 
 TEST_CASE("every row of the capability table names its source", "[dispatch][planner]") {
   size_t count = 0;
-  const auto* rows = dispatch::native_pairs(&count);
+  const auto* rows = base::native_pairs(&count);
   REQUIRE(count >= 10);
   for (size_t i = 0; i < count; ++i) {
     CAPTURE(i);

@@ -49,7 +49,7 @@
 #include <vector>
 
 #include "cublaslt/cublaslt.hpp"
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
@@ -508,8 +508,8 @@ backends::LtCall scaled_call(int64_t m, int64_t n, int64_t k, const Operand& a, 
   backends::LtCall c;
   c.m = m, c.n = n, c.k = k;
   c.a_dtype = a.dtype, c.b_dtype = b.dtype, c.d_dtype = DType::kBF16;
-  c.a_scale_mode = dispatch::recipe_scale_mode(a.recipe);
-  c.b_scale_mode = dispatch::recipe_scale_mode(b.recipe);
+  c.a_scale_mode = base::recipe_scale_mode(a.recipe);
+  c.b_scale_mode = base::recipe_scale_mode(b.recipe);
   c.a = a.data.p, c.b = b.data.p, c.d = d;
   c.a_scale = a.lt_scale(), c.b_scale = b.lt_scale();
   c.alpha = a.global * b.global;
@@ -898,7 +898,7 @@ void host_overhead(Ctx& cx) {
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   LTCK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   LTCK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  const int32_t mode_a = dispatch::recipe_scale_mode(b.recipe), mode_b = dispatch::recipe_scale_mode(a.recipe);
+  const int32_t mode_a = base::recipe_scale_mode(b.recipe), mode_b = base::recipe_scale_mode(a.recipe);
   LTCK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a));
   LTCK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof mode_b));
   const void* sa = b.lt_scale();

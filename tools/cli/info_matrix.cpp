@@ -10,7 +10,7 @@
 #include "backends/cutlass_grouped.hpp"
 #include "cublaslt/cublaslt_grouped.hpp"
 #include "cli_io.hpp"
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 #include "commands.hpp"
 #include "scalemm/device.hpp"
 #include "scalemm/gemm.hpp"
@@ -32,7 +32,7 @@ size_t parse_cublas_version(const std::string& s) {
   const int got = std::sscanf(s.c_str(), "%d.%d.%d%c", &major, &minor, &patch, &tail);
   if (got < 2 || got > 3 || major < 1 || major > 99 || minor < 0 || minor > 99 || patch < 0 || patch > 99)
     throw Error(StatusCode::kInvalidArgument, "--cublas: expected a version like 13.1 or 12.9.1, got '" + s + "'");
-  return dispatch::cublaslt_version(major, minor, patch);
+  return base::cublaslt_version(major, minor, patch);
 }
 
 // The shape every pair is planned for: a multiple of every alignment rule, so the answer is about the
@@ -81,7 +81,7 @@ DeviceTarget target_for(const InfoCli& c) {
   }
   size_t v = DeviceTarget::current().cublaslt_version;
   if (c.cublas_opt && c.cublas_opt->count() > 0) v = parse_cublas_version(c.cublas);
-  if (v == 0) v = dispatch::cublaslt_version(13, 1);
+  if (v == 0) v = base::cublaslt_version(13, 1);
   return DeviceTarget::simulated(c.sm, v);
 }
 
@@ -184,7 +184,7 @@ void run(const InfoCli& c, const std::function<void()>& device_part) {
     j["shape"] = {{"m", kShape}, {"n", kShape}, {"k", kShape}};
     j["support"] = support_json(rows);
     size_t count = 0;
-    const dispatch::NativePair* pairs = dispatch::native_pairs(&count);
+    const base::NativePair* pairs = base::native_pairs(&count);
     nlohmann::json np = nlohmann::json::array();
     for (size_t i = 0; i < count; ++i)
       np.push_back({{"a", std::string(to_string(pairs[i].a))}, {"b", std::string(to_string(pairs[i].b))},

@@ -6,7 +6,7 @@
 
 #include "scalemm/gemm.hpp"
 
-namespace scalemm::dispatch {
+namespace scalemm::base {
 
 /// dst[i] = float(src[i]) for a bf16 vector.
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n, Stream stream);
@@ -16,4 +16,4 @@ void bf16_to_f32(const uint16_t* src, float* dst, int64_t n, Stream stream);
 void finish_fp8_output(const float* src, void* d, DType d_dtype, int64_t count, const float* d_scale, float* d_amax,
                        Stream stream);
 
-}  // namespace scalemm::dispatch
+}  // namespace scalemm::base

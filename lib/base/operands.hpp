@@ -7,7 +7,7 @@
 #include "scalemm/gemm.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 
-namespace scalemm::dispatch {
+namespace scalemm::base {
 
 /// The emulator's view of one GEMM operand of `rows` x `k` (global scale excluded: callers fold it
 /// into alpha, as the cuBLASLt paths do).
@@ -20,4 +20,4 @@ inline emulation::QuantizedTensor as_quantized(const GemmOperand& op, int64_t ro
   return t;
 }
 
-}  // namespace scalemm::dispatch
+}  // namespace scalemm::base

@@ -1,10 +1,10 @@
-#include "dispatch/capabilities.hpp"
+#include "base/capabilities.hpp"
 
 #include <sstream>
 
 #include "scalemm/layouts/scale_layout.hpp"
 
-namespace scalemm::dispatch {
+namespace scalemm::base {
 namespace {
 
 constexpr const char* kDocsModes = "cuBLAS docs 'Narrow precision data types usage' scaling-mode table";
@@ -186,4 +186,4 @@ std::optional<Diagnostic> fast_accum_refusal(bool fast_accum, Recipe a, Recipe b
                     "Leave fast_accum off for this recipe pair."};
 }
 
-}  // namespace scalemm::dispatch
+}  // namespace scalemm::base

@@ -1,5 +1,5 @@
 // Device passes around a backend's GEMM (epilogue.hpp).
-#include "dispatch/epilogue.hpp"
+#include "base/epilogue.hpp"
 
 #include <cuda_runtime.h>
 
@@ -8,7 +8,7 @@
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/formats.hpp"
 
-namespace scalemm::dispatch {
+namespace scalemm::base {
 namespace {
 
 __global__ void bf16_to_f32_kernel(const uint16_t* src, float* dst, int64_t n) {
@@ -53,4 +53,4 @@ void finish_fp8_output(const float* src, void* d, DType d_dtype, int64_t count, 
   detail::launch_check("finish_fp8_output");
 }
 
-}  // namespace scalemm::dispatch
+}  // namespace scalemm::base

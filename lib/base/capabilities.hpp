@@ -8,7 +8,7 @@
 
 #include "scalemm/gemm.hpp"
 
-namespace scalemm::dispatch {
+namespace scalemm::base {
 
 // cublasLtMatmulMatrixScale_t values (cublasLt.h, cuBLAS 13.1); kept numeric so this table needs no
 // cuBLASLt header and the planner builds on any machine.
@@ -57,4 +57,4 @@ std::optional<Diagnostic> fast_accum_refusal(bool fast_accum, Recipe a, Recipe b
 /// True when both recipes dequantize exactly to BF16 (E8M0/UE4M3 block scales): the emulated backend.
 bool exact_in_bf16(const GemmProblem& p, std::string* why_not);
 
-}  // namespace scalemm::dispatch
+}  // namespace scalemm::base

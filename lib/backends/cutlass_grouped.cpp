@@ -1,0 +1,67 @@
+// The CUTLASS grouped backend (grouped_backend.hpp): blockwise and rowwise FP8 grouped GEMMs in one
+// launch of the kernels of cutlass_grouped_sm90a.cu, with host or device-side sizes. `auto` takes it
+// whenever the kernels can run the call, except large groups with host sizes, measured faster as one
+// dense call per group (slower_than_per_group).
+#include <string>
+
+#include "backends/cutlass_grouped.hpp"
+#include "backends/grouped_backend.hpp"
+
+namespace scalemm::backends {
+namespace {
+
+bool rowwise(const GroupedGemmArgs& a) { return a.a.recipe == Recipe::kRowwise; }
+
+// H100, one process (docs/benchmarks.md): at M_g >= 1024 one cuBLASLt call per group on four streams
+// beat the rowwise kernel (769 vs 838 us at G = 8, M_g = 2048; 823 vs 906 us at G = 32, M_g = 1024),
+// and at M_g = 2048 the blockwise one (825 vs 868 us equal, 836 vs 879 us uneven); at G = 32 blockwise
+// the kernel won uneven sizes (968 vs 1082 us). Device-side sizes stay here: per-group would read them
+// back with a synchronisation.
+std::string slower_than_per_group(const GroupedGemmArgs& a) {
+  if (a.group_dim != GroupDim::kM || a.group_sizes_device || a.groups == 0) return {};
+  const int64_t mean = a.m / a.groups;
+  if (rowwise(a) && mean > 512)
+    return "rowwise with large groups (average M_g " + std::to_string(mean) + " > 512): measured faster as one cuBLASLt call per group";
+  if (!rowwise(a) && mean >= 2048)
+    return "blockwise with large groups (average M_g " + std::to_string(mean) + " >= 2048): measured faster as one cuBLASLt call per group";
+  return {};
+}
+
+class CutlassGrouped final : public GroupedBackendImpl {
+ public:
+  GroupedBackend id() const override { return GroupedBackend::kCutlass; }
+
+  std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) const override {
+    if (!cutlass_grouped::built())
+      return "not built (CUTLASS's headers were not found at configure time: tools/fetch-cutlass.sh)";
+    if (options.force && *options.force != Backend::kNative)
+      return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
+    std::string why = cutlass_grouped::blocker(a, t);
+    if (why.empty() && a.backend == GroupedBackend::kAuto) why = slower_than_per_group(a);
+    return why;
+  }
+
+  bool one_launch() const override { return true; }
+
+  void run(const GroupedGemmArgs& a, const GroupedRunContext& ctx) const override {
+    const size_t need = cutlass_grouped::workspace_bytes(a, *ctx.target);
+    StagingScratch scratch = ctx.services->staging(ctx.stream, need);
+    cutlass_grouped::run(a, ctx.stream, scratch.ptr, need, scratch.generation);
+  }
+
+  std::string explain(Handle&, const GroupedGemmArgs& a, const std::string&) const override {
+    std::string s = "CUTLASS grouped backend: " + cutlass_grouped::describe(a);
+    if (a.graph_replay) s += " (graph_replay has no effect: the call is one launch already)";
+    if (a.fast_accum) s += "; accumulates exactly (fast_accum applies to the per-group backend's cuBLASLt calls)";
+    return s;
+  }
+};
+
+}  // namespace
+
+const GroupedBackendImpl& cutlass_grouped_backend() {
+  static const CutlassGrouped b;
+  return b;
+}
+
+}  // namespace scalemm::backends

@@ -1,0 +1,90 @@
+// A grouped backend is one object in one file, as a dense one is (backend.hpp): blocker() says whether
+// it can run a call (and if not, why), run() runs it with what the handle lends it, explain() says how.
+// The handle's grouped entry points (dispatch/grouped_handle.cpp) walk kGroupedTable in order and take
+// the first backend with no blocker.
+//
+// A grouped backend never reaches into the handle: the dense path, staging memory and forked streams
+// it needs come through GroupedServices, which the handle implements.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
+
+namespace scalemm::backends {
+
+/// Staging memory of one stream: `ptr` holds at least the bytes asked for until `lock` is released
+/// (one grouped call at a time per stream stages into it). `generation` changes whenever the buffer is
+/// (re)allocated, in any handle: a cache keyed by the address alone could not tell a new buffer from
+/// a freed one that cudaMalloc handed out again.
+struct StagingScratch {
+  std::unique_lock<std::mutex> lock;
+  char* ptr = nullptr;
+  uint64_t generation = 0;
+};
+
+/// Streams forked from a caller stream, each with its own workspace; they are joined back to the
+/// caller when this is destroyed, on every path (a capture left with unjoined streams cannot end).
+/// `streams` is empty where there is nothing to fork: the caller then runs on its own stream.
+class ForkedStreams {
+ public:
+  virtual ~ForkedStreams() = default;
+  std::vector<Stream> streams;
+};
+
+/// What the handle lends a grouped backend for one call.
+class GroupedServices {
+ public:
+  /// The plan a dense call on `stream` gets (the handle's cache: planned once per distinct problem).
+  virtual const Plan& dense_plan(const GemmArgs& args, Stream stream) = 0;
+  /// One dense call, as Handle::gemm runs it (validation, verification and all).
+  virtual void dense_gemm(const GemmArgs& args, Stream stream) = 0;
+  /// The staging memory of `stream`, grown to `bytes` (growing synchronises the stream first).
+  virtual StagingScratch staging(Stream stream, size_t bytes) = 0;
+  /// Up to `count` non-blocking streams of the caller's device, each waiting for the work enqueued on
+  /// `caller` so far (events, so a graph capture holds the fork and the join).
+  virtual std::unique_ptr<ForkedStreams> fork(Stream caller, int count) = 0;
+
+ protected:
+  ~GroupedServices() = default;
+};
+
+/// What run() is given besides the call: its stream, the device target it was chosen for, and the
+/// handle's services.
+struct GroupedRunContext {
+  Stream stream = nullptr;
+  const DeviceTarget* target = nullptr;
+  GroupedServices* services = nullptr;
+};
+
+class GroupedBackendImpl {
+ public:
+  virtual ~GroupedBackendImpl() = default;
+  virtual GroupedBackend id() const = 0;
+  /// Host only, before validation reads any buffer: "" when this backend runs `args` on `t`, else why
+  /// not (printable, one line). `options.force` is the handle's forced dense backend; a call that
+  /// leaves the choice to the library (GroupedBackend::kAuto) may be passed over where a measurement
+  /// says another backend is faster.
+  virtual std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t, const PlanOptions& options) const = 0;
+  /// True when the backend runs the whole call in one launch: the handle then verifies its groups
+  /// against the reference itself (no dense call did) and graph_replay has nothing to add. False when
+  /// it runs the groups as dense calls, which need the sizes on the host.
+  virtual bool one_launch() const = 0;
+  /// Enqueues the call on ctx.stream (host arrays: runs it). args are validated: whole tensors for a
+  /// one-launch backend (its blocker asks for what per-group validation checks), every group otherwise.
+  virtual void run(const GroupedGemmArgs& args, const GroupedRunContext& ctx) const = 0;
+  /// How it runs `args` (`passed_over`: why the backends before it in the table did not take it).
+  virtual std::string explain(Handle& h, const GroupedGemmArgs& args, const std::string& passed_over) const = 0;
+};
+
+// The grouped backends, one file each.
+const GroupedBackendImpl& cutlass_grouped_backend();  // cutlass_grouped.cpp (kernels: cutlass_grouped_sm90a.cu)
+const GroupedBackendImpl& per_group_backend();        // per_group.cpp
+
+}  // namespace scalemm::backends
