@@ -26,9 +26,6 @@
 
 #include "backends/grouped_backend.hpp"
 #include "backends/per_group.hpp"
-#include "base/capabilities.hpp"
-#include "dispatch/devices.hpp"
-#include "dispatch/handle_scratch.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/grouped.hpp"
 #include "scalemm/layouts/convert.hpp"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "support/tool_marks.hpp"
-#include "hash.hpp"
+#include "support/hash.hpp"
 #include "scalemm/status.hpp"
 
 namespace scalemm::backends {

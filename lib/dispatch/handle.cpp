@@ -19,7 +19,7 @@
 #include "dispatch/devices.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "dispatch/verify.hpp"
-#include "hash.hpp"
+#include "support/hash.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/gemm.hpp"
 
