@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "checks.hpp"
 #include "detail/driver.hpp"
 #include "detail/fast_codecs.cuh"
 #include "detail/device_exec.cuh"
@@ -27,9 +28,9 @@ namespace scalemm::emulation {
 
 namespace {
 
-using detail::DeviceExec;
-using detail::Workspace;
-using detail::round256;
+using numerics::detail::DeviceExec;
+using numerics::detail::Workspace;
+using numerics::detail::round256;
 
 
 
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) sgemm_nt_kernel(const float* __restr
 #pragma unroll
     for (int j = 0; j < kTN; ++j) {
       const int64_t c = n0 + tx * kTN + j;
-      if (c < N) detail::gemm_store(D, out_dtype, r * ldd + c, acc[i][j], alpha, bias, c);
+      if (c < N) numerics::detail::gemm_store(D, out_dtype, r * ldd + c, acc[i][j], alpha, bias, c);
     }
   }
 }
@@ -124,8 +125,8 @@ void gemm_device(const QuantizedTensor& a, const QuantizedTensor& b, void* d, co
   float* da = static_cast<float*>(ws.get());
   float* db = reinterpret_cast<float*>(static_cast<char*>(ws.get()) + round256(size_t(M * K) * 4));
   DeviceExec ex{stream};  // the emulator's own dequantization: it depends on no production kernel
-  detail::run_dequantize(ex, a, da, DType::kF32);
-  detail::run_dequantize(ex, b, db, DType::kF32);
+  numerics::detail::run_dequantize(ex, a, da, DType::kF32);
+  numerics::detail::run_dequantize(ex, b, db, DType::kF32);
   sgemm_nt_device(da, db, d, M, N, K, opt, stream);
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "checks.hpp"
 #include "detail/driver.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/status.hpp"
@@ -31,15 +32,15 @@ struct HostExec {
 
 void quantize_host(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
   validate(src, cfg, out);
-  const detail::QuantPlan p = detail::plan_quantize(src, cfg);
+  const numerics::detail::QuantPlan p = numerics::detail::plan_quantize(src, cfg);
   std::vector<float> scratch(size_t(p.scratch_floats()));
   HostExec ex;
-  detail::run_quantize(ex, src, cfg, out, scratch.data());
+  numerics::detail::run_quantize(ex, src, cfg, out, scratch.data());
 }
 
 void dequantize_host(const QuantizedTensor& t, void* out, DType out_dtype) {
   HostExec ex;
-  detail::run_dequantize(ex, t, out, out_dtype);
+  numerics::detail::run_dequantize(ex, t, out, out_dtype);
 }
 
 void gemm_host(const QuantizedTensor& a, const QuantizedTensor& b, void* d, const GemmOptions& opt) {
@@ -48,13 +49,13 @@ void gemm_host(const QuantizedTensor& a, const QuantizedTensor& b, void* d, cons
   if (M == 0 || N == 0) return;
   std::vector<float> da(size_t(M * K)), db(size_t(N * K));
   HostExec ex;
-  detail::run_dequantize(ex, a, da.data(), DType::kF32);
-  detail::run_dequantize(ex, b, db.data(), DType::kF32);
+  numerics::detail::run_dequantize(ex, a, da.data(), DType::kF32);
+  numerics::detail::run_dequantize(ex, b, db.data(), DType::kF32);
   const int64_t ldd = opt.ldd > 0 ? opt.ldd : N;
   if (opt.fp64_accumulate)
-    ex.for_each(M * N, detail::GemmRef<double>{da.data(), db.data(), M, N, K, double(opt.alpha), opt.bias, d, opt.out_dtype, ldd});
+    ex.for_each(M * N, numerics::detail::GemmRef<double>{da.data(), db.data(), M, N, K, double(opt.alpha), opt.bias, d, opt.out_dtype, ldd});
   else
-    ex.for_each(M * N, detail::GemmF32{da.data(), db.data(), M, N, K, opt.alpha, opt.bias, d, opt.out_dtype, ldd});
+    ex.for_each(M * N, numerics::detail::GemmF32{da.data(), db.data(), M, N, K, opt.alpha, opt.bias, d, opt.out_dtype, ldd});
 }
 
 void grouped_gemm_rows_host(const QuantizedTensor* a, const QuantizedTensor* b, const int64_t* offs, int groups,

@@ -1,7 +1,7 @@
 // The library's quantizers and dequantizer on the GPU (declared in fast_quantizers.hpp; reached
-// through scalemm::quantize, quantize/api.cu). Their arithmetic is the reference
-// emulator's (emulation/detail/functors.hpp), so their bytes equal the host emulator's; the tests in
-// tests/emulation check that byte for byte. Compiled with -fmad=false like the emulator.
+// through scalemm::quantize, quantize/api.cu). Their arithmetic is numerics/detail/functors.hpp, the
+// reference emulator's too, so their bytes equal the host emulator's; the tests in tests/emulation
+// check that byte for byte. Compiled with -fmad=false like the emulator.
 #include "fast_quantizers.hpp"
 
 #include <cuda_runtime.h>
@@ -14,10 +14,9 @@
 #include "detail/fast_codecs.cuh"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/detail/device_state.hpp"
-#include "scalemm/emulation/emulation.hpp"
 #include "scalemm/status.hpp"
 
-namespace scalemm::emulation::fastq {
+namespace scalemm::quantize::kernels {
 
 using scalemm::detail::cuda_check;
 
@@ -59,7 +58,7 @@ int blocks_per_sm(PerDevice<int>& cache, Kernel kernel) {
 // tensorwise recipes' columnwise output) the fp32 tile kernel described here.
 
 
-using detail::BlockScale;
+using numerics::detail::BlockScale;
 using layouts::ScaleLayout;
 namespace fmt = scalemm::formats;
 
@@ -105,7 +104,7 @@ struct TileArgs {
 
   __device__ BlockScale scale_of(float amax) const {
     const float2 gs = globals();
-    return detail::compute_scale(amax, mode, elem, eps, gs.x, gs.y);
+    return numerics::detail::compute_scale(amax, mode, elem, eps, gs.x, gs.y);
   }
   // Kernels templated on the element type E (0 e4m3, 1 e5m2, 2 e2m1) use these: E2M1 data is only
   // ever the NVFP4 recipe with its one scale mode (QuantizeConfig validation), so for E = 2 the
@@ -115,7 +114,7 @@ struct TileArgs {
   __device__ float2 globals() const {
     if (amax_in) {  // finish_global_kernel's arithmetic on the one given value
       float gg[3];
-      detail::finish_global(detail::amax_update(0.0f, *amax_in), gg, nullptr);
+      numerics::detail::finish_global(numerics::detail::amax_update(0.0f, *amax_in), gg, nullptr);
       return make_float2(gg[1], gg[2]);
     }
     return g ? make_float2(g[1], g[2]) : make_float2(1.0f, 1.0f);
@@ -126,7 +125,7 @@ struct TileArgs {
   }
   template <int E>
   __device__ BlockScale scale_as(float amax, float2 gs) const {
-    return detail::compute_scale(amax, E == 2 ? int(detail::kModeNvfp4) : mode, kElem<E>, eps, gs.x, gs.y);
+    return numerics::detail::compute_scale(amax, E == 2 ? int(numerics::detail::kModeNvfp4) : mode, kElem<E>, eps, gs.x, gs.y);
   }
   template <int E>
   __device__ BlockScale scale_as(float amax) const {
@@ -164,7 +163,7 @@ struct TileArgs {
   }
 };
 
-// Source element codecs: S = 0 f32, 1 bf16, 2 f16 (the same codecs as detail::load_hp).
+// Source element codecs: S = 0 f32, 1 bf16, 2 f16 (the same codecs as numerics::detail::load_hp).
 template <int S>
 struct Raw4 {
   using T = uint2;  // four 16-bit elements
@@ -225,13 +224,13 @@ __device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_
 
 /// NaN-propagating amax over groups of n consecutive lanes (n a power of two <= 32).
 __device__ __forceinline__ float group_amax(float m, int n) {
-  for (int off = 1; off < n; off <<= 1) m = detail::amax_update(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  for (int off = 1; off < n; off <<= 1) m = numerics::detail::amax_update(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
   return m;
 }
 
 // Magnitudes of 16-bit (bf16 / f16) sources compared as raw codes: the sign masked off, two per
 // 32-bit word; decoding is monotone non-decreasing in |code| with NaN codes above Inf, so the largest
-// code decodes to exactly the amax that detail::amax_update folds over the decoded values.
+// code decodes to exactly the amax that numerics::detail::amax_update folds over the decoded values.
 __device__ __forceinline__ uint32_t mag2(uint32_t w) { return w & 0x7FFF7FFFu; }
 __device__ __forceinline__ uint32_t umax_group(uint32_t m, int n) {
   for (int off = 1; off < n; off <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
@@ -314,7 +313,7 @@ __device__ __forceinline__ void store4_whole(uint8_t* out, int64_t idx, uint32_t
 }
 
 /// Encodes 4 values (v[j] is element (j + rot) & 3 of the group) with multiplier m and packs them in
-/// element order. FP8 pairs go through detail::encode_pair (hardware cvt on sm_89+, equal to
+/// element order. FP8 pairs go through numerics::detail::encode_pair (hardware cvt on sm_89+, equal to
 /// encode_elem on every input), E2M1 quads through encode_e2m1x4_not_nan; the codes are packed in v's
 /// order and the word rotated afterwards.
 template <int E>
@@ -324,12 +323,12 @@ __device__ __forceinline__ uint32_t encode4(const float v[4], int rot, float m) 
     // NVFP4 multipliers are positive and finite, or NaN for a block that holds a NaN, and the four
     // values share one block: a product is NaN exactly when m is, so the NaN case of
     // encode_e2m1_satfinite (code 0x7) is one test here instead of one per element.
-    uint32_t w = detail::encode_e2m1x4_not_nan(p0, p1, p2, p3);
+    uint32_t w = numerics::detail::encode_e2m1x4_not_nan(p0, p1, p2, p3);
     if (m != m) w = 0x7777u;
     const int s = 4 * rot;  // 16-bit rotate left: nibble j moves to nibble (j + rot) & 3
     return ((w << s) | (w >> ((16 - s) & 15))) & 0xFFFFu;
   } else {
-    const uint32_t w = detail::encode_pair<E>(p0, p1) | (detail::encode_pair<E>(p2, p3) << 16);
+    const uint32_t w = numerics::detail::encode_pair<E>(p0, p1) | (numerics::detail::encode_pair<E>(p2, p3) << 16);
     return __funnelshift_l(w, w, 8 * rot);  // byte j moves to byte (j + rot) & 3
   }
 }
@@ -360,7 +359,7 @@ __device__ __forceinline__ void lines_1d(const TileArgs& a, const float* tile, f
     const float* p = line_ptr(line);
     float m = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) m = detail::amax_update(m, p[((j + rot) & 3) * es]);
+    for (int j = 0; j < 4; ++j) m = numerics::detail::amax_update(m, p[((j + rot) & 3) * es]);
     m = group_amax(m, lpb);
     if (lane % lpb == 0) stage[line * 8 + lane / lpb] = m;
   }
@@ -371,7 +370,7 @@ __device__ __forceinline__ void lines_1d(const TileArgs& a, const float* tile, f
     const int64_t gl = line0 + line, kb = k0 / bk + b;
     if (gl >= nlines || kb * bk >= K) continue;
     const BlockScale s = a.template scale_as<E>(stage[line * 8 + b], gs);
-    detail::store_scale(a.template layout_as<E>(COL ? a.lc : a.lr), COL ? a.scales_c : a.scales_r, gl, kb, s);
+    numerics::detail::store_scale(a.template layout_as<E>(COL ? a.lc : a.lr), COL ? a.scales_c : a.scales_r, gl, kb, s);
     stage[line * 8 + b] = s.multiplier;
   }
   __syncwarp();
@@ -439,7 +438,7 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
       const float* trow = tile + lrow * kStride + 4 * lane;
       float m = 0.0f;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) m = detail::amax_update(m, trow[(j + rot) & 3]);
+      for (int j = 0; j < 4; ++j) m = numerics::detail::amax_update(m, trow[(j + rot) & 3]);
       m = group_amax(m, lanes_per_block);
       if (lane % lanes_per_block == 0) rowpart[lrow * 4 + (4 * lane) / bk] = m;
     }
@@ -447,7 +446,7 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
     for (int b = warp; b < nbk * nbk; b += 8) {
       const int br = b / nbk, bc = b % nbk;
       float m = 0.0f;
-      for (int rr = lane; rr < bk; rr += 32) m = detail::amax_update(m, rowpart[(br * bk + rr) * 4 + bc]);
+      for (int rr = lane; rr < bk; rr += 32) m = numerics::detail::amax_update(m, rowpart[(br * bk + rr) * 4 + bc]);
       m = group_amax(m, 32);
       const BlockScale s = a.scale_of(m);
       if (lane == 0) bmult[b] = s.multiplier;
@@ -456,11 +455,11 @@ __global__ void __launch_bounds__(kQThreads, 3) quant_tile_kernel(TileArgs a) {
       if (rb < a.rows && cb < a.cols) {
         if (a.rowwise) {
           const int64_t re = rb + bk < a.rows ? rb + bk : a.rows;
-          for (int64_t r = rb + lane; r < re; r += 32) detail::store_scale(a.lr, a.scales_r, r, gk, s);
+          for (int64_t r = rb + lane; r < re; r += 32) numerics::detail::store_scale(a.lr, a.scales_r, r, gk, s);
         }
         if (a.columnwise) {
           const int64_t ce = cb + bk < a.cols ? cb + bk : a.cols;
-          for (int64_t c = cb + lane; c < ce; c += 32) detail::store_scale(a.lc, a.scales_c, c, gr, s);
+          for (int64_t c = cb + lane; c < ce; c += 32) numerics::detail::store_scale(a.lc, a.scales_c, c, gr, s);
         }
       }
     }
@@ -585,7 +584,7 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
         for (int k = 0; k < kUnits; ++k) {
           float m = 0.0f;
 #pragma unroll
-          for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[k], j));
+          for (int j = 0; j < 4; ++j) m = numerics::detail::amax_update(m, raw_elem<S>(raw[k], j));
           mk[k] = group_amax(m, lanes_per_block);
         }
       } else {
@@ -608,7 +607,7 @@ __global__ void __launch_bounds__(256) row_direct_kernel(TileArgs a, int64_t gro
         }
         const BlockScale s = a.template scale_as<E>(mine, gs);
         const int64_t kb = (seg0 + h * kUR) * nb + lane;
-        if (lane < kUR * nb && (whole || kb * bk < a.cols)) detail::store_scale(lr, a.scales_r, r, kb, s);
+        if (lane < kUR * nb && (whole || kb * bk < a.cols)) numerics::detail::store_scale(lr, a.scales_r, r, kb, s);
 #pragma unroll
         for (int k = h * kUR; k < (h + 1) * kUR; ++k)
           mult[k] = __shfl_sync(0xFFFFFFFFu, s.multiplier, (k - h * kUR) * nb + (lane >> lg_lpb));
@@ -691,7 +690,7 @@ __global__ void __launch_bounds__(256) row_nvfp4_kernel(TileArgs a, int64_t grou
       const uint32_t w = __shfl_sync(0xFFFFFFFFu, mp[h], 2 * (lane & 15));
       const BlockScale s = a.template scale_as<2>(decode16<S>((lane & 16) ? w >> 16 : w & 0xFFFFu), gs);
       const int64_t kb = g * (kNvUnits * kNvUnit / 16) + 32 * h + lane;
-      if (whole || kb * 16 < a.cols) detail::store_scale_at(lr, a.scales_r, srow + lr.offset(0, kb), s);
+      if (whole || kb * 16 < a.cols) numerics::detail::store_scale_at(lr, a.scales_r, srow + lr.offset(0, kb), s);
 #pragma unroll
       for (int u = 0; u < 2; ++u) mult[2 * h + u] = __shfl_sync(0xFFFFFFFFu, s.multiplier, 16 * u + (lane >> 1));
     }
@@ -722,13 +721,13 @@ __global__ void __launch_bounds__(256) row_nvfp4_kernel(TileArgs a, int64_t grou
 /// Dequantization: a warp per row and kUnits chunks of 128 K-elements (lane l: 4l..4l+3). Each
 /// block's scale is located (offset()) and decoded once per chunk, by the block's first lane, and
 /// passed to the block's other lanes by a shuffle; values are OperandView::apply(element, scale) and
-/// stored as detail::hp_bits, 4 per store where aligned.
+/// stored as numerics::detail::hp_bits, 4 per store where aligned.
 /// D = 0 / 1: E4M3 / E5M2 data read 4 codes per 32-bit load where vec_in (ld and the data pointer
-/// 4-aligned) and decoded in pairs by detail::decode_fp8_pair (hardware cvt on sm_89+, exact; NaN codes
+/// 4-aligned) and decoded in pairs by numerics::detail::decode_fp8_pair (hardware cvt on sm_89+, exact; NaN codes
 /// give some NaN, which hp_bits writes canonically, as it does for OperandView::element's NaN). D = 2:
 /// any other data type through OperandView::element.
 template <int D>
-__global__ void __launch_bounds__(256) dequant_kernel(detail::OperandView t, void* out, DType out_dtype,
+__global__ void __launch_bounds__(256) dequant_kernel(numerics::detail::OperandView t, void* out, DType out_dtype,
                                                       int64_t groups, bool vec_out, bool vec_in) {
   const int lane = int(threadIdx.x) & 31;
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -754,13 +753,13 @@ __global__ void __launch_bounds__(256) dequant_kernel(detail::OperandView t, voi
     if (D < 2 && vec_in && c + 3 < K) {
       const uint32_t codes = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(t.data) + base);
       float q[4];
-      detail::decode_fp8_pair<D == 1 ? 1 : 0>(codes, q[0], q[1]);
-      detail::decode_fp8_pair<D == 1 ? 1 : 0>(codes >> 16, q[2], q[3]);
+      numerics::detail::decode_fp8_pair<D == 1 ? 1 : 0>(codes, q[0], q[1]);
+      numerics::detail::decode_fp8_pair<D == 1 ? 1 : 0>(codes >> 16, q[2], q[3]);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) b[j] = detail::hp_bits(out_dtype, t.apply(q[j], s));
+      for (int j = 0; j < 4; ++j) b[j] = numerics::detail::hp_bits(out_dtype, t.apply(q[j], s));
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) b[j] = c + j < K ? detail::hp_bits(out_dtype, t.apply(t.element(base + j), s)) : 0u;
+      for (int j = 0; j < 4; ++j) b[j] = c + j < K ? numerics::detail::hp_bits(out_dtype, t.apply(t.element(base + j), s)) : 0u;
     }
     if (vec_out && c + 3 < K) {
       if (wide) *reinterpret_cast<uint4*>(static_cast<uint32_t*>(out) + o) = make_uint4(b[0], b[1], b[2], b[3]);
@@ -786,7 +785,7 @@ void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, cudaStream
   const bool wide = out_dtype == DType::kF32;
   const bool vec_out = K % 4 == 0 && reinterpret_cast<uintptr_t>(out) % (wide ? 16 : 8) == 0;
   const bool vec_in = q.row_stride() % 4 == 0 && reinterpret_cast<uintptr_t>(q.data) % 4 == 0;
-  const auto v = detail::view_of(q);
+  const auto v = numerics::detail::view_of(q);
   if (q.dtype == DType::kE4M3) dequant_kernel<0><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
   else if (q.dtype == DType::kE5M2) dequant_kernel<1><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
   else dequant_kernel<2><<<unsigned(blocks), 256, 0, st>>>(v, out, out_dtype, groups, vec_out, vec_in);
@@ -875,23 +874,23 @@ __global__ void __launch_bounds__(256) global_amax_kernel(const void* src, int64
 #pragma unroll
       for (int u = 0; u < 4; ++u)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(x[u], j));
+        for (int j = 0; j < 4; ++j) m = numerics::detail::amax_update(m, raw_elem<S>(x[u], j));
     }
     for (; i < n4; i += nth)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(p[i], j));
+      for (int j = 0; j < 4; ++j) m = numerics::detail::amax_update(m, raw_elem<S>(p[i], j));
     tail = n4 * 4;
   }
   for (int64_t i = tail + tid; i < n; i += nth) {
     const uint32_t b = raw_bits<S>(src, i);
-    m = detail::amax_update(m, S == 0 ? fmt::bits_float(b) : S == 1 ? fmt::decode_bf16(uint16_t(b))
+    m = numerics::detail::amax_update(m, S == 0 ? fmt::bits_float(b) : S == 1 ? fmt::decode_bf16(uint16_t(b))
                                                                     : fmt::decode_f16(uint16_t(b)));
   }
   m = block_amax(m, red);
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
 }
 
-/// Reduces the partials and derives the global scalars (detail::finish_global). For tensorwise
+/// Reduces the partials and derives the global scalars (numerics::detail::finish_global). For tensorwise
 /// (pm set) it also makes the one scale: its multiplier to pm[0], the stored scale to each requested
 /// direction (a tensorwise layout is the one element at offset 0), so no separate launch sits
 /// between the amax pass and the encode pass.
@@ -899,16 +898,16 @@ __global__ void __launch_bounds__(1024) finish_global_kernel(const float* partia
                                                              TileArgs a, float* pm) {
   __shared__ float red[32];
   float m = 0.0f;
-  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) m = detail::amax_update(m, partials[i]);
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) m = numerics::detail::amax_update(m, partials[i]);
   m = block_amax(m, red);
   if (threadIdx.x == 0) {
-    detail::finish_global(m, g, global_out);
+    numerics::detail::finish_global(m, g, global_out);
     if (pm) {
       a.g = g;
       const BlockScale s = a.scale_of(g[0]);
       pm[0] = s.multiplier;
-      if (a.rowwise && a.rows > 0) detail::store_scale(a.lr, a.scales_r, 0, 0, s);
-      if (a.columnwise && a.cols > 0) detail::store_scale(a.lc, a.scales_c, 0, 0, s);
+      if (a.rowwise && a.rows > 0) numerics::detail::store_scale(a.lr, a.scales_r, 0, 0, s);
+      if (a.columnwise && a.cols > 0) numerics::detail::store_scale(a.lc, a.scales_c, 0, 0, s);
     }
   }
 }
@@ -924,12 +923,12 @@ __global__ void __launch_bounds__(256) row_amax_kernel(TileArgs a, float* pm_r) 
   for (int64_t c = 4 * lane; c < a.cols; c += 128) {
     const auto x = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, c);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(x, j));
+    for (int j = 0; j < 4; ++j) m = numerics::detail::amax_update(m, raw_elem<S>(x, j));
   }
   m = group_amax(m, 32);
   const BlockScale s = a.scale_of(m);
   if (lane == 0) {
-    detail::store_scale(a.lr, a.scales_r, r, 0, s);
+    numerics::detail::store_scale(a.lr, a.scales_r, r, 0, s);
     pm_r[r] = s.multiplier;
   }
 }
@@ -954,12 +953,12 @@ __global__ void __launch_bounds__(256) row_fused_kernel(TileArgs a) {
   for (int u = 0; u < kFusedUnits; ++u) {
     raw[u] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r, 4 * (int64_t(threadIdx.x) + 256 * u));
 #pragma unroll
-    for (int j = 0; j < 4; ++j) m = detail::amax_update(m, raw_elem<S>(raw[u], j));
+    for (int j = 0; j < 4; ++j) m = numerics::detail::amax_update(m, raw_elem<S>(raw[u], j));
   }
   m = block_amax(m, red);
   if (threadIdx.x == 0) {
     const BlockScale s = a.scale_of(m);
-    detail::store_scale(a.lr, a.scales_r, r, 0, s);
+    numerics::detail::store_scale(a.lr, a.scales_r, r, 0, s);
     mult_s = s.multiplier;
   }
   __syncthreads();
@@ -990,12 +989,12 @@ __global__ void __launch_bounds__(256) col_amax_partial_kernel(TileArgs a, float
     for (int u = 0; u < 4; ++u) b[u] = raw_bits<S>(a.src, (r + u) * a.cols + c);
 #pragma unroll
     for (int u = 0; u < 4; ++u)
-      m = detail::amax_update(m, S == 0 ? fmt::bits_float(b[u]) : S == 1 ? fmt::decode_bf16(uint16_t(b[u]))
+      m = numerics::detail::amax_update(m, S == 0 ? fmt::bits_float(b[u]) : S == 1 ? fmt::decode_bf16(uint16_t(b[u]))
                                                                           : fmt::decode_f16(uint16_t(b[u])));
   }
   for (; r < re; ++r) {
     const uint32_t b = raw_bits<S>(a.src, r * a.cols + c);
-    m = detail::amax_update(m, S == 0 ? fmt::bits_float(b) : S == 1 ? fmt::decode_bf16(uint16_t(b))
+    m = numerics::detail::amax_update(m, S == 0 ? fmt::bits_float(b) : S == 1 ? fmt::decode_bf16(uint16_t(b))
                                                                     : fmt::decode_f16(uint16_t(b)));
   }
   part[blockIdx.y * a.cols + c] = m;
@@ -1006,9 +1005,9 @@ __global__ void col_amax_finish_kernel(TileArgs a, const float* part, int64_t ch
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= a.cols) return;
   float m = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) m = detail::amax_update(m, part[k * a.cols + c]);
+  for (int64_t k = 0; k < chunks; ++k) m = numerics::detail::amax_update(m, part[k * a.cols + c]);
   const BlockScale s = a.scale_of(m);
-  detail::store_scale(a.lc, a.scales_c, c, 0, s);
+  numerics::detail::store_scale(a.lc, a.scales_c, c, 0, s);
   pm_c[c] = s.multiplier;
 }
 
@@ -1104,7 +1103,7 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
     {
       const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = (c0 >> (lg_lpb + 2)) + b_of_t;
       if (lane < kU * nb && (whole || (r < a.rows && kb * bk < a.cols)))
-        detail::store_scale(a.template layout_as<E, BK>(a.lr), a.scales_r, r, kb, s);
+        numerics::detail::store_scale(a.template layout_as<E, BK>(a.lr), a.scales_r, r, kb, s);
     }
     // Whole tiles: the lane's byte in the batch's first row, stepped by 8 rows.
     uint8_t* const orow = whole ? out_at(a.out_r, (r0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, fp4) : nullptr;
@@ -1143,7 +1142,7 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
     const uint32_t code = (cmax[warp][q * nb + blk] >> (16 * col)) & 0xFFFFu;
     const BlockScale s = a.template scale_as<E>(decode16<S>(code), gs);
     const int64_t c = c0 + 2 * (warp + 8 * q) + col, kb = (r0 >> (lg_lpb + 2)) + blk;
-    if (whole || (c < a.cols && kb * bk < a.rows)) detail::store_scale(a.template layout_as<E, BK>(a.lc), a.scales_c, c, kb, s);
+    if (whole || (c < a.cols && kb * bk < a.rows)) numerics::detail::store_scale(a.template layout_as<E, BK>(a.lc), a.scales_c, c, kb, s);
     cmult[warp][i] = s.multiplier;
   }
   __syncwarp();
@@ -1226,7 +1225,7 @@ __device__ __forceinline__ uint2 nv_mag16(const uint32_t* mw, int hi, float m) {
   };
   uint32_t c[4];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) c[q] = detail::e2m1x4_small(y(4 * q), y(4 * q + 1), y(4 * q + 2), y(4 * q + 3));
+  for (int q = 0; q < 4; ++q) c[q] = numerics::detail::e2m1x4_small(y(4 * q), y(4 * q + 1), y(4 * q + 2), y(4 * q + 3));
   return make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
 }
 /// One block's 16 codes: magnitudes, signs sg, scale byte and multiplier m, block amax.
@@ -1258,7 +1257,7 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   if (threadIdx.x < 128) {
     const float2 gs = a.globals();
-    mtab[threadIdx.x] = detail::nvfp4_multiplier(uint8_t(threadIdx.x), gs.y);
+    mtab[threadIdx.x] = numerics::detail::nvfp4_multiplier(uint8_t(threadIdx.x), gs.y);
     if (threadIdx.x == 0) senc_s = gs.x;
   }
   __syncthreads();  // mtab, senc_s
@@ -1300,7 +1299,7 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
         for (int j = 0; j < 8; ++j) mw[j] = mag2(w[j]);
         const uint32_t m2 = pair_max<8>(mw);
         const float amax = decode16<S>(max(m2 & 0xFFFFu, m2 >> 16));
-        const uint32_t byte = detail::nvfp4_scale_byte(amax, senc);
+        const uint32_t byte = numerics::detail::nvfp4_scale_byte(amax, senc);
         *srow = uint8_t(byte);
         *reinterpret_cast<uint2*>(orow) = nv_block16<S, true>(mw, 0, nv_signs_row(w), amax, byte, mtab[byte]);
         srow += sstep;
@@ -1334,7 +1333,7 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
 #pragma unroll
     for (int col = 0; col < 2; ++col) {
       const float amax = decode16<S>(col ? m2 >> 16 : m2 & 0xFFFFu);
-      const uint32_t byte = detail::nvfp4_scale_byte(amax, senc);
+      const uint32_t byte = numerics::detail::nvfp4_scale_byte(amax, senc);
       scol[t * st + col * s1] = uint8_t(byte);
       *reinterpret_cast<uint2*>(ocol + t * ot + col * o1) = nv_block16<S, false>(mw, col, sg[col], amax, byte, mtab[byte]);
     }
@@ -1465,7 +1464,7 @@ __global__ void __launch_bounds__(kQThreads, 4) rc2d_kernel(TileArgs a) {
       sc.stored_f32 = bf[rb][cb];
       sc.stored_u8 = bu[rb][cb];
       sc.multiplier = bm[rb][cb];
-      detail::store_scale(L, scales, row, kb, sc);
+      numerics::detail::store_scale(L, scales, row, kb, sc);
     }
   }
 
@@ -1675,4 +1674,4 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   return true;
 }
 
-}  // namespace scalemm::emulation::fastq
+}  // namespace scalemm::quantize::kernels

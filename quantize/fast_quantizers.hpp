@@ -1,12 +1,15 @@
 // The library's fast GPU quantizers (fast_quantizers.cu): what scalemm::quantize (quantize/api.cu)
-// runs. The reference emulator (emulation/) is the oracle they are checked against.
+// runs. The reference emulator (emulation/) is the oracle they are checked against; both implement
+// the contract of scalemm/numerics/quantized.hpp with the arithmetic of numerics/detail.
 #pragma once
 
 #include <cstdint>
 
-#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/numerics/quantized.hpp"
 
-namespace scalemm::emulation::fastq {
+namespace scalemm::quantize::kernels {
+
+using namespace numerics;  // the request and operand types
 
 /// Scratch floats of the fast path: amax partials, 4 global scalars, per-row and per-column
 /// multipliers (rowwise recipe; 1 each for tensorwise), column chunk partials (rowwise recipe).
@@ -27,4 +30,4 @@ void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, Stream st)
 /// dst = each (rows, cols) row-major matrix of 1-byte elements transposed (batch of them, packed).
 void transpose_bytes(const void* src, int64_t batch, int64_t rows, int64_t cols, void* dst, Stream st);
 
-}  // namespace scalemm::emulation::fastq
+}  // namespace scalemm::quantize::kernels

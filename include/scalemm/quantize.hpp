@@ -3,8 +3,9 @@
 // emulator, scalemm/emulation/emulation.hpp, computes: tests/emulation checks every recipe, mode,
 // format and direction). The emulator is the oracle; these are what the library and its layers run.
 //
-// Requests and outputs are described with the emulator's types (SourceMatrix, QuantizeConfig,
-// QuantizeOutputs, QuantizedTensor), so that a host reference call and a device call take the same
+// Requests and outputs are described with the types of the quantization contract
+// (scalemm/numerics/quantized.hpp: SourceMatrix, QuantizeConfig, QuantizeOutputs, QuantizedTensor),
+// which the emulator takes too, so that a host reference call and a device call take the same
 // arguments. Every function runs on its stream's device, enqueues work without synchronising, and
 // names what is wrong with a request (scalemm::Error) before anything is enqueued.
 #pragma once
@@ -12,14 +13,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/numerics/quantized.hpp"
 
 namespace scalemm::quantize {
 
-using emulation::QuantizeConfig;
-using emulation::QuantizedTensor;
-using emulation::QuantizeOutputs;
-using emulation::SourceMatrix;
+using numerics::QuantizeConfig;
+using numerics::QuantizedTensor;
+using numerics::QuantizeOutputs;
+using numerics::SourceMatrix;
 
 /// Device scratch bytes quantize() needs for this request (amax partials; 0 for block recipes).
 size_t workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg);

@@ -408,7 +408,7 @@ TEST_CASE("GPU grouped GEMMs (row groups with an empty group, K groups) equal th
 
 namespace {
 
-namespace ed = scalemm::emulation::detail;
+namespace ed = scalemm::numerics::detail;
 
 /// The software reference of one element: encode_satfinite with the element's MiniFloat (equal to
 /// formats::encode_*(x, kSatFinite), host test "The emulator's 32-bit element encoder ...").

@@ -528,11 +528,11 @@ TEST_CASE("The emulator's 32-bit element encoder equals the formats codecs on ev
     for (uint32_t lo : lows) {
       const uint32_t b = (hi << 16) | lo;
       const float x = fmt::bits_float(b);
-      bad4 += scalemm::emulation::detail::encode_elem(x, DType::kE4M3) !=
+      bad4 += scalemm::numerics::detail::encode_elem(x, DType::kE4M3) !=
               fmt::encode_e4m3_bits(b, fmt::Saturation::kSatFinite);
-      bad5 += scalemm::emulation::detail::encode_elem(x, DType::kE5M2) !=
+      bad5 += scalemm::numerics::detail::encode_elem(x, DType::kE5M2) !=
               fmt::encode_e5m2_bits(b, fmt::Saturation::kSatFinite);
-      bad2 += scalemm::emulation::detail::encode_elem(x, DType::kE2M1) !=
+      bad2 += scalemm::numerics::detail::encode_elem(x, DType::kE2M1) !=
               fmt::encode_e2m1_bits(b, fmt::Saturation::kSatFinite);
     }
   CHECK(bad4 == 0);
@@ -548,7 +548,7 @@ TEST_CASE("The branch-free E2M1 encoder equals the software encoder on every inp
   // that range both give 0 (below) or 7 (above); checked on every exponent field with 4099 mantissas
   // each (stride 2047 plus the ends), and on the specials: +-0, fp32 subnormals, +-Inf, NaN payloads.
   // The GPU test "... all 2^32 fp32 patterns" covers the rest exhaustively.
-  namespace d = scalemm::emulation::detail;
+  namespace d = scalemm::numerics::detail;
   const auto ref = [](uint32_t b) { return d::encode_satfinite(b, fmt::detail::e2m1_format()); };
   int64_t bad = 0, n = 0;
   uint32_t first_bad = 0;
@@ -582,7 +582,7 @@ struct PackedE2m1Sweep {
   uint32_t first_bad = 0;
   template <class Enc>
   void check(Enc enc, const uint32_t (&b)[4], uint32_t name) {
-    namespace d = scalemm::emulation::detail;
+    namespace d = scalemm::numerics::detail;
     const uint32_t got = enc(fmt::bits_float(b[0]), fmt::bits_float(b[1]), fmt::bits_float(b[2]), fmt::bits_float(b[3]));
     uint32_t want = 0;
     for (int j = 0; j < 4; ++j) want |= d::encode_e2m1_not_nan(fmt::bits_float(b[j])) << (4 * j);
@@ -602,7 +602,7 @@ TEST_CASE("The packed E2M1 encoder equals the element encoder in each of its fou
   const auto check = [&](uint32_t (&b)[4]) {
     for (int j = 0; j < 4; ++j)  // the encoder is for non-NaN inputs (kernels test the block's NaN once)
       if ((b[j] & 0x7FFFFFFFu) > 0x7F800000u) b[j] = 0;
-    sw.check(scalemm::emulation::detail::encode_e2m1x4_not_nan, b, b[0]);
+    sw.check(scalemm::numerics::detail::encode_e2m1x4_not_nan, b, b[0]);
   };
   for (uint32_t s = 0; s < 2; ++s)
     for (uint32_t e = 124; e <= 129; ++e)
@@ -637,7 +637,7 @@ TEST_CASE("The unsaturated packed E2M1 encoder equals the element encoder below 
       if (b[j] >= 0x40E00000u) b[j] = 0;
     }
     b[x % 4] = x;
-    sw.check(scalemm::emulation::detail::e2m1x4_small, b, x);
+    sw.check(scalemm::numerics::detail::e2m1x4_small, b, x);
   };
   for (uint32_t x = 0x3E000000u; x < 0x40E00000u; ++x) check(x);
   for (uint32_t x = 0; x < 0x3E000000u; x += 101) check(x);
@@ -650,7 +650,7 @@ TEST_CASE("div6_fma is the correctly rounded quotient a / 6 from 2^-125 to FLT_M
   // The GPU's division in nvfp4_scale_byte (the [gpu] sweep checks the byte on all 2^32 patterns).
   // Here: every bf16 and f16 value in the range (the tile kernel's amaxes), the first 2^20 patterns
   // from 2^-125 up, and every 97th pattern of the whole range.
-  namespace d = scalemm::emulation::detail;
+  namespace d = scalemm::numerics::detail;
   int64_t bad = 0, n = 0;
   uint32_t first_bad = 0;
   const auto check = [&](float a) {

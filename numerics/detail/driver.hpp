@@ -7,16 +7,9 @@
 #include <cstdint>
 
 #include "detail/functors.hpp"
-#include "scalemm/emulation/emulation.hpp"
+#include "scalemm/numerics/quantized.hpp"
 
-namespace scalemm::emulation {
-/// Throws Error(kInvalidArgument) for malformed GEMM arguments (common.cpp).
-void check_gemm_args(const QuantizedTensor& a, const QuantizedTensor& b, const void* d, const GemmOptions& opt);
-/// Throws Error(kInvalidArgument) for a malformed dequantization request (common.cpp).
-void check_dequantize_args(const QuantizedTensor& t, const void* out, DType out_dtype);
-}  // namespace scalemm::emulation
-
-namespace scalemm::emulation::detail {
+namespace scalemm::numerics::detail {
 
 /// Scratch the quantizer needs, in floats: column partials, 4 global scalars, and the multiplier grids.
 struct QuantPlan {
@@ -120,4 +113,4 @@ void run_dequantize(Exec& ex, const QuantizedTensor& t, void* out, DType out_dty
   if (n > 0) ex.for_each(n, Dequantize{view_of(t), out, out_dtype});
 }
 
-}  // namespace scalemm::emulation::detail
+}  // namespace scalemm::numerics::detail

@@ -19,7 +19,7 @@
 
 #include "detail/functors.hpp"
 
-namespace scalemm::emulation::detail {
+namespace scalemm::numerics::detail {
 
 /// Element type as a template argument: E = 0 e4m3, 1 e5m2, 2 e2m1.
 template <int E>
@@ -77,4 +77,4 @@ __device__ __forceinline__ void decode_fp8_pair(uint32_t codes, float& lo, float
 #endif
 }
 
-}  // namespace scalemm::emulation::detail
+}  // namespace scalemm::numerics::detail

@@ -14,7 +14,7 @@
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/types.hpp"
 
-namespace scalemm::emulation::detail {
+namespace scalemm::numerics::detail {
 
 using layouts::ScaleLayout;
 namespace fmt = scalemm::formats;
@@ -608,4 +608,4 @@ struct GemmRef {
 };
 using GemmF32 = GemmRef<float>;
 
-}  // namespace scalemm::emulation::detail
+}  // namespace scalemm::numerics::detail

@@ -14,7 +14,7 @@
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/status.hpp"
 
-namespace scalemm::emulation::detail {
+namespace scalemm::numerics::detail {
 
 struct DeviceExec {
   cudaStream_t stream;
@@ -61,4 +61,4 @@ class Workspace {
   cudaStream_t stream_;
 };
 
-}  // namespace scalemm::emulation::detail
+}  // namespace scalemm::numerics::detail
