@@ -36,38 +36,22 @@ struct Quantized {
 
 }  // namespace
 
-struct GroupedScaledLinear::Impl {
-  Handle* handle = nullptr;
-  LinearRecipe recipe{};
-  int64_t g = 0, n = 0, k = 0;
-  GroupedLinearOptions options;
-  Recipe act{}, wt{};
+struct GroupedScaledLinear::Impl : detail::LinearCore<GroupedLinearOptions, GroupedGemmArgs> {
+  Impl(Handle& h, LinearRecipe r, int64_t experts, int64_t n_, int64_t k_, const GroupedLinearOptions& o)
+      : LinearCore("GroupedScaledLinear", h, r, n_, k_, o, o.space, true), g(experts) {}
 
-  Impl(MemorySpace space) : weight_arena("GroupedScaledLinear", space, true), act_arena("GroupedScaledLinear", space, true) {}
-  Arena weight_arena, act_arena;
+  int64_t g = 0;               // experts
   Quantized w, wt_;            // W (G, N, K) and W^T (G, K, N), scales stacked per expert
   int64_t w_stride = 0, wt_stride = 0;  // bytes between two experts' scale buffers
-  char* w_workspace = nullptr;
-  size_t w_workspace_bytes = 0;
-  bool has_weight = false;
-
-  int64_t capacity = 0;        // tokens the activation buffers were sized for
   Quantized x, x_t, dy, dy_t;  // X, dY rowwise per group; X^T (K, T), dY^T (N, T) whole, columnwise
-  char* act_workspace = nullptr;
-  size_t act_workspace_bytes = 0;
   bool x_t_valid = false;      // X^T quantized by the last forward (its sizes on the token blocks)
 
   std::vector<int64_t> sizes;  // M_g of the last forward
   int64_t tokens = 0;
-  GroupedGemmArgs last[3];
-  bool ran[3] = {false, false, false};
 
   bool host() const { return options.space == MemorySpace::kHost; }
   int64_t token_block() const { return act == Recipe::kBlock1x128 ? 128 : 32; }
 
-  emulation::QuantizeConfig config(Recipe r, bool rowwise, bool columnwise) const {
-    return detail::linear_quantize_config(options, r, rowwise, columnwise);
-  }
   size_t quant_workspace(Recipe r, int64_t rows, int64_t cols, bool rowwise, bool columnwise) const {
     if (host() || rows == 0) return 0;
     const emulation::SourceMatrix src{nullptr, DType::kF32, rows, cols};
@@ -84,11 +68,7 @@ struct GroupedScaledLinear::Impl {
 
   void quantize(const float* src, int64_t rows, int64_t cols, const emulation::QuantizeConfig& cfg,
                 const emulation::QuantizeOutputs& out, void* ws, size_t ws_bytes, Stream stream) const {
-    const emulation::SourceMatrix s{src, DType::kF32, rows, cols};
-    if (host())
-      emulation::quantize_host(s, cfg, out);
-    else
-      scalemm::quantize::quantize(s, cfg, out, ws, ws_bytes, stream);
+    LinearCore::quantize(src, rows, cols, cfg, out, ws, ws_bytes, options.space, stream);
   }
 
   size_t weight_bytes() const {
@@ -117,10 +97,6 @@ struct GroupedScaledLinear::Impl {
     for (int64_t cols : {k, n})
       ws = std::max({ws, quant_workspace(act, t, cols, true, false), quant_workspace(act, t, cols, false, true)});
     return ws;
-  }
-
-  GemmOperand operand(const void* data, Recipe r, const void* scales) const {
-    return detail::linear_operand(options, data, r, scales);
   }
 
   // Each group's rows of an (T, cols) source, rowwise, into the group's own scale buffer (the m-grouped
@@ -172,29 +148,21 @@ struct GroupedScaledLinear::Impl {
     args.d_dtype = d_dtype;
     args.space = options.space;
     handle->grouped_gemm(args, stream);
-    last[int(which)] = args;
-    ran[int(which)] = true;
+    record(which, args);
   }
 };
 
 GroupedScaledLinear::GroupedScaledLinear(Handle& handle, LinearRecipe recipe, int64_t experts, int64_t n, int64_t k,
                                          GroupedLinearOptions options)
-    : impl_(std::make_unique<Impl>(options.space)) {
+{
   if (experts < 1 || n < 1 || k < 1)
     invalid("experts, N and K must be >= 1, got experts=" + std::to_string(experts) + " N=" + std::to_string(n) +
             " K=" + std::to_string(k));
   detail::check_linear_recipe("GroupedScaledLinear", recipe, options);
   if (options.space != MemorySpace::kDevice && options.space != MemorySpace::kHost)
     invalid("memory space must be device or host, got " + std::to_string(int(options.space)));
+  impl_ = std::make_unique<Impl>(handle, recipe, experts, n, k, options);
   Impl& s = *impl_;
-  s.handle = &handle;
-  s.recipe = recipe;
-  s.g = experts;
-  s.n = n;
-  s.k = k;
-  s.options = options;
-  s.act = detail::activation_recipe_of(recipe);
-  s.wt = detail::weight_recipe_of(recipe);
   s.w_stride = s.w_stride_of(n, k);
   s.wt_stride = s.w_stride_of(k, n);
   s.sizes.assign(size_t(experts), 0);
@@ -261,7 +229,7 @@ void GroupedScaledLinear::reserve(int64_t tokens) {
   s.act_workspace_bytes = s.workspace_for(tokens);
   s.act_workspace = s.act_arena.take(s.act_workspace_bytes);
   s.capacity = tokens;
-  s.ran[0] = s.ran[1] = s.ran[2] = false;
+  s.forget_gemms();
   s.tokens = 0;
   s.x_t_valid = false;
 }
@@ -286,7 +254,7 @@ void GroupedScaledLinear::forward(const float* x, const int64_t* group_sizes, ui
   reserve(t);
   s.sizes.assign(group_sizes, group_sizes + s.g);
   s.tokens = t;
-  s.ran[0] = s.ran[1] = s.ran[2] = false;
+  s.forget_gemms();
   s.quantize_rows(x, s.k, s.x, stream);
   // X^T for wgrad: the whole tensor with blocks along the tokens, each expert a column range, which
   // needs every M_g on a token block; otherwise backward() refuses dW by name.
@@ -326,7 +294,7 @@ void GroupedScaledLinear::backward(const float* dy, uint16_t* dx_bf16, float* dw
 }
 
 GroupedGemmArgs GroupedScaledLinear::gemm_args(LinearGemm which) const {
-  return detail::last_linear_gemm("GroupedScaledLinear", impl_->last, impl_->ran, which);
+  return impl_->last_gemm(which);
 }
 
 }  // namespace scalemm

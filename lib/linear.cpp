@@ -36,11 +36,6 @@ std::string_view to_string(LinearGemm g) {
 
 namespace {
 
-[[noreturn]] void invalid(const std::string& what) {
-  throw Error(StatusCode::kInvalidArgument, "ScaledLinear: " + what);
-}
-
-
 using Arena = detail::LinearArena;
 size_t aligned(size_t b) { return detail::linear_aligned(b); }
 
@@ -54,29 +49,14 @@ struct QuantPair {
 
 }  // namespace
 
-struct ScaledLinear::Impl {
-  Handle* handle = nullptr;
-  LinearRecipe recipe{};
-  int64_t n = 0, k = 0;
-  LinearOptions options;
-  Recipe act{}, wt{};
+struct ScaledLinear::Impl : detail::LinearCore<LinearOptions, GemmArgs> {
+  using LinearCore::LinearCore;
 
-  Arena weight_arena{"ScaledLinear", MemorySpace::kDevice, false}, act_arena{"ScaledLinear", MemorySpace::kDevice, false};
-  QuantPair w;               // W (N,K) and W^T (K,N)
-  void* w_workspace = nullptr;
-  size_t w_workspace_bytes = 0;
-  bool has_weight = false;
+  QuantPair w;      // W (N,K) and W^T (K,N)
+  QuantPair x, dy;  // X (M,K) + X^T (K,M); dY (M,N) + dY^T (N,M)
+  int64_t m = 0;    // M of the last forward
 
-  int64_t capacity = 0;      // M the activation buffers were sized for
-  QuantPair x, dy;           // X (M,K) + X^T (K,M); dY (M,N) + dY^T (N,M)
-  void* act_workspace = nullptr;
-  size_t act_workspace_bytes = 0;
-
-  int64_t m = 0;             // M of the last forward
-  GemmArgs last[3];
-  bool ran[3] = {false, false, false};
-
-  emulation::QuantizeConfig config(Recipe r) const { return detail::linear_quantize_config(options, r, true, true); }
+  emulation::QuantizeConfig config(Recipe r) const { return LinearCore::config(r, true, true); }
 
   // Sizes of one quantized pair of an (R, C) source.
   struct PairSizes {
@@ -108,19 +88,15 @@ struct ScaledLinear::Impl {
     return sx.total() + sd.total() + aligned(std::max(sx.workspace, sd.workspace));
   }
 
-  void quantize(const float* src, int64_t rows, int64_t cols, Recipe r, const QuantPair& out, void* ws,
-                size_t ws_bytes, Stream stream) const {
-    const emulation::SourceMatrix s{src, DType::kF32, rows, cols};
+  // Both outputs of an (rows, cols) source of recipe r.
+  void quantize_pair(const float* src, int64_t rows, int64_t cols, Recipe r, const QuantPair& out, void* ws,
+                     size_t ws_bytes, Stream stream) const {
     emulation::QuantizeOutputs o;
     o.data = out.data;
     o.scales = out.scales;
     o.data_t = out.data_t;
     o.scales_t = out.scales_t;
-    scalemm::quantize::quantize(s, config(r), o, ws, ws_bytes, stream);
-  }
-
-  GemmOperand operand(const void* data, Recipe r, const void* scales) const {
-    return detail::linear_operand(options, data, r, scales);
+    quantize(src, rows, cols, config(r), o, ws, ws_bytes, MemorySpace::kDevice, stream);
   }
 
   void run(LinearGemm which, int64_t gm, int64_t gn, int64_t gk, const GemmOperand& a, const GemmOperand& b, void* d,
@@ -135,23 +111,19 @@ struct ScaledLinear::Impl {
     args.d_dtype = d_dtype;
     args.space = MemorySpace::kDevice;
     handle->gemm(args, stream);
-    last[int(which)] = args;
-    ran[int(which)] = true;
+    record(which, args);
   }
 };
 
-ScaledLinear::ScaledLinear(Handle& handle, LinearRecipe recipe, int64_t n, int64_t k, LinearOptions options)
-    : impl_(std::make_unique<Impl>()) {
+namespace {
+[[noreturn]] void invalid(const std::string& what) {
+  throw Error(StatusCode::kInvalidArgument, "ScaledLinear: " + what);
+}
+}  // namespace
+
+ScaledLinear::ScaledLinear(Handle& handle, LinearRecipe recipe, int64_t n, int64_t k, LinearOptions options) {
   if (n < 1 || k < 1) invalid("N and K must be >= 1, got N=" + std::to_string(n) + " K=" + std::to_string(k));
-  detail::check_linear_recipe("ScaledLinear", recipe, options);
-  Impl& s = *impl_;
-  s.handle = &handle;
-  s.recipe = recipe;
-  s.n = n;
-  s.k = k;
-  s.options = options;
-  s.act = detail::activation_recipe_of(recipe);
-  s.wt = detail::weight_recipe_of(recipe);
+  impl_ = std::make_unique<Impl>("ScaledLinear", handle, recipe, n, k, options, MemorySpace::kDevice, false);
 }
 
 ScaledLinear::~ScaledLinear() = default;
@@ -180,7 +152,7 @@ void ScaledLinear::set_weight(const float* w, Stream stream) {
   }
   // One read of W: rowwise W (N,K) for forward, columnwise W^T (K,N) for dgrad. With square blocks the
   // columnwise output is the exact transpose (same amax per 128x128 / 32x32 block, same multiplier).
-  s.quantize(w, s.n, s.k, s.wt, s.w, s.w_workspace, s.w_workspace_bytes, stream);
+  s.quantize_pair(w, s.n, s.k, s.wt, s.w, s.w_workspace, s.w_workspace_bytes, stream);
   s.has_weight = true;
 }
 
@@ -197,7 +169,7 @@ void ScaledLinear::reserve(int64_t m) {
   s.act_workspace_bytes = std::max(sx.workspace, sd.workspace);
   s.act_workspace = s.act_arena.take(s.act_workspace_bytes);
   s.capacity = m;
-  s.ran[int(LinearGemm::kWgrad)] = s.ran[int(LinearGemm::kDgrad)] = s.ran[int(LinearGemm::kForward)] = false;
+  s.forget_gemms();
   s.m = 0;
 }
 
@@ -207,7 +179,7 @@ void ScaledLinear::forward(const float* x, int64_t m, uint16_t* y_bf16, Stream s
   if (!x || !y_bf16) invalid("forward: null input or output pointer");
   reserve(m);
   // One read of X: X (M,K) blocks along K for this GEMM, X^T (K,M) blocks along M kept for wgrad.
-  s.quantize(x, m, s.k, s.act, s.x, s.act_workspace, s.act_workspace_bytes, stream);
+  s.quantize_pair(x, m, s.k, s.act, s.x, s.act_workspace, s.act_workspace_bytes, stream);
   s.m = m;
   // Y (M,N) = X (M,K) . W (N,K)^T
   s.run(LinearGemm::kForward, m, s.n, s.k, s.operand(s.x.data, s.act, s.x.scales),
@@ -220,7 +192,7 @@ void ScaledLinear::backward(const float* dy, uint16_t* dx_bf16, float* dw, Strea
   if (!dy) invalid("backward: dY pointer is null");
   const int64_t m = s.m;
   // One read of dY: dY (M,N) blocks along N for dgrad, dY^T (N,M) blocks along M for wgrad.
-  s.quantize(dy, m, s.n, s.act, s.dy, s.act_workspace, s.act_workspace_bytes, stream);
+  s.quantize_pair(dy, m, s.n, s.act, s.dy, s.act_workspace, s.act_workspace_bytes, stream);
   if (dx_bf16)  // dX (M,K) = dY (M,N) . (W^T (K,N))^T
     s.run(LinearGemm::kDgrad, m, s.k, s.n, s.operand(s.dy.data, s.act, s.dy.scales),
           s.operand(s.w.data_t, s.wt, s.w.scales_t), dx_bf16, DType::kBF16, stream);
@@ -230,7 +202,7 @@ void ScaledLinear::backward(const float* dy, uint16_t* dx_bf16, float* dw, Strea
 }
 
 GemmArgs ScaledLinear::gemm_args(LinearGemm which) const {
-  return detail::last_linear_gemm("ScaledLinear", impl_->last, impl_->ran, which);
+  return impl_->last_gemm(which);
 }
 
 }  // namespace scalemm

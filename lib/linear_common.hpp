@@ -1,6 +1,6 @@
-// What the dense and the grouped linear layer (linear.cpp, grouped_linear.cpp) share: the checks of
-// their recipe and options, the recipes and quantizer settings a LinearRecipe stands for, their GEMM
-// operands, and their buffers (one allocation, device or host memory, carved into 256-byte aligned
+// What the dense and the grouped linear layer (linear.cpp, grouped_linear.cpp) share: LinearCore (the
+// state and steps both layers' Impl derive from), the checks of their recipe and options, the recipes
+// and quantizer settings a LinearRecipe stands for, their GEMM operands, and their buffers (one allocation, device or host memory, carved into 256-byte aligned
 // pieces; with `clear`, zeroed once, so that the bytes between two pieces are defined).
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/linear.hpp"
+#include "scalemm/quantize.hpp"
 #include "scalemm/status.hpp"
 #include "scalemm/types.hpp"
 
@@ -125,5 +126,63 @@ const Args& last_linear_gemm(const char* owner, const Args (&last)[3], const boo
     throw Error(StatusCode::kInvalidArgument, std::string(owner) + ": " + std::string(to_string(which)) + " has not run yet");
   return last[i];
 }
+
+/// What both layers hold and do the same way: the recipe's operands, the weight and activation
+/// arenas (the activations' grown with M), the quantizer call (host memory: the reference quantizer)
+/// and the record of the last forward, dgrad and wgrad GEMMs. `Args` is GemmArgs or GroupedGemmArgs;
+/// each layer's Impl derives from this and adds its own buffers and GEMMs.
+template <class Options, class Args>
+struct LinearCore {
+  LinearCore(const char* owner_name, Handle& h, LinearRecipe r, int64_t n_, int64_t k_, const Options& o,
+             MemorySpace space, bool clear)
+      : owner(owner_name), handle(&h), recipe(r), n(n_), k(k_), options(o), act(activation_recipe_of(r)),
+        wt(weight_recipe_of(r)), weight_arena(owner_name, space, clear), act_arena(owner_name, space, clear) {
+    check_linear_recipe(owner_name, r, o);
+  }
+
+  const char* owner;
+  Handle* handle;
+  LinearRecipe recipe;
+  int64_t n, k;
+  Options options;
+  Recipe act, wt;  // the activations' and the weights' recipe
+
+  LinearArena weight_arena, act_arena;
+  char* w_workspace = nullptr;
+  size_t w_workspace_bytes = 0;
+  bool has_weight = false;
+  int64_t capacity = 0;  // rows (M, or tokens) the activation buffers were sized for
+  char* act_workspace = nullptr;
+  size_t act_workspace_bytes = 0;
+
+  Args last[3];
+  bool ran[3] = {false, false, false};
+
+  [[noreturn]] void invalid(const std::string& what) const {
+    throw Error(StatusCode::kInvalidArgument, std::string(owner) + ": " + what);
+  }
+  emulation::QuantizeConfig config(Recipe r, bool rowwise, bool columnwise) const {
+    return linear_quantize_config(options, r, rowwise, columnwise);
+  }
+  GemmOperand operand(const void* data, Recipe r, const void* scales) const {
+    return linear_operand(options, data, r, scales);
+  }
+  /// Quantizes an fp32 (rows, cols) source in `space` with `cfg` into `out`.
+  void quantize(const float* src, int64_t rows, int64_t cols, const emulation::QuantizeConfig& cfg,
+                const emulation::QuantizeOutputs& out, void* ws, size_t ws_bytes, MemorySpace space,
+                Stream stream) const {
+    const emulation::SourceMatrix s{src, DType::kF32, rows, cols};
+    if (space == MemorySpace::kHost)
+      emulation::quantize_host(s, cfg, out);
+    else
+      scalemm::quantize::quantize(s, cfg, out, ws, ws_bytes, stream);
+  }
+  void record(LinearGemm which, const Args& args) {
+    last[int(which)] = args;
+    ran[int(which)] = true;
+  }
+  void forget_gemms() { ran[0] = ran[1] = ran[2] = false; }
+  const Args& last_gemm(LinearGemm which) const { return last_linear_gemm(owner, last, ran, which); }
+};
 
 }  // namespace scalemm::detail
