@@ -27,6 +27,7 @@
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_buffer.hpp"
 
 using namespace scalemm;
 
@@ -104,8 +105,9 @@ Sampled sampled_phase(const Nvml& nv, int iters, Fn&& one_call) {
 }
 
 struct Operand {
-  void* data = nullptr;
-  void* scales = nullptr;
+  detail::DeviceBuffer data_mem, scale_mem;
+  void* data = nullptr;    // data_mem.p
+  void* scales = nullptr;  // scale_mem.p
   layouts::ScaleLayout layout;
   DType dtype;
   float global = 1.0f;
@@ -128,10 +130,8 @@ Operand make(Recipe r, int64_t rows, int64_t k, uint64_t seed) {
   out.scales = scales.data();
   out.global_scale = &op.global;
   emulation::quantize_host({src.data(), DType::kF32, rows, k}, cfg, out);
-  SCALEMM_CUDA_CHECK(cudaMalloc(&op.data, data.size()));
-  SCALEMM_CUDA_CHECK(cudaMalloc(&op.scales, scales.size()));
-  SCALEMM_CUDA_CHECK(cudaMemcpy(op.data, data.data(), data.size(), cudaMemcpyHostToDevice));
-  SCALEMM_CUDA_CHECK(cudaMemcpy(op.scales, scales.data(), scales.size(), cudaMemcpyHostToDevice));
+  op.data = op.data_mem.upload(data.data(), data.size());
+  op.scales = op.scale_mem.upload(scales.data(), scales.size());
   return op;
 }
 
@@ -188,9 +188,8 @@ void split_stages(const backends::EmulatedOperand& ea, const backends::EmulatedO
   });
   // 3. The GEMM right after a D2D copy moving the same bytes as the two dequantizations (no compute).
   const size_t copy_bytes = size_t((m + n) * k) * 3 / 2;  // read + write = (m + n) k (1 + 2) bytes
-  void *src = nullptr, *dst = nullptr;
-  SCALEMM_CUDA_CHECK(cudaMalloc(&src, copy_bytes));
-  SCALEMM_CUDA_CHECK(cudaMalloc(&dst, copy_bytes));
+  detail::DeviceBuffer src_mem(copy_bytes), dst_mem(copy_bytes);
+  void *src = src_mem.p, *dst = dst_mem.p;
   std::vector<double> copy_part;
   const Sampled after_copy = sampled_phase(nv, iters, [&] {
     SCALEMM_CUDA_CHECK(cudaEventRecord(ev[0]));
@@ -203,8 +202,6 @@ void split_stages(const backends::EmulatedOperand& ea, const backends::EmulatedO
     return elapsed(1, 2);
   });
   std::sort(copy_part.begin(), copy_part.end());
-  cudaFree(src);
-  cudaFree(dst);
   // 4. The GEMM back to back, four per sample, the host never idle-waiting between them.
   const Sampled b2b = sampled_phase(nv, iters / 4, [&] {
     SCALEMM_CUDA_CHECK(cudaEventRecord(ev[0]));
@@ -236,12 +233,9 @@ void split_stages(const backends::EmulatedOperand& ea, const backends::EmulatedO
 
 void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = false) {
   const Operand a = make(r, m, k, 1), b = make(r, n, k, 2);
-  void *a16, *b16, *d, *ws, *scratch;
-  SCALEMM_CUDA_CHECK(cudaMalloc(&a16, size_t(m * k) * 2));
-  SCALEMM_CUDA_CHECK(cudaMalloc(&b16, size_t(n * k) * 2));
-  SCALEMM_CUDA_CHECK(cudaMalloc(&d, size_t(m * n) * 2));
-  SCALEMM_CUDA_CHECK(cudaMalloc(&ws, 32u << 20));
-  SCALEMM_CUDA_CHECK(cudaMalloc(&scratch, 4096));
+  detail::DeviceBuffer a16_mem(size_t(m * k) * 2), b16_mem(size_t(n * k) * 2), d_mem(size_t(m * n) * 2),
+      ws_mem(32u << 20), scratch_mem(4096);
+  void *a16 = a16_mem.p, *b16 = b16_mem.p, *d = d_mem.p, *ws = ws_mem.p, *scratch = scratch_mem.p;
   auto* shifts = static_cast<backends::EmulatedShifts*>(scratch);
   auto* alpha_beta = reinterpret_cast<float*>(static_cast<char*>(scratch) + 256);
   const backends::EmulatedOperand ea{a.data, a.dtype, a.scales, a.layout}, eb{b.data, b.dtype, b.scales, b.layout};
@@ -283,13 +277,12 @@ void emulated_stages(Recipe r, int64_t m, int64_t n, int64_t k, bool split = fal
   std::printf("| %s %lldx%lldx%lld | %.1f | %.1f (%.0f GB/s) | %.1f (%.0f GB/s) | %.1f | %.1f | %.1f | %.1f |\n",
               std::string(to_string(r)).c_str(), (long long)m, (long long)n, (long long)k, t_prep, t_da,
               bytes_a / t_da / 1e3, t_db, bytes_b / t_db / 1e3, t_host, t_dev, t_seq, t_all);
-  for (void* p : {a.data, a.scales, b.data, b.scales, a16, b16, d, ws, scratch}) cudaFree(p);
 }
 
 void sample_stage(int64_t m, int64_t n, int64_t k) {
   const Operand a = make(Recipe::kBlock1x128, m, k, 3), b = make(Recipe::kBlock128x128, n, k, 4);
-  void* d;
-  SCALEMM_CUDA_CHECK(cudaMalloc(&d, size_t(m * n) * 2));
+  detail::DeviceBuffer d_mem(size_t(m * n) * 2);
+  void* d = d_mem.p;
   GemmArgs g;
   g.m = m, g.n = n, g.k = k;
   g.a = {a.data, a.dtype, Recipe::kBlock1x128, a.scales, ScaleFormat::kCompact, 1.0f};
@@ -305,7 +298,6 @@ void sample_stage(int64_t m, int64_t n, int64_t k) {
   sampler.drain();
   std::printf("| blockwise %lldx%lldx%lld | %.1f | %.1f | %+.1f%% |\n", (long long)m, (long long)n, (long long)k, t_gemm,
               t_sample, 100.0 * t_sample / t_gemm);
-  for (void* p : {a.data, a.scales, b.data, b.scales, d}) cudaFree(p);
 }
 
 }  // namespace
