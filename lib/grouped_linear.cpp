@@ -135,18 +135,10 @@ struct GroupedScaledLinear::Impl : detail::LinearCore<GroupedLinearOptions, Grou
 
   void run(LinearGemm which, GroupDim dim, int64_t gm, int64_t gn, int64_t gk, const GemmOperand& a,
            const GemmOperand& b, void* d, DType d_dtype, Stream stream) {
-    GroupedGemmArgs args;
+    GroupedGemmArgs args = gemm_args(gm, gn, gk, a, b, d, d_dtype, options.space);
     args.group_dim = dim;
     args.groups = g;
     args.group_sizes = sizes.data();
-    args.m = gm;
-    args.n = gn;
-    args.k = gk;
-    args.a = a;
-    args.b = b;
-    args.d = d;
-    args.d_dtype = d_dtype;
-    args.space = options.space;
     handle->grouped_gemm(args, stream);
     record(which, args);
   }

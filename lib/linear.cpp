@@ -101,15 +101,7 @@ struct ScaledLinear::Impl : detail::LinearCore<LinearOptions, GemmArgs> {
 
   void run(LinearGemm which, int64_t gm, int64_t gn, int64_t gk, const GemmOperand& a, const GemmOperand& b, void* d,
            DType d_dtype, Stream stream) {
-    GemmArgs args;
-    args.m = gm;
-    args.n = gn;
-    args.k = gk;
-    args.a = a;
-    args.b = b;
-    args.d = d;
-    args.d_dtype = d_dtype;
-    args.space = MemorySpace::kDevice;
+    const GemmArgs args = gemm_args(gm, gn, gk, a, b, d, d_dtype, MemorySpace::kDevice);
     handle->gemm(args, stream);
     record(which, args);
   }

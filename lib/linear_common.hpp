@@ -177,6 +177,16 @@ struct LinearCore {
     else
       scalemm::quantize::quantize(s, cfg, out, ws, ws_bytes, stream);
   }
+  /// A GEMM's arguments, with what dense and grouped calls share filled in.
+  Args gemm_args(int64_t gm, int64_t gn, int64_t gk, const GemmOperand& a, const GemmOperand& b, void* d, DType d_dtype,
+                 MemorySpace space) const {
+    Args args;
+    args.m = gm, args.n = gn, args.k = gk;
+    args.a = a, args.b = b;
+    args.d = d, args.d_dtype = d_dtype;
+    args.space = space;
+    return args;
+  }
   void record(LinearGemm which, const Args& args) {
     last[int(which)] = args;
     ran[int(which)] = true;
