@@ -8,10 +8,18 @@ unevenly (Dirichlet, each size a multiple of 16 as torch requires), CUDA-event m
   naive loop          a Python loop of scalemm.scaled_mm over the groups (what a user writes first)
   scalemm rowwise     scalemm.scaled_grouped_mm, rowwise x rowwise (auto: the CUTLASS rowwise grouped
                       kernel, or per-group for large groups), and the same call on the per-group backend
+  scalemm rowwise fast accumulation, and torch's rowwise kernel with use_fast_accum=True
   torch rowwise       torch._scaled_grouped_mm (rowwise: what torch runs on sm_90)
   torch bf16          torch._grouped_mm on bf16 copies
+  DeepGEMM            deep_gemm.m_grouped_fp8_gemm_nt_contiguous on the same FP8 bytes and scales
+                      (A's scales handed over MN-major, as its quantizers write them); groups that are
+                      not multiples of its 128-row alignment run padded to it (m_indices -1), and
+                      groups smaller than one tile through its masked kernel (decode). Skipped, with
+                      the reason, when deep_gemm does not import (tools/fetch-deepgemm.sh,
+                      tools/build-deepgemm.sh). Its output is checked against scalemm's.
 and the memory floor: A, B and D bytes at this run's device-to-device copy bandwidth.
-Then the dense blockwise anchors: the grouped kernel at G = 1 against scalemm.scaled_mm (cuBLASLt).
+Then the dense blockwise anchors: the grouped kernel at G = 1 and DeepGEMM's dense GEMM against
+scalemm.scaled_mm (cuBLASLt). Every column is timed the same way (bench()).
 
     python benchmarks/grouped.py [--json out.json] [--quick]
     python benchmarks/grouped.py --plot out.json plot.png     (matplotlib; no GPU needed)
@@ -71,6 +79,76 @@ def copy_bandwidth(torch):
     return 2 * (1 << 31) / (us * 1e-6)
 
 
+def load_deepgemm():
+    """(deep_gemm, None) when it imports, else (None, why)."""
+    try:
+        import deep_gemm
+
+        return deep_gemm, None
+    except Exception as e:  # noqa: BLE001 (the reason is reported)
+        return None, f"deep_gemm does not import ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); " \
+                     "stage and build it with tools/fetch-deepgemm.sh and tools/build-deepgemm.sh"
+
+
+def mn_major(torch, s):
+    """The same scale values with the rows dimension contiguous (DeepGEMM's A-scale layout)."""
+    return s.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def max_rel(torch, got, want):
+    """max |got - want| / max |want| (both bf16 outputs of the same FP8 problem)."""
+    w = want.float()
+    return float((got.float() - w).abs().max() / w.abs().max().clamp_min(1e-30))
+
+
+def deepgemm_grouped(torch, dg, a, b, sa, sb, sizes, want, iters):
+    """DeepGEMM on the same m-grouped problem: (us, layout, max_rel against `want`)."""
+    G, N = b.shape[0], b.shape[1]
+    K = a.shape[1]
+    align = int(dg.get_mk_alignment_for_contiguous_layout())
+    starts = [sum(sizes[:g]) for g in range(G)]
+    if max(sizes) < align:  # decode: every group fits one tile
+        max_m = align
+        a3 = torch.zeros(G, max_m, K, dtype=a.dtype, device=a.device)
+        s3 = torch.ones(G, max_m, K // 128, device=a.device)
+        for g in range(G):
+            a3[g, :sizes[g]] = a[starts[g]:starts[g] + sizes[g]]
+            s3[g, :sizes[g]] = sa[starts[g]:starts[g] + sizes[g]]
+        s3 = mn_major(torch, s3)
+        d3 = torch.empty(G, max_m, N, dtype=torch.bfloat16, device=a.device)
+        masked = torch.tensor(sizes, dtype=torch.int32, device=a.device)
+        expected = max(1, sum(sizes) // G)
+        fn = lambda: dg.m_grouped_fp8_gemm_nt_masked((a3, s3), (b, sb), d3, masked, expected,  # noqa: E731
+                                                      disable_ue8m0_cast=True)
+        us = bench(torch, fn, iters)
+        got = torch.cat([d3[g, :sizes[g]] for g in range(G)])
+        return us, f"masked (max_m {max_m})", max_rel(torch, got, want)
+    if all(x % align == 0 for x in sizes):  # the same bytes, as they are
+        ap, sp, rows = a, sa, None
+        idx = torch.repeat_interleave(torch.arange(G, dtype=torch.int32, device=a.device),
+                                      torch.tensor(sizes, device=a.device))
+        layout = "contiguous"
+    else:  # each group padded to the alignment, padding rows marked -1
+        padded = [(x + align - 1) // align * align for x in sizes]
+        rows = torch.cat([torch.arange(starts[g], starts[g] + sizes[g], device=a.device) for g in range(G)])
+        dst = torch.cat([torch.arange(sizes[g], device=a.device) + sum(padded[:g]) for g in range(G)])
+        ap = torch.zeros(sum(padded), K, dtype=a.dtype, device=a.device)
+        sp = torch.ones(sum(padded), K // 128, device=a.device)
+        ap[dst] = a[rows]
+        sp[dst] = sa[rows]
+        idx = torch.full((sum(padded),), -1, dtype=torch.int32, device=a.device)
+        for g in range(G):
+            idx[sum(padded[:g]):sum(padded[:g]) + sizes[g]] = g
+        rows = dst
+        layout = f"contiguous, padded to {align} rows per group ({sum(padded)} rows for {sum(sizes)})"
+    sp = mn_major(torch, sp)
+    d = torch.empty(ap.shape[0], N, dtype=torch.bfloat16, device=a.device)
+    fn = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((ap, sp), (b, sb), d, idx,  # noqa: E731
+                                                      disable_ue8m0_cast=True)
+    us = bench(torch, fn, iters)
+    return us, layout, max_rel(torch, d if rows is None else d[rows], want)
+
+
 def run(args):
     import torch
 
@@ -79,8 +157,11 @@ def run(args):
     f8 = torch.float8_e4m3fn
     dev = torch.cuda.get_device_name()
     bw = copy_bandwidth(torch)
-    print(f"device: {dev}; copy bandwidth {bw / 1e12:.2f} TB/s; scalemm {scalemm.__version__}")
-    results = {"device": dev, "copy_tb_s": bw / 1e12, "grouped": [], "dense": []}
+    dg, dg_why = load_deepgemm()
+    print(f"device: {dev}; copy bandwidth {bw / 1e12:.2f} TB/s; scalemm {scalemm.__version__}; "
+          + (f"DeepGEMM {getattr(dg, '__version__', '?')}" if dg else f"DeepGEMM skipped: {dg_why}"))
+    results = {"device": dev, "copy_tb_s": bw / 1e12, "grouped": [], "dense": [],
+               "deepgemm": getattr(dg, "__version__", "?") if dg else None, "deepgemm_skipped": dg_why}
     iters = 3 if args.quick else 20
     gen = torch.Generator(device="cuda").manual_seed(0)
     for (G, mg, N, K) in SHAPES:
@@ -98,6 +179,13 @@ def run(args):
             row["plan"] = scalemm.explain(a, b, sa, sb, group_sizes=sizes, **kw).splitlines()[0]
             row["scalemm_blockwise_us"] = ms(lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, **kw))
             row["scalemm_blockwise_host_us"] = HOST_US["last"]
+            if dg is not None:
+                try:
+                    want = scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, **kw)
+                    us, layout, rel = deepgemm_grouped(torch, dg, a, b, sa, sb, sizes, want, iters)
+                    row.update(deepgemm_us=us, deepgemm_layout=layout, deepgemm_max_rel_vs_scalemm=rel)
+                except Exception as e:  # noqa: BLE001 (reported, not hidden)
+                    row["deepgemm_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             row["scalemm_blockwise_device_sizes_us"] = ms(
                 lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, dev_sizes, **kw))
             row["scalemm_per_group_us"] = ms(
@@ -118,11 +206,15 @@ def run(args):
             row["scalemm_rowwise_us"] = ms(lambda: scalemm.scaled_grouped_mm(a, b, ra_s, rb_s, sizes, **rkw))
             row["scalemm_rowwise_per_group_us"] = ms(lambda: scalemm.scaled_grouped_mm(
                 a, b, ra_s, rb_s, sizes, grouped_backend="per-group", **rkw))
+            row["scalemm_rowwise_fast_accum_us"] = ms(lambda: scalemm.scaled_grouped_mm(
+                a, b, ra_s, rb_s, sizes, fast_accum=True, **rkw))
             offs = torch.tensor(sizes, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
             bt = b.transpose(1, 2)
             try:
                 row["torch_rowwise_us"] = ms(lambda: torch._scaled_grouped_mm(
                     a, bt, ra_s, rb_s, offs=offs, out_dtype=torch.bfloat16))
+                row["torch_rowwise_fast_accum_us"] = ms(lambda: torch._scaled_grouped_mm(
+                    a, bt, ra_s, rb_s, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True))
             except Exception as e:  # noqa: BLE001 (reported, not hidden)
                 row["torch_rowwise_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
             a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16).transpose(1, 2)
@@ -143,6 +235,17 @@ def run(args):
                   f"rowwise {row['scalemm_rowwise_us']:8.1f} (per-group {row['scalemm_rowwise_per_group_us']:.1f}) | torch rowwise "
                   f"{t_rw if t_rw is None else round(t_rw, 1)}, bf16 {row.get('torch_bf16_us', 'n/a')}"
                   f" | floor {row['memory_floor_us']:.1f}")
+            if "deepgemm_us" in row:
+                print(f"    DeepGEMM {row['deepgemm_us']:8.1f} us ({tf(row['deepgemm_us']):6.0f} TF/s, "
+                      f"{row['deepgemm_layout']}): scalemm / DeepGEMM time "
+                      f"{row['scalemm_blockwise_us'] / row['deepgemm_us']:.3f}, max rel diff "
+                      f"{row['deepgemm_max_rel_vs_scalemm']:.1e}")
+            elif "deepgemm_error" in row:
+                print(f"    DeepGEMM failed: {row['deepgemm_error']}")
+            if "torch_rowwise_fast_accum_us" in row:
+                print(f"    rowwise fast accumulation: scalemm {row['scalemm_rowwise_fast_accum_us']:.1f} us, torch "
+                      f"{row['torch_rowwise_fast_accum_us']:.1f} us (torch / scalemm "
+                      f"{row['torch_rowwise_fast_accum_us'] / row['scalemm_rowwise_fast_accum_us']:.2f}x)")
             if t_rw:
                 print(f"    blockwise vs torch rowwise {t_rw / row['scalemm_blockwise_us']:.2f}x, vs naive "
                       f"{row['naive_loop_us'] / row['scalemm_blockwise_us']:.2f}x, rowwise vs torch "
@@ -160,11 +263,24 @@ def run(args):
         row = {"M": M, "N": N, "K": K, "flops": 2.0 * M * N * K}
         row["cublaslt_us"] = bench(torch, lambda: scalemm.scaled_mm(a, b, sa, sb, **kw), iters)
         row["cutlass_g1_us"] = bench(torch, lambda: scalemm.scaled_grouped_mm(a, b3, sa, sb3, [M], **kw), iters)
+        dg_text = ""
+        if dg is not None:
+            try:
+                sam, d = mn_major(torch, sa), torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+                fn = lambda: dg.fp8_gemm_nt((a, sam), (b, sb), d, disable_ue8m0_cast=True)  # noqa: E731
+                row["deepgemm_us"] = bench(torch, fn, iters)
+                row["deepgemm_max_rel_vs_scalemm"] = max_rel(torch, d, scalemm.scaled_mm(a, b, sa, sb, **kw))
+                dg_text = (f", DeepGEMM {row['deepgemm_us']:8.1f} us (scalemm / DeepGEMM time "
+                           f"{row['cublaslt_us'] / row['deepgemm_us']:.3f}, max rel diff "
+                           f"{row['deepgemm_max_rel_vs_scalemm']:.1e})")
+            except Exception as e:  # noqa: BLE001 (reported, not hidden)
+                row["deepgemm_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                dg_text = f", DeepGEMM failed: {row['deepgemm_error']}"
         results["dense"].append(row)
         tf = lambda us: row["flops"] / (us * 1e-6) / 1e12  # noqa: E731
         print(f"dense {M}x{N}x{K}: cuBLASLt {row['cublaslt_us']:8.1f} us ({tf(row['cublaslt_us']):6.0f} TF/s), "
               f"CUTLASS grouped G=1 {row['cutlass_g1_us']:8.1f} us ({tf(row['cutlass_g1_us']):6.0f} TF/s), "
-              f"ratio {row['cublaslt_us'] / row['cutlass_g1_us']:.2f}")
+              f"ratio {row['cublaslt_us'] / row['cutlass_g1_us']:.2f}{dg_text}")
         del a, b
     if args.json:
         with open(args.json, "w") as f:
