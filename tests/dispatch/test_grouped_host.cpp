@@ -231,5 +231,16 @@ TEST_CASE("a grouped call that insists on the CUTLASS kernel it cannot have is r
     CHECK_THAT(e.what(), Catch::Contains("CUTLASS grouped kernel cannot run this call"));
   }
   for (float v : d) REQUIRE(v == 1234.5f);
+  // explain() says what the call would do: the same refusal, not the plan of another backend.
+  try {
+    (void)h.explain(a);
+    FAIL("explained");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kUnsupported);
+    CHECK_THAT(e.what(), Catch::Contains("CUTLASS grouped kernel cannot run this call: host memory"));
+  }
+  // Asking for the per-group backend names why the CUTLASS kernel was passed over.
+  a.backend = GroupedBackend::kPerGroup;
+  CHECK_THAT(h.explain(a), Catch::Contains("CUTLASS grouped kernel passed over: the call asks for the per-group backend"));
   CHECK(to_string(GroupedBackend::kPerGroup) == "per-group");
 }
