@@ -45,7 +45,7 @@ sed -e 's/@PROJECT_VERSION_MAJOR@/0/' -e 's/@PROJECT_VERSION_MINOR@/0/' -e 's/@P
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 cxxflags=(-std=c++17 -O1 -g $san -I"$root/include" -I"$build/include" -I"$root/tools/cli")
 lib_sources=(core/status.cpp core/types.cpp layouts/scale_layout.cpp layouts/validate.cpp layouts/convert.cpp
-             lib/io/npy.cpp lib/io/call_record.cpp lib/dispatch/grouped.cpp tools/cli/layout_commands.cpp
+             lib/io/npy.cpp lib/io/call_record.cpp lib/base/grouped_layout.cpp tools/cli/layout_commands.cpp
              tools/cli/cli_io.cpp)
 
 # Library objects: coverage instrumentation without libFuzzer's main. Rebuilt when the source is newer.

@@ -10,13 +10,7 @@
 #include "scalemm/io/call_record.hpp"
 #include "scalemm/status.hpp"
 
-#define FUZZ_CHECK(cond)                                                                    \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "fuzz_call_json: check failed: %s (line %d)\n", #cond, __LINE__); \
-      std::abort();                                                                         \
-    }                                                                                       \
-  } while (0)
+#include "fuzz_check.hpp"
 
 namespace {
 bool same_float(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0 || (a != a && b != b); }

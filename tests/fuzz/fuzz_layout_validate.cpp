@@ -20,13 +20,7 @@
 #include "scalemm/layouts/validate.hpp"
 #include "scalemm/status.hpp"
 
-#define FUZZ_CHECK(cond)                                                                          \
-  do {                                                                                            \
-    if (!(cond)) {                                                                                \
-      std::fprintf(stderr, "fuzz_layout_validate: check failed: %s (line %d)\n", #cond, __LINE__); \
-      std::abort();                                                                               \
-    }                                                                                             \
-  } while (0)
+#include "fuzz_check.hpp"
 
 using namespace scalemm;
 using layouts::ScaleLayout;

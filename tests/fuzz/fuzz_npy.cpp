@@ -11,13 +11,7 @@
 #include "scalemm/io/npy.hpp"
 #include "scalemm/status.hpp"
 
-#define FUZZ_CHECK(cond)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "fuzz_npy: check failed: %s (line %d)\n", #cond, __LINE__); \
-      std::abort();                                                         \
-    }                                                                       \
-  } while (0)
+#include "fuzz_check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   scalemm::io::NpyArray a;

@@ -1,6 +1,6 @@
 // The reference emulator: quantizers, dequantization and a reference GEMM for every scaling recipe.
 //
-// One source, compiled twice: the per-block and per-element functors live in emulation/detail and run
+// One source, compiled twice: the per-block and per-element functors live in numerics/detail and run
 // through thrust::for_each on the host (Thrust CPP system, g++) and on the GPU (Thrust CUDA system,
 // one nvcc translation unit). Host and GPU produce byte-identical quantized data and scales and
 // bit-identical reference GEMM results (fp32 accumulation, fused multiply-add in K order).
