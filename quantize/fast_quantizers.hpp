@@ -9,10 +9,7 @@
 
 namespace scalemm::quantize::kernels {
 
-using numerics::QuantizeConfig;
-using numerics::QuantizedTensor;
-using numerics::QuantizeOutputs;
-using numerics::SourceMatrix;
+using namespace numerics;  // the request and operand types
 
 /// Scratch floats of the fast path: amax partials, 4 global scalars, per-row and per-column
 /// multipliers (rowwise recipe; 1 each for tensorwise), column chunk partials (rowwise recipe).
