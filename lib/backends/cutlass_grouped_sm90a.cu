@@ -12,6 +12,7 @@
 // Rowwise scales never enter the mainloop: the epilogue multiplies by A's row scale and B's column
 // scale through per-group pointers into the caller's vectors, so nothing is converted.
 #include "backends/cutlass_grouped.hpp"
+#include "backends/cutlass_overlapped_mainloop.hpp"
 #include "support/tool_marks.hpp"
 
 #include <cuda_runtime_api.h>
@@ -81,11 +82,11 @@ using Epilogue = cutlass::epilogue::collective::CollectiveBuilder<
     using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, GRAN_N, 128, MAJOR, MAJOR>;                \
     using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());                                                \
     using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());                                                \
-    using Mainloop = cutlass::gemm::collective::CollectiveBuilder<                                              \
+    using Mainloop = OverlappedPromotionMainloop<cutlass::gemm::collective::CollectiveBuilder<                  \
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cute::tuple<LayoutA*, LayoutSFA*>,       \
         kAlignAB, ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,        \
         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(Epilogue::SharedStorage))>,  \
-        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;                  \
+        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp>;                 \
     using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;                  \
     using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;                                       \
     using StrideA = GemmKernel::InternalStrideA;                                                                \

@@ -101,8 +101,19 @@ def max_rel(torch, got, want):
     return float((got.float() - w).abs().max() / w.abs().max().clamp_min(1e-30))
 
 
-def deepgemm_grouped(torch, dg, a, b, sa, sb, sizes, want, iters):
-    """DeepGEMM on the same m-grouped problem: (us, layout, max_rel against `want`)."""
+def settle(torch, fn, seconds=0.3):
+    """Back-to-back calls for a moment, so that a column timed after an idle GPU (DeepGEMM compiles a
+    kernel for each new shape on first use: seconds without GPU work) starts from the same clocks as
+    the others."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+
+
+def deepgemm_grouped(torch, dg, a, b, sa, sb, sizes):
+    """DeepGEMM on the same m-grouped problem: (call, layout, output), the call compiled already."""
     G, N = b.shape[0], b.shape[1]
     K = a.shape[1]
     align = int(dg.get_mk_alignment_for_contiguous_layout())
@@ -120,9 +131,8 @@ def deepgemm_grouped(torch, dg, a, b, sa, sb, sizes, want, iters):
         expected = max(1, sum(sizes) // G)
         fn = lambda: dg.m_grouped_fp8_gemm_nt_masked((a3, s3), (b, sb), d3, masked, expected,  # noqa: E731
                                                       disable_ue8m0_cast=True)
-        us = bench(torch, fn, iters)
-        got = torch.cat([d3[g, :sizes[g]] for g in range(G)])
-        return us, f"masked (max_m {max_m})", max_rel(torch, got, want)
+        fn()
+        return fn, f"masked (max_m {max_m})", lambda: torch.cat([d3[g, :sizes[g]] for g in range(G)])
     if all(x % align == 0 for x in sizes):  # the same bytes, as they are
         ap, sp, rows = a, sa, None
         idx = torch.repeat_interleave(torch.arange(G, dtype=torch.int32, device=a.device),
@@ -145,8 +155,8 @@ def deepgemm_grouped(torch, dg, a, b, sa, sb, sizes, want, iters):
     d = torch.empty(ap.shape[0], N, dtype=torch.bfloat16, device=a.device)
     fn = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((ap, sp), (b, sb), d, idx,  # noqa: E731
                                                       disable_ue8m0_cast=True)
-    us = bench(torch, fn, iters)
-    return us, layout, max_rel(torch, d if rows is None else d[rows], want)
+    fn()
+    return fn, layout, lambda: d if rows is None else d[rows]
 
 
 def run(args):
@@ -177,15 +187,20 @@ def run(args):
             row = {"G": G, "M_g": mg, "N": N, "K": K, "sizes": kind, "flops": 2.0 * M * N * K}
             ms = lambda fn: bench(torch, fn, iters)  # noqa: E731
             row["plan"] = scalemm.explain(a, b, sa, sb, group_sizes=sizes, **kw).splitlines()[0]
-            row["scalemm_blockwise_us"] = ms(lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, **kw))
-            row["scalemm_blockwise_host_us"] = HOST_US["last"]
-            if dg is not None:
+            blockwise = lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, **kw)  # noqa: E731
+            dg_call = None
+            if dg is not None:  # compiled before any column is timed, then the GPU settles
                 try:
-                    want = scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, **kw)
-                    us, layout, rel = deepgemm_grouped(torch, dg, a, b, sa, sb, sizes, want, iters)
-                    row.update(deepgemm_us=us, deepgemm_layout=layout, deepgemm_max_rel_vs_scalemm=rel)
+                    dg_call = deepgemm_grouped(torch, dg, a, b, sa, sb, sizes)
                 except Exception as e:  # noqa: BLE001 (reported, not hidden)
                     row["deepgemm_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            settle(torch, blockwise)
+            row["scalemm_blockwise_us"] = ms(blockwise)
+            row["scalemm_blockwise_host_us"] = HOST_US["last"]
+            if dg_call is not None:
+                fn, layout, output = dg_call
+                row.update(deepgemm_us=ms(fn), deepgemm_layout=layout,
+                           deepgemm_max_rel_vs_scalemm=max_rel(torch, output(), blockwise()))
             row["scalemm_blockwise_device_sizes_us"] = ms(
                 lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, dev_sizes, **kw))
             row["scalemm_per_group_us"] = ms(
@@ -261,13 +276,21 @@ def run(args):
         kw = dict(recipe_a="block1x128", recipe_b="block128x128")
         b3, sb3 = b.unsqueeze(0), sb.unsqueeze(0)
         row = {"M": M, "N": N, "K": K, "flops": 2.0 * M * N * K}
-        row["cublaslt_us"] = bench(torch, lambda: scalemm.scaled_mm(a, b, sa, sb, **kw), iters)
-        row["cutlass_g1_us"] = bench(torch, lambda: scalemm.scaled_grouped_mm(a, b3, sa, sb3, [M], **kw), iters)
-        dg_text = ""
-        if dg is not None:
+        dense = lambda: scalemm.scaled_mm(a, b, sa, sb, **kw)  # noqa: E731
+        dg_text, fn = "", None
+        if dg is not None:  # compiled first, as in the grouped rows
             try:
                 sam, d = mn_major(torch, sa), torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
                 fn = lambda: dg.fp8_gemm_nt((a, sam), (b, sb), d, disable_ue8m0_cast=True)  # noqa: E731
+                fn()
+            except Exception as e:  # noqa: BLE001 (reported, not hidden)
+                row["deepgemm_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                dg_text, fn = f", DeepGEMM failed: {row['deepgemm_error']}", None
+        settle(torch, dense)
+        row["cublaslt_us"] = bench(torch, dense, iters)
+        row["cutlass_g1_us"] = bench(torch, lambda: scalemm.scaled_grouped_mm(a, b3, sa, sb3, [M], **kw), iters)
+        if fn is not None:
+            try:
                 row["deepgemm_us"] = bench(torch, fn, iters)
                 row["deepgemm_max_rel_vs_scalemm"] = max_rel(torch, d, scalemm.scaled_mm(a, b, sa, sb, **kw))
                 dg_text = (f", DeepGEMM {row['deepgemm_us']:8.1f} us (scalemm / DeepGEMM time "
