@@ -150,10 +150,9 @@ GroupedScaledLinear::GroupedScaledLinear(Handle& handle, LinearRecipe recipe, in
   if (experts < 1 || n < 1 || k < 1)
     invalid("experts, N and K must be >= 1, got experts=" + std::to_string(experts) + " N=" + std::to_string(n) +
             " K=" + std::to_string(k));
-  detail::check_linear_recipe("GroupedScaledLinear", recipe, options);
+  impl_ = std::make_unique<Impl>(handle, recipe, experts, n, k, options);  // checks the recipe first
   if (options.space != MemorySpace::kDevice && options.space != MemorySpace::kHost)
     invalid("memory space must be device or host, got " + std::to_string(int(options.space)));
-  impl_ = std::make_unique<Impl>(handle, recipe, experts, n, k, options);
   Impl& s = *impl_;
   s.w_stride = s.w_stride_of(n, k);
   s.wt_stride = s.w_stride_of(k, n);

@@ -158,9 +158,6 @@ struct LinearCore {
   Args last[3];
   bool ran[3] = {false, false, false};
 
-  [[noreturn]] void invalid(const std::string& what) const {
-    throw Error(StatusCode::kInvalidArgument, std::string(owner) + ": " + what);
-  }
   emulation::QuantizeConfig config(Recipe r, bool rowwise, bool columnwise) const {
     return linear_quantize_config(options, r, rowwise, columnwise);
   }

@@ -9,7 +9,10 @@
 
 namespace scalemm::quantize::kernels {
 
-using namespace numerics;  // the request and operand types
+using numerics::QuantizeConfig;
+using numerics::QuantizedTensor;
+using numerics::QuantizeOutputs;
+using numerics::SourceMatrix;
 
 /// Scratch floats of the fast path: amax partials, 4 global scalars, per-row and per-column
 /// multipliers (rowwise recipe; 1 each for tensorwise), column chunk partials (rowwise recipe).
