@@ -18,7 +18,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>  // AB-TEMP
 #include <map>
 #include <tuple>
 #include <cub/block/block_scan.cuh>
@@ -74,8 +73,7 @@ using Epilogue = cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
     cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
 
-template <class B> using AbSerialMainloop = B;  // AB-TEMP
-#define SCALEMM_CUTLASS_GROUPED_CONFIG(NAME, GRAN_N, MAJOR, WRAP)                                                \
+#define SCALEMM_CUTLASS_GROUPED_CONFIG(NAME, GRAN_N, MAJOR)                                                      \
   struct NAME {                                                                                                 \
     static constexpr bool kBlockwise = true;                                                                    \
     using ElementA = cutlass_grouped::ElementA;                                                                 \
@@ -84,7 +82,7 @@ template <class B> using AbSerialMainloop = B;  // AB-TEMP
     using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, GRAN_N, 128, MAJOR, MAJOR>;                \
     using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());                                                \
     using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());                                                \
-    using Mainloop = WRAP<cutlass::gemm::collective::CollectiveBuilder<                                         \
+    using Mainloop = OverlappedPromotionMainloop<cutlass::gemm::collective::CollectiveBuilder<                  \
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, cute::tuple<LayoutA*, LayoutSFA*>,       \
         kAlignAB, ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,        \
         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(Epilogue::SharedStorage))>,  \
@@ -97,10 +95,9 @@ template <class B> using AbSerialMainloop = B;  // AB-TEMP
   }
 
 // The instantiations: m-grouped (K-major scales) with either B, k-grouped (M/N-major) with block1x128 B.
-SCALEMM_CUTLASS_GROUPED_CONFIG(MGrouped128, 128, cute::GMMA::Major::K, OverlappedPromotionMainloop);
-SCALEMM_CUTLASS_GROUPED_CONFIG(MGrouped128Serial, 128, cute::GMMA::Major::K, AbSerialMainloop);  // AB-TEMP
-SCALEMM_CUTLASS_GROUPED_CONFIG(MGrouped1, 1, cute::GMMA::Major::K, OverlappedPromotionMainloop);
-SCALEMM_CUTLASS_GROUPED_CONFIG(KGrouped1, 1, cute::GMMA::Major::MN, OverlappedPromotionMainloop);
+SCALEMM_CUTLASS_GROUPED_CONFIG(MGrouped128, 128, cute::GMMA::Major::K);
+SCALEMM_CUTLASS_GROUPED_CONFIG(MGrouped1, 1, cute::GMMA::Major::K);
+SCALEMM_CUTLASS_GROUPED_CONFIG(KGrouped1, 1, cute::GMMA::Major::MN);
 #undef SCALEMM_CUTLASS_GROUPED_CONFIG
 
 // Rowwise x rowwise, both groupings: the plain FP8 pointer-array mainloop (fp32 promotion of the tensor
@@ -557,7 +554,6 @@ size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) {
 void run(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t bytes, uint64_t generation) {
   if (rowwise(a)) run_with<Rowwise>(a, stream, workspace, bytes, generation);
   else if (a.group_dim == GroupDim::kK) run_with<KGrouped1>(a, stream, workspace, bytes, generation);
-  else if (gran_n(a) == 128 && std::getenv("SCALEMM_AB_SERIAL")) run_with<MGrouped128Serial>(a, stream, workspace, bytes, generation);  // AB-TEMP
   else if (gran_n(a) == 128) run_with<MGrouped128>(a, stream, workspace, bytes, generation);
   else run_with<MGrouped1>(a, stream, workspace, bytes, generation);
 }
