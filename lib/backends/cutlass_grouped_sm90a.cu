@@ -55,7 +55,9 @@ using Problem = ProblemShape::UnderlyingProblemShape;
 
 // The kernels: A block1x128 (GranM 1, GranK 128) with B at N granularity 128 (block128x128 weights) or
 // 1 (block1x128); scale grids K-major (m-grouped) or M/N-major (k-grouped). 128x128x128 tiles, clusters
-// of two along N (A tiles multicast), cooperative schedule, bf16 D stored with TMA, no C operand.
+// of two along N (A tiles multicast), cooperative schedule, bf16 D stored with TMA, no C operand. The
+// mainloop is CUTLASS's with the promotion of each K block overlapped with the next block's WGMMAs
+// (cutlass_overlapped_mainloop.hpp).
 using TileShape = Shape<_128, _128, _128>;
 using ClusterShape = Shape<_1, _2, _1>;
 using ElementA = cutlass::float_e4m3_t;
