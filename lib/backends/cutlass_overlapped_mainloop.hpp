@@ -110,20 +110,14 @@ struct OverlappedPromotionMainloop : Base {
       ++read;
     };
 
-    // The scales of the oldest stage still held, read before the next block's WGMMAs are issued (the
-    // wgmma fence orders them), so no shared-memory read of a stage is near its release.
-    auto load_scales = [&]() {
-      int const stage = release.index();
-      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
-      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
-    };
-
-    // `part` holds the finished partial sums of the oldest stage still held, whose scales
-    // load_scales() read: scale them into the accumulator (CUTLASS's expressions, case by case),
-    // then hand the stage back to the producer.
+    // `part` holds the finished partial sums of the oldest stage still held: scale them into the
+    // accumulator (CUTLASS's expressions, case by case), then hand the stage back to the producer.
     auto promote = [&](auto& part) {
       warpgroup_fence_operand(part);
       warpgroup_fence_operand(accum);
+      int const stage = release.index();
+      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
+      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
       if constexpr (ScaleMsPerTile == 1 && ScaleNsPerTile == 1) {
         ElementBlockScale const scale_ab = tCrSFA(_0{}) * tCrSFB(_0{});
         CUTLASS_PRAGMA_UNROLL
@@ -157,7 +151,7 @@ struct OverlappedPromotionMainloop : Base {
         }
       }
       warpgroup_fence_operand(accum);
-      // Every thread's reads of the stage come before its release (the producer refills it with
+      // Every thread's scale reads come before the release (the producer refills the stage with
       // cp.async): one named barrier per consumer warpgroup, as in the patched CUTLASS mainloop.
       cutlass::arch::NamedBarrier(cutlass::NumThreadsPerWarpGroup, uint32_t(cutlass::canonical_warp_group_idx() - 1))
           .arrive_and_wait_unaligned();
@@ -171,25 +165,20 @@ struct OverlappedPromotionMainloop : Base {
     int k = 1;
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k + 1 < k_tile_count; k += 2) {
-      load_scales();
       issue(part1);
       warpgroup_wait<1>();
       promote(part0);
-      load_scales();
       issue(part0);
       warpgroup_wait<1>();
       promote(part1);
     }
     if (k < k_tile_count) {
-      load_scales();
       issue(part1);
       warpgroup_wait<1>();
       promote(part0);
-      load_scales();
       warpgroup_wait<0>();
       promote(part1);
     } else {
-      load_scales();
       warpgroup_wait<0>();
       promote(part0);
     }
