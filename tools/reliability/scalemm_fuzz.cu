@@ -1032,14 +1032,35 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
   try {
     how = auto_->explain(ga);
   } catch (const Error& e) {
+    // A forced grouped backend that cannot run the call: explain() gives the call's own refusal,
+    // and the call itself must refuse the same way, writing nothing.
+    if (e.code() == StatusCode::kUnsupported && c.backend != GroupedBackend::kAuto) {
+      fill_async(d1, 0xFF, out_bytes, s);
+      try {
+        auto_->grouped_gemm(ga, reinterpret_cast<Stream>(s));
+        fail(c, st, std::string("explain() refused a forced backend but grouped_gemm() ran: ") + e.what());
+        return true;
+      } catch (const Error& e2) {
+        if (e2.code() != StatusCode::kUnsupported) {
+          fail(c, st, std::string("explain() refused with UNSUPPORTED, grouped_gemm() with another status: ") + e2.what());
+          return true;
+        }
+      }
+      sync_or_exit(c);
+      std::vector<uint8_t> r(out_bytes);
+      copy_async(r.data(), d1, out_bytes, cudaMemcpyDeviceToHost, s);
+      if (!g_host) FUZZ_CUDA(cudaStreamSynchronize(s));
+      if (std::any_of(r.begin(), r.end(), [](uint8_t v) { return v != 0xFF; })) {
+        fail(c, st, "a refused grouped call wrote to D");
+        return true;
+      }
+      ++st.skipped["forced grouped backend cannot run the call (refused)"];
+      return false;
+    }
     fail(c, st, std::string("explain() threw on valid input: ") + e.what());
     return true;
   }
   const bool cutlass_ran = how.find("CUTLASS grouped backend") != std::string::npos;
-  if (c.backend == GroupedBackend::kCutlass && !cutlass_ran) {
-    ++st.skipped["forced cutlass cannot run the call"];
-    return false;
-  }
   if (verbose_) std::printf("plan: %s\n", how.c_str());
 
   auto call = [&](GroupedGemmArgs x, void* d) -> bool {
