@@ -13,15 +13,17 @@ namespace {
 bool rowwise(const GroupedGemmArgs& a) { return a.a.recipe == Recipe::kRowwise; }
 
 // H100, one process (docs/benchmarks.md): at M_g >= 1024 one cuBLASLt call per group on four streams
-// beat the rowwise kernel (769 vs 838 us at G = 8, M_g = 2048; 823 vs 906 us at G = 32, M_g = 1024).
-// Blockwise has no threshold: with the overlapped-promotion mainloop the kernel measured 837 vs 919 us
-// (G = 8, M_g = 2048, equal), 964 vs 959 (uneven), 977 vs 980 and 1010 vs 1070 (G = 32, M_g = 1024).
-// Device-side sizes stay here: per-group would read them back with a synchronisation.
+// beat the rowwise kernel (769 vs 838 us at G = 8, M_g = 2048; 823 vs 906 us at G = 32, M_g = 1024),
+// and at M_g = 2048 the blockwise one (825 vs 868 us equal, 836 vs 879 us uneven); at G = 32 blockwise
+// the kernel won uneven sizes (968 vs 1082 us). Device-side sizes stay here: per-group would read them
+// back with a synchronisation.
 std::string slower_than_per_group(const GroupedGemmArgs& a) {
-  if (a.group_dim != GroupDim::kM || a.group_sizes_device || a.groups == 0 || !rowwise(a)) return {};
+  if (a.group_dim != GroupDim::kM || a.group_sizes_device || a.groups == 0) return {};
   const int64_t mean = a.m / a.groups;
-  if (mean > 512)
+  if (rowwise(a) && mean > 512)
     return "rowwise with large groups (average M_g " + std::to_string(mean) + " > 512): measured faster as one cuBLASLt call per group";
+  if (!rowwise(a) && mean >= 2048)
+    return "blockwise with large groups (average M_g " + std::to_string(mean) + " >= 2048): measured faster as one cuBLASLt call per group";
   return {};
 }
 

@@ -438,8 +438,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     takes (scales, global) with one global decode scale per operand.
     grouped_backend: "auto" runs a CUTLASS grouped kernel (one launch for all groups) where it can
     (block1x128 A with block128x128 or block1x128 B, or rowwise x rowwise; e4m3, bf16 out, sm_90) and
-    rowwise groups are not large (host sizes averaging > 512 rows measured faster per group), else
-    "per-group", where
+    the groups are not large (host sizes averaging >= 2048 rows blockwise or > 512 rowwise measured
+    faster per group), else "per-group", where
     each group runs the dense planner (`backend` forces it as in scaled_mm), so a group's rows are
     bit-identical to scaled_mm on that group. "cutlass" or "per-group" insist (UnsupportedError when
     the chosen one cannot run the call).
