@@ -10,6 +10,7 @@
 #include "fast_quantizers.hpp"
 #include "scalemm/detail/device_state.hpp"
 #include "scalemm/quantize.hpp"
+#include "scalemm/status.hpp"
 
 namespace scalemm::quantize {
 
@@ -46,6 +47,54 @@ void quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   }
   Workspace ws(workspace, bytes, workspace_bytes(src, cfg), stream);
   numerics::detail::run_quantize(ex, src, cfg, out, static_cast<float*>(ws.get()));
+}
+
+int64_t padded_token_rows(int64_t tokens, int64_t groups) {
+  SCALEMM_EXPECTS(tokens >= 0 && groups >= 0, StatusCode::kInvalidArgument,
+                  "padded_token_rows: tokens and groups must be non-negative, got " + std::to_string(tokens) + ", " +
+                      std::to_string(groups));
+  return (tokens + 127 * groups + 127) / 128 * 128;
+}
+
+void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const TokenGroups& groups,
+                      const QuantizeOutputs& out, cudaStream_t stream) {
+  Diagnostics d;
+  const auto bad = [&](const char* arg, const char* rule, std::string msg, std::string want, std::string got,
+                       std::string fix = {}) {
+    d.push_back(Diagnostic{arg, rule, std::move(msg), std::move(want), std::move(got), std::move(fix)});
+  };
+  if (cfg.recipe != Recipe::kBlock1x128 && cfg.recipe != Recipe::kMxfp8)
+    bad("cfg.recipe", "grouped-quantize-recipe", "grouped tokens take a 1D-block FP8 recipe along the tokens",
+        "block1x128 or mxfp8", std::string(to_string(cfg.recipe)), "Quantize other recipes with quantize() per group.");
+  if (src.dtype != DType::kBF16 && src.dtype != DType::kF16)
+    bad("src.dtype", "grouped-quantize-source", "grouped tokens are read as 16-bit values", "bf16 or f16",
+        std::string(to_string(src.dtype)), "Cast the tokens to bf16 first.");
+  if (!cfg.columnwise)
+    bad("cfg.columnwise", "grouped-quantize-columnwise", "the grouped layout is the columnwise output", "true",
+        "false", "For the rowwise output alone call quantize(): it does not depend on the groups.");
+  if (groups.groups < 1 || !groups.sizes)
+    bad("groups", "grouped-quantize-sizes", "one device size per group", "groups >= 1 and sizes != null",
+        "groups = " + std::to_string(groups.groups) + (groups.sizes ? "" : ", sizes = null"));
+  const int64_t need = padded_token_rows(std::max<int64_t>(src.rows, 0), std::max<int64_t>(groups.groups, 0));
+  if (groups.padded_rows % 128 || groups.padded_rows < need)
+    bad("groups.padded_rows", "grouped-quantize-rows",
+        "room for every group padded to 128 rows, whatever the sizes (a multiple of 128)",
+        "a multiple of 128 >= " + std::to_string(need), std::to_string(groups.padded_rows),
+        "Use padded_token_rows(T, G).");
+  if (src.cols > 0 && (!out.data_t || !out.scales_t))
+    bad("out", "grouped-quantize-outputs", "the columnwise output (R rows even without tokens)",
+        "data_t and scales_t", std::string(out.data_t ? "data_t" : "data_t = null") + ", " +
+                                   (out.scales_t ? "scales_t" : "scales_t = null"));
+  throw_if_any(d, StatusCode::kInvalidArgument);
+  numerics::validate(src, cfg, out);  // the source, the recipe's modes and the rowwise outputs
+  if (src.cols == 0) return;
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
+  DeviceExec ex{stream};
+  // As quantize(): cublaslt-format buffers with padding read as zero there.
+  const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, groups.padded_rows, src.cols);
+  if (cfg.rowwise && src.rows > 0 && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
+  if (lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
+  kernels::quantize_grouped(src, cfg, groups.sizes, groups.groups, groups.padded_rows, out, stream);
 }
 
 void dequantize(const QuantizedTensor& t, void* out, DType out_dtype, cudaStream_t stream) {

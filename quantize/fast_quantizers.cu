@@ -101,6 +101,10 @@ struct TileArgs {
   uint8_t* out_r;
   uint8_t* out_c;
   bool vec_in, vec_out_r, vec_out_c;
+  /// Grouped tokens (quantize_grouped, rc1d_kernel only): `groups` sizes in device memory, the source
+  /// has src_rows rows, and `rows` is the padded row count of the columnwise output. Else nullptr.
+  const int64_t* group_sizes = nullptr;
+  int64_t groups = 0, src_rows = 0;
 
   __device__ BlockScale scale_of(float amax) const {
     const float2 gs = globals();
@@ -1059,10 +1063,13 @@ __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uin
 
 // One tile of rc1d_kernel. kWhole (the tile lies inside the matrix) is a template argument so that the
 // interior tiles, nearly all of a large matrix, run without bounds checks, divergent-branch bookkeeping
-// or the partial-store paths.
+// or the partial-store paths. The rows come from source rows rs0 .. rlim - 1 (zero below rlim) and go
+// to rowwise rows rs0..; the columnwise output takes them as rows r0.. of the (a.rows) transposed
+// columns. One matrix: rs0 = r0, rlim = a.rows; grouped tokens: group_rows().
 template <int S, int E, int BK, bool kWhole>
 __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uint32_t (*cmax)[kPairs * 8],
-                                          float (*cmult)[kPairs * 2 * 8], int64_t r0, int64_t c0) {
+                                          float (*cmult)[kPairs * 2 * 8], int64_t r0, int64_t c0, int64_t rs0,
+                                          int64_t rlim) {
   constexpr bool fp4 = E == 2;
   constexpr int kU = E == 2 ? 4 : 8;  // rows per rowwise batch: kU * (128 / bk) <= 32 blocks
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, rot = lane >> 3;
@@ -1079,13 +1086,13 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
   for (int b = 0; b < kTile / 8 / kU; ++b) {
     uint2 raw[kU];
     if (whole) {  // row k of the batch: 8 * kU * b + 8 * k rows below the warp's first
-      const int64_t e = (r0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, step = 8 * a.cols;
+      const int64_t e = (rs0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, step = 8 * a.cols;
 #pragma unroll
       for (int k = 0; k < kU; ++k) raw[k] = load_raw4_whole<S>(a.src, e + k * step);
     } else {
 #pragma unroll
       for (int k = 0; k < kU; ++k)
-        raw[k] = load_raw4<S>(a.src, a.rows, a.cols, a.vec_in, r0 + warp + 8 * (b * kU + k), c0 + 4 * lane);
+        raw[k] = load_raw4<S>(a.src, rlim, a.cols, a.vec_in, rs0 + warp + 8 * (b * kU + k), c0 + 4 * lane);
     }
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
@@ -1101,18 +1108,18 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
     const float mine = unit_max_from<S, kU>(mp, 0, kU / 2, k_of_t, b_of_t << lg_lpb);
     const BlockScale s = a.template scale_as<E>(mine, gs);
     {
-      const int64_t r = r0 + warp + 8 * (b * kU + k_of_t), kb = (c0 >> (lg_lpb + 2)) + b_of_t;
-      if (lane < kU * nb && (whole || (r < a.rows && kb * bk < a.cols)))
+      const int64_t r = rs0 + warp + 8 * (b * kU + k_of_t), kb = (c0 >> (lg_lpb + 2)) + b_of_t;
+      if (lane < kU * nb && (whole || (r < rlim && kb * bk < a.cols)))
         numerics::detail::store_scale(a.template layout_as<E, BK>(a.lr), a.scales_r, r, kb, s);
     }
     // Whole tiles: the lane's byte in the batch's first row, stepped by 8 rows.
-    uint8_t* const orow = whole ? out_at(a.out_r, (r0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, fp4) : nullptr;
+    uint8_t* const orow = whole ? out_at(a.out_r, (rs0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, fp4) : nullptr;
     const int64_t row8_bytes = fp4 ? 4 * a.cols : 8 * a.cols;
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
       const float m = __shfl_sync(0xFFFFFFFFu, s.multiplier, k * nb + (lane >> lg_lpb));
-      const int64_t r = r0 + warp + 8 * (b * kU + k);
-      if (!whole && r >= a.rows) continue;  // warp-uniform
+      const int64_t r = rs0 + warp + 8 * (b * kU + k);
+      if (!whole && r >= rlim) continue;  // warp-uniform
       const int64_t c = c0 + 4 * lane;
       float v[4];
 #pragma unroll
@@ -1340,6 +1347,52 @@ __device__ __forceinline__ void rc_nvfp4_tile(const TileArgs& a, uint32_t* tile,
   }
 }
 
+/// Grouped tokens: padded row r0 (a multiple of 128) lies in group g when P_g <= r0 < P_g + ceil(M_g,
+/// 128), P_g the sum of the padded sizes before it; its source rows are then S_g + (r0 - P_g) onwards
+/// (S_g: the sum of the sizes before g), at most 128 and at most M_g - (r0 - P_g) of them, and never
+/// past the source's rows. Rows in no group (the slack up to a.rows) have none: rs0 = rlim = 0. Warp 0
+/// scans the sizes 32 at a time (negative sizes count as 0); the block reads the result after a
+/// barrier.
+__device__ __forceinline__ void group_rows(const TileArgs& a, int64_t r0, int64_t& rs0, int64_t& rlim) {
+  __shared__ int64_t found[2];
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
+    int64_t p_base = 0, s_base = 0, first = 0, count = 0;
+    for (int64_t g0 = 0; g0 < a.groups; g0 += 32) {
+      const int64_t g = g0 + lane;
+      const int64_t m = g < a.groups ? max(a.group_sizes[g], int64_t(0)) : 0;
+      const int64_t p = (m + kTile - 1) / kTile * kTile;
+      int64_t ip = p, im = m;  // inclusive sums over the lanes
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const int64_t xp = __shfl_up_sync(0xFFFFFFFFu, ip, off), xm = __shfl_up_sync(0xFFFFFFFFu, im, off);
+        if (lane >= off) {
+          ip += xp;
+          im += xm;
+        }
+      }
+      const int64_t pstart = p_base + ip - p;
+      const unsigned hit = __ballot_sync(0xFFFFFFFFu, r0 >= pstart && r0 < pstart + p);
+      if (hit) {  // warp-uniform
+        const int src = __ffs(int(hit)) - 1;
+        first = __shfl_sync(0xFFFFFFFFu, s_base + im - m + (r0 - pstart), src);
+        count = __shfl_sync(0xFFFFFFFFu, m - (r0 - pstart), src);
+        break;
+      }
+      p_base += __shfl_sync(0xFFFFFFFFu, ip, 31);
+      s_base += __shfl_sync(0xFFFFFFFFu, im, 31);
+    }
+    if (lane == 0) {
+      count = max(int64_t(0), min(min(count, int64_t(kTile)), a.src_rows - first));
+      found[0] = count ? first : 0;
+      found[1] = count;
+    }
+  }
+  __syncthreads();
+  rs0 = found[0];
+  rlim = found[0] + found[1];
+}
+
 template <int S, int E, int BK>
 __global__ void __launch_bounds__(kQThreads, E == 2 ? 5 : 4) rc1d_kernel(TileArgs a) {
   a.publish_global();
@@ -1358,10 +1411,16 @@ __global__ void __launch_bounds__(kQThreads, E == 2 ? 5 : 4) rc1d_kernel(TileArg
       rc_nvfp4_tile<S>(a, tile, r0, c0);
       return;
     }
-    rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0);
+    rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0, r0, a.rows);
   } else {
-    if (whole) rc1d_tile<S, E, BK, true>(a, tile, cmax, cmult, r0, c0);  // block-uniform
-    else rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0);
+    int64_t rs0 = r0, rlim = a.rows;
+    bool full = whole;
+    if (a.group_sizes) {
+      group_rows(a, r0, rs0, rlim);
+      full = whole && rlim - rs0 == kTile;
+    }
+    if (full) rc1d_tile<S, E, BK, true>(a, tile, cmax, cmult, r0, c0, rs0, rlim);  // block-uniform
+    else rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0, rs0, rlim);
   }
 }
 
@@ -1629,22 +1688,18 @@ void launch_elem(int e, const TileArgs& a, const FastPlan& p, float* scratch, co
   else launch_all<S, 0>(a, p, scratch, src_amax, global_out, tiles, st);
 }
 
-/// The fast path; false when it does not apply (empty shapes), then the generic functors run.
-bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, float* scratch,
-              cudaStream_t st) {
-  const int64_t R = src.rows, C = src.cols;
-  if (R <= 0 || C <= 0) return false;
-  const int64_t tiles_r = layouts::ceil_div(R, kTile), tiles_c = layouts::ceil_div(C, kTile);
-  const int64_t tiles = tiles_r * tiles_c;
-  if (tiles > int64_t(0x7FFFFFFF)) return false;
+/// The kernels' arguments for a (src.rows, src.cols) source whose columnwise output has R rows (R =
+/// src.rows but for grouped tokens).
+TileArgs tile_args(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, int64_t R) {
+  const int64_t C = src.cols;
   TileArgs a{};
   a.src = src.data;
   a.rows = R;
   a.cols = C;
-  a.tiles_c = tiles_c;
+  a.tiles_c = layouts::ceil_div(C, kTile);
   a.rowwise = cfg.rowwise;
   a.columnwise = cfg.columnwise;
-  a.lr = rowwise_layout(cfg, R, C);
+  a.lr = rowwise_layout(cfg, src.rows, C);
   a.lc = columnwise_layout(cfg, R, C);
   a.scales_r = out.scales;
   a.scales_c = out.scales_t;
@@ -1664,6 +1719,38 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   a.vec_in = C % 4 == 0 && reinterpret_cast<uintptr_t>(src.data) % size_t(4 * esize) == 0;
   a.vec_out_r = C % 4 == 0 && reinterpret_cast<uintptr_t>(out.data) % 4 == 0;
   a.vec_out_c = R % 4 == 0 && reinterpret_cast<uintptr_t>(out.data_t) % 4 == 0;
+  return a;
+}
+
+template <int S, int E>
+void launch_grouped(const TileArgs& a, int64_t tiles, cudaStream_t st) {
+  if (a.bk == 32) rc1d_kernel<S, E, 32><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+  else rc1d_kernel<S, E, 128><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+  cuda_check(cudaGetLastError(), "quantizer kernel launch");
+}
+
+void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const int64_t* group_sizes, int64_t groups,
+                      int64_t padded_rows, const QuantizeOutputs& out, cudaStream_t st) {
+  const int64_t tiles = padded_rows / kTile * layouts::ceil_div(src.cols, kTile);
+  SCALEMM_EXPECTS(tiles <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize::quantize_grouped: matrix too large");
+  if (tiles == 0) return;
+  TileArgs a = tile_args(src, cfg, out, padded_rows);
+  a.group_sizes = group_sizes;
+  a.groups = groups;
+  a.src_rows = src.rows;
+  const bool e5m2 = a.elem == DType::kE5M2;
+  if (src.dtype == DType::kBF16) e5m2 ? launch_grouped<1, 1>(a, tiles, st) : launch_grouped<1, 0>(a, tiles, st);
+  else e5m2 ? launch_grouped<2, 1>(a, tiles, st) : launch_grouped<2, 0>(a, tiles, st);
+}
+
+/// The fast path; false when it does not apply (empty shapes), then the generic functors run.
+bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, float* scratch,
+              cudaStream_t st) {
+  const int64_t R = src.rows, C = src.cols;
+  if (R <= 0 || C <= 0) return false;
+  const int64_t tiles = layouts::ceil_div(R, kTile) * layouts::ceil_div(C, kTile);
+  if (tiles > int64_t(0x7FFFFFFF)) return false;
+  const TileArgs a = tile_args(src, cfg, out, R);
   const FastPlan p = plan_fast(src, cfg);
   const int e = a.elem == DType::kE2M1 ? 2 : a.elem == DType::kE5M2 ? 1 : 0;
   switch (src.dtype) {

@@ -27,6 +27,10 @@ FastPlan plan_fast(const SourceMatrix& src, const QuantizeConfig& cfg);
 bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, float* scratch,
               Stream st);
 
+/// quantize::quantize_grouped after validation: rc1d_kernel over the R padded rows.
+void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const int64_t* group_sizes, int64_t groups,
+                      int64_t padded_rows, const QuantizeOutputs& out, Stream st);
+
 /// out = dequantize(q) on the GPU, in f32, bf16 or f16.
 void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, Stream st);
 

@@ -30,6 +30,35 @@ size_t workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg);
 void quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, void* workspace,
               size_t workspace_bytes, Stream stream);
 
+/// Tokens of an MoE layer: a source of T rows whose G groups (experts) are consecutive row ranges
+/// of `sizes[g]` rows, the sizes in device memory (read when the kernel runs: no synchronisation,
+/// capturable in a CUDA graph).
+struct TokenGroups {
+  const int64_t* sizes = nullptr;  ///< G device int64 counts (negative counts are taken as 0)
+  int64_t groups = 0;              ///< G >= 1
+  int64_t padded_rows = 0;         ///< R: a multiple of 128, at least padded_token_rows(T, G)
+};
+
+/// The row count that holds T tokens in G groups with every group padded to a 128-row boundary,
+/// for any sizes that sum to T: ceil((T + 127 G) / 128) * 128.
+int64_t padded_token_rows(int64_t tokens, int64_t groups);
+
+/// Quantizes an expert layer's tokens (a device (T, C) bf16/f16 source, sorted by group) for its three
+/// grouped GEMMs in one read, without gathering them into an aligned copy first:
+///   rowwise (cfg.rowwise): (T, C) data with scales rowwise_layout(cfg, T, C), the m-grouped A of the
+///     forward and dgrad (any group sizes);
+///   columnwise (required): (C, R) data with scales columnwise_layout(cfg, R, C), group g's rows as
+///     columns P_g .. P_g + M_g - 1 where P_g = sum over h < g of ceil(M_h / 128) * 128, zero columns
+///     up to the next boundary and after the last group: the k-grouped operand of wgrad, whose blocks
+///     along the tokens never straddle two groups (run it with those padded sizes, the last one
+///     extended to R).
+/// The bytes equal quantize() of the source rowwise and quantize() of the (R, C) matrix holding the
+/// groups' rows at P_g (zero rows elsewhere) columnwise. 1D-block FP8 recipes along the tokens:
+/// block1x128 and mxfp8 (the 128-row boundaries are block boundaries of both). Sizes that sum to
+/// more than T, or padded sizes past R, lose the rows beyond; nothing outside the outputs is written.
+void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const TokenGroups& groups,
+                      const QuantizeOutputs& out, Stream stream);
+
 /// The values a device operand stands for, as a row-major (rows, k) matrix of out_dtype (f32, bf16, f16).
 void dequantize(const QuantizedTensor& t, void* out, DType out_dtype, Stream stream);
 

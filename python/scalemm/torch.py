@@ -949,71 +949,111 @@ def conversion_report(model: torch.nn.Module) -> ConversionReport:
 _EXPERT_RECIPES = {"blockwise": ("block1x128", "block128x128")}
 
 
-def _aligned_rows(sizes: torch.Tensor, tokens: int):
-    """Where each token row goes when every expert's rows start on a 128-row boundary, computed on the
-    device (no synchronisation, capturable): (dest (T,) int64, src (rows,) int64, pad (rows - T,) int64,
-    padded sizes (E,) int64, rows). The padded sizes are multiples of 128 that sum to `rows` =
-    ceil((T + 127 E) / 128) * 128, a bound known on the host; the slack goes to the last expert. Token
-    t lands on row dest[t]; row r holds token src[r], or padding (zero) for the rows listed in `pad`
-    (their src is 0). Aligned groups let the wgrad reduce over tokens in 1x128 blocks that never
-    straddle two experts (a k-grouped K_g must be a multiple of 128)."""
-    e = sizes.shape[0]
-    sizes = sizes.to(torch.int64)
-    rows = (tokens + 127 * e + 127) // 128 * 128
+def _padded_sizes(sizes: torch.Tensor, rows: int) -> torch.Tensor:
+    """Each expert's token count rounded up to 128 on the device (no synchronisation), the last one
+    extended so that they sum to `rows` (scalemm._scalemm.padded_token_rows: a bound for any sizes
+    that sum to T): the k-grouped sizes of the wgrad, whose 1x128 blocks along the tokens then never
+    straddle two experts."""
+    padded = (sizes + 127) // 128 * 128
+    padded[-1] += rows - padded.sum()
+    return padded
+
+
+def _tokens_padded(x: torch.Tensor, sizes: torch.Tensor, rows: int) -> torch.Tensor:
+    """x's rows with each expert's starting on a 128-row boundary and zero rows in between: (rows, K),
+    computed with torch ops on the device (the reference for quantize_grouped's columnwise output)."""
+    e, tokens = sizes.shape[0], x.shape[0]
     padded = (sizes + 127) // 128 * 128
     ends, pends = torch.cumsum(sizes, 0), torch.cumsum(padded, 0)
-    starts = pends - padded  # each expert's first row
-    tok = torch.arange(tokens, device=sizes.device)
+    tok = torch.arange(tokens, device=x.device)
     expert = torch.searchsorted(ends, tok, right=True).clamp_(max=e - 1)
-    dest = starts[expert] + tok - (ends - sizes)[expert]
-    padded[-1] += rows - pends[-1]
-    # Padding rows, expert by expert: [start + size, start + padded size).
-    gaps = padded - sizes
-    gap_ends = torch.cumsum(gaps, 0)
-    j = torch.arange(rows - tokens, device=sizes.device)
-    owner = torch.searchsorted(gap_ends, j, right=True).clamp_(max=e - 1)
-    pad = (starts + sizes)[owner] + j - (gap_ends - gaps)[owner]
-    src = torch.zeros(rows, dtype=torch.int64, device=sizes.device).index_copy_(0, dest, tok)
-    return dest, src, pad, padded, rows
+    dest = (pends - padded)[expert] + tok - (ends - sizes)[expert]
+    return x.new_zeros((rows, x.shape[1])).index_copy_(0, dest, x)
 
 
-def _scatter_rows(x: torch.Tensor, src: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-    """x's rows at their aligned places, zero rows between experts: a row gather and a fill of the
-    padding rows (torch's row scatter, index_copy_, ran at about 250 GB/s here)."""
-    if x.shape[0] == 0:
-        return x.new_zeros((src.shape[0], x.shape[1]))
-    out = x.index_select(0, src)
-    return out.index_fill_(0, pad, 0) if pad.numel() else out
+@torch.library.custom_op("scalemm::quantize_grouped", mutates_args=())
+def _quantize_grouped_op(x: torch.Tensor, sizes: torch.Tensor, rows: int, recipe: str, dtype: str,
+                         scale_format: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MoE tokens x (T, K) sorted by expert, `sizes` the experts' int64 counts on x's device: x rowwise
+    (T, K) and x^T columnwise (K, rows) with every expert's tokens from a 128-column boundary (zeros
+    in between and after the last), from one read of x (scalemm::quantize::quantize_grouped) for
+    bf16/f16 CUDA tensors; other tensors through torch ops and quantize, with the same bytes."""
+    if x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and x.is_contiguous():
+        return _quantize_grouped_cuda(x, sizes, rows, recipe, dtype, scale_format)
+    xq, xs = _quantize_op(x, recipe, dtype, scale_format, False)[:2]
+    xtq, xts = _quantize_op(_tokens_padded(x, sizes, rows), recipe, dtype, scale_format, True)[2:]
+    return xq, xs, xtq, xts
+
+
+@_quantize_grouped_op.register_fake
+def _(x, sizes, rows, recipe, dtype, scale_format):
+    r = _core.recipe_code(recipe, "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    tokens, k = x.shape
+    dt = torch_dtype(_core.DATA_DTYPES[dtype])
+    st_ = torch_dtype(_core.scale_dtype_name(r))
+    return (x.new_empty((tokens, k), dtype=dt), x.new_empty(_core.scale_shape(r, tokens, k, fmt), dtype=st_),
+            x.new_empty((k, rows), dtype=dt), x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st_))
+
+
+def _quantize_grouped_cuda(x, sizes, rows, recipe, dtype, scale_format):
+    from ._arrays import DTYPE_CODE
+
+    if sizes.dtype != torch.int64 or sizes.device != x.device or not sizes.is_contiguous() or sizes.dim() != 1:
+        raise _core.invalid("sizes", "the experts' token counts for the device kernel",
+                            f"a contiguous 1-D int64 tensor on {x.device}",
+                            f"{sizes.dtype} {tuple(sizes.shape)} on {sizes.device}")
+    r = _core.recipe_code(recipe, "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    tokens, k = x.shape
+    dt = torch_dtype(_core.DATA_DTYPES[dtype])
+    st_ = torch_dtype(_core.scale_dtype_name(r))
+    xq = torch.empty((tokens, k), dtype=dt, device=x.device)
+    xs = torch.empty(_core.scale_shape(r, tokens, k, fmt), dtype=st_, device=x.device)
+    xtq = torch.empty((k, rows), dtype=dt, device=x.device)
+    xts = torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device)
+    _C.quantize_grouped(x.data_ptr(), DTYPE_CODE[_name(x.dtype)], tokens, k, r, DTYPE_CODE[dtype], fmt,
+                        sizes.data_ptr(), sizes.shape[0], rows, xq.data_ptr(), xs.data_ptr(), xtq.data_ptr(),
+                        xts.data_ptr(), _stream(x.device.index))
+    return xq, xs, xtq, xts
+
+
+def _quantize_tokens(x: torch.Tensor, sizes: torch.Tensor, rows: int, recipe: str):
+    """The experts' quantization of x: (x rowwise, x^T in the aligned k-grouped layout), eager calls
+    straight to the kernel, traced ones through the op."""
+    x = x.contiguous()
+    if _direct(x) and x.dtype in (torch.bfloat16, torch.float16):
+        return _quantize_grouped_cuda(x, sizes, rows, recipe, "e4m3", "compact")
+    return torch.ops.scalemm.quantize_grouped(x, sizes, rows, recipe, "e4m3", "compact")
 
 
 class _GroupedExpertsFn(torch.autograd.Function):
-    """Y_e = X_e W_e^T for every expert e in FP8 on 128-row-aligned token groups:
+    """Y_e = X_e W_e^T for every expert e in FP8, tokens as given (sorted by expert, any counts):
     forward  m-grouped   Y  (T, N) = X (act, along K)  . W_e (weight block, along K)
     dgrad    m-grouped   dX (T, K) = dY (act, along N) . W_e^T (the exact transpose of W_e's blocks)
     wgrad    k-grouped   dW_e (N, K) = dY_e^T (act, along tokens) . X_e^T (act, along tokens)
+    X^T and dY^T are written with every expert's tokens from a 128-column boundary (zeros between),
+    so that wgrad's 1x128 blocks along the tokens stay inside one expert; X and dY stay as they are.
     """
 
     @staticmethod
-    def forward(ctx, x, weight, dest, src, pad, padded, rows, act, wgt):
+    def forward(ctx, x, weight, sizes, padded, rows, act, wgt):
         k = x.shape[1]
         e, n, _ = weight.shape
-        xp = _scatter_rows(x, src, pad)
-        xq, xs, xtq, xts = quantize(xp, act, columnwise=True)
+        xq, xs, xtq, xts = _quantize_tokens(x, sizes, rows, act)
         wq, ws = quantize(weight.reshape(e * n, k), wgt)
         wq, ws = wq.view(e, n, k), ws.view(e, n // 128, k // 128)
         od = _name(x.dtype if x.dtype in _NAMES else torch.bfloat16)
-        yp = scaled_grouped_mm(xq, wq, xs, ws, padded, recipe_a=act, recipe_b=wgt, out_dtype=od)
-        ctx.save_for_backward(xtq, xts, wq, ws, dest, src, pad, padded)
+        y = scaled_grouped_mm(xq, wq, xs, ws, sizes, recipe_a=act, recipe_b=wgt, out_dtype=od)
+        ctx.save_for_backward(xtq, xts, wq, ws, sizes, padded)
         ctx.meta = (rows, act, wgt, x.dtype, weight.dtype)
-        return yp.index_select(0, dest)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
-        xtq, xts, wq, ws, dest, src, pad, padded = ctx.saved_tensors
+        xtq, xts, wq, ws, sizes, padded = ctx.saved_tensors
         rows, act, wgt, x_dtype, w_dtype = ctx.meta
-        dyp = _scatter_rows(dy, src, pad)
-        dyq, dys, dytq, dyts = quantize(dyp, act, columnwise=True)
-        del dyp  # the padded bf16 copy: only its FP8 copies are read from here on
+        dyq, dys, dytq, dyts = _quantize_tokens(dy, sizes, rows, act)
         dx = dw = None
         # wgrad first, so that dY^T's FP8 copy is freed before dgrad allocates its outputs (as in
         # _ScaledLinearFn: the same GEMMs on the same bytes, a lower peak).
@@ -1025,10 +1065,9 @@ class _GroupedExpertsFn(torch.autograd.Function):
                 dw = dw.to(w_dtype)
         del dytq, dyts
         if ctx.needs_input_grad[0]:
-            dxp = scaled_grouped_mm(dyq, _transpose_fp8(wq), dys, ws.transpose(1, 2).contiguous(), padded,
-                                    recipe_a=act, recipe_b=wgt, out_dtype=_name(x_dtype))
-            dx = dxp.index_select(0, dest)
-        return dx, dw, None, None, None, None, None, None, None
+            dx = scaled_grouped_mm(dyq, _transpose_fp8(wq), dys, ws.transpose(1, 2).contiguous(), sizes,
+                                   recipe_a=act, recipe_b=wgt, out_dtype=_name(x_dtype))
+        return dx, dw, None, None, None, None, None
 
 
 class Float8GroupedExperts(torch.nn.Module):
@@ -1039,8 +1078,10 @@ class Float8GroupedExperts(torch.nn.Module):
     scaled_grouped_mm; experts with no tokens get zero weight gradients.
 
     recipe "blockwise": 1x128 activations and gradients, 128x128 weights (DeepSeek-V3); in_features and
-    out_features multiples of 128. Tokens are laid out 128-row-aligned per expert on the device for the
-    three GEMMs (zero rows in between), so that wgrad's 1x128 blocks along tokens stay inside one expert.
+    out_features multiples of 128. Forward and dgrad run on the tokens as given; for wgrad, x^T and dy^T
+    are quantized with every expert's tokens from a 128-column boundary (zeros in between, written by
+    the quantizer from one read of the tokens), so that its 1x128 blocks along the tokens stay inside
+    one expert.
     """
 
     def __init__(self, num_experts: int, in_features: int, out_features: int, *, recipe: str = "blockwise",
@@ -1076,7 +1117,9 @@ class Float8GroupedExperts(torch.nn.Module):
             raise _core.invalid("group_sizes", "one token count per expert", f"{self.num_experts} counts",
                                 f"shape {tuple(sizes.shape)}")
         act, wgt = _EXPERT_RECIPES[self.recipe]
-        return _GroupedExpertsFn.apply(x, self.weight, *_aligned_rows(sizes, x.shape[0]), act, wgt)
+        sizes = sizes.to(torch.int64)
+        rows = _C.padded_token_rows(x.shape[0], self.num_experts)
+        return _GroupedExpertsFn.apply(x, self.weight, sizes, _padded_sizes(sizes, rows), rows, act, wgt)
 
     def extra_repr(self):
         return (f"num_experts={self.num_experts}, in_features={self.in_features}, "

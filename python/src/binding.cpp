@@ -557,6 +557,22 @@ NB_MODULE(_scalemm, m) {
      nb::arg("format"), nb::arg("data"), nb::arg("scales"), nb::arg("data_t"), nb::arg("scales_t"), nb::arg("global_out"),
      nb::arg("space"), nb::arg("stream"), nb::arg("workspace") = 0, nb::arg("workspace_bytes") = 0);
 
+  // MoE tokens (rows, cols) sorted by group, device sizes: rowwise (data may be 0: skipped) and
+  // columnwise into the 128-row-aligned k-grouped layout of padded_rows (quantize::quantize_grouped).
+  m.def("quantize_grouped", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe, int data_dtype,
+                               int format, uintptr_t sizes, int64_t groups, int64_t padded_rows, uintptr_t data,
+                               uintptr_t scales, uintptr_t data_t, uintptr_t scales_t, uintptr_t stream) {
+    emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
+    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
+    cfg.rowwise = data != 0;
+    cfg.columnwise = true;
+    const scalemm::quantize::TokenGroups g{static_cast<const int64_t*>(ptr(sizes)), groups, padded_rows};
+    scalemm::quantize::quantize_grouped(s, cfg, g, emulation::QuantizeOutputs{ptr(data), ptr(scales), ptr(data_t),
+                                                                             ptr(scales_t), nullptr},
+                                        stream_of(stream));
+  });
+  m.def("padded_token_rows", &scalemm::quantize::padded_token_rows);
+
   // Dequantizes a K-contiguous operand (rows, k) to f32/bf16/f16. global_ptr: NVFP4 decode scale
   // (one f32 in the same memory space) or 0.
   m.def("dequantize", [](uintptr_t data, int dtype, int recipe, int64_t rows, int64_t k, uintptr_t scales,

@@ -624,3 +624,115 @@ TEST_CASE("The dequantization kernel's FP8 pair decoder equals the formats decod
     CHECK(bad == 0);
   }
 }
+
+namespace {
+
+/// quantize_grouped against its definition: quantize_host of the tokens rowwise, and of the (R, C)
+/// matrix holding every group's rows from a 128-row boundary (zero rows elsewhere) columnwise.
+void check_grouped_tokens(const std::vector<int64_t>& sizes, int64_t T, int64_t C, int64_t extra_rows, Recipe r,
+                          ScaleFormat f, DType src_dtype, DType fp8, bool rowwise) {
+  const int64_t G = int64_t(sizes.size());
+  const int64_t R = scalemm::quantize::padded_token_rows(T, G) + extra_rows;
+  auto g = scalemm::testing::rng(911 + uint64_t(T * 131 + C + G));
+  const auto xn = wide(g, T * C);
+  std::vector<uint16_t> x(size_t(T * C)), xp(size_t(R * C), 0);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = src_dtype == DType::kBF16 ? fmt::encode_bf16(xn[i])
+                                     : fmt::encode_f16(std::isfinite(xn[i]) ? std::max(-60000.0f, std::min(60000.0f, xn[i])) : 0.5f);
+  // The definition: group g's rows at P_g (sizes past T lose their rows beyond T; negative sizes are 0).
+  int64_t s0 = 0, p0 = 0;
+  for (int64_t m : sizes) {
+    m = std::max<int64_t>(m, 0);
+    for (int64_t i = 0; i < m && s0 + i < T && p0 + i < R; ++i)
+      std::memcpy(&xp[size_t((p0 + i) * C)], &x[size_t((s0 + i) * C)], size_t(C) * 2);
+    s0 += m;
+    p0 += (m + 127) / 128 * 128;
+  }
+  const auto cfg = make_cfg(r, f, rowwise, true, ScaleMode::kDefault, fp8);
+  auto cfg_r = cfg, cfg_c = cfg;
+  cfg_r.columnwise = false;
+  cfg_c.rowwise = false;
+  HostQuant hr;
+  if (rowwise) hr = quantize_h(reinterpret_cast<const float*>(x.data()), T, C, cfg_r, 0xA5, src_dtype);
+  const auto hc = quantize_h(reinterpret_cast<const float*>(xp.data()), R, C, cfg_c, 0xA5, src_dtype);
+
+  DevBuf dx(x.empty() ? std::vector<uint16_t>{0} : x), dsz(sizes);
+  DevBuf d(size_t(std::max<int64_t>(data_bytes(cfg, T, C), 1)), 0xEE);
+  DevBuf s(size_t(std::max<int64_t>(rowwise_layout(cfg, T, C).bytes(), 1)), 0xA5);
+  DevBuf dt(size_t(data_bytes(cfg, R, C)), 0xEE), st(size_t(columnwise_layout(cfg, R, C).bytes()), 0xA5);
+  const QuantizeOutputs o{rowwise ? d.p : nullptr, rowwise ? s.p : nullptr, dt.p, st.p, nullptr};
+  scalemm::quantize::quantize_grouped(SourceMatrix{dx.p, src_dtype, T, C}, cfg, {dsz.as<int64_t>(), G, R}, o, nullptr);
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  if (rowwise && T > 0) {
+    auto dd = d.download(), ss = s.download();
+    dd.resize(hr.data.size());
+    ss.resize(hr.scales.size());
+    expect_same_bytes(dd, hr.data, 1, "rowwise data", "");
+    expect_same_bytes(ss, hr.scales, 1, "rowwise scales", "");
+  }
+  expect_same_bytes(dt.download(), hc.data_t, 1, "columnwise data", "");
+  expect_same_bytes(st.download(), hc.scales_t, 1, "columnwise scales", "");
+}
+
+}  // namespace
+
+TEST_CASE("Grouped tokens quantize to the tokens rowwise and the 128-row-aligned groups columnwise", "[emulation][gpu]") {
+  // Groups that end inside a tile, on a tile boundary, one row past it, empty groups (first, middle,
+  // last), a single group; K with a tail block and K % 4 = 2 (scalar paths); slack rows after the
+  // last group; sizes summing past T (rows beyond T dropped) and a negative size (taken as 0).
+  struct Case {
+    std::vector<int64_t> sizes;
+    int64_t T, C, extra;
+  };
+  const Case cases[] = {{{300, 0, 17, 1, 128, 250, 0, 64}, 760, 256, 0},
+                        {{0, 0, 0, 5}, 5, 384, 128},
+                        {{129}, 129, 200, 0},
+                        {{128, 256}, 384, 130, 256},
+                        {{0}, 0, 256, 0},
+                        {{100, 100}, 150, 256, 0},
+                        {{-3, 40, 7}, 47, 128, 0}};
+  for (const auto& c : cases)
+    for (Recipe r : {Recipe::kBlock1x128, Recipe::kMxfp8})
+      for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+        for (DType sd : {DType::kBF16, DType::kF16}) {
+          const DType fp8 = sd == DType::kF16 ? DType::kE5M2 : DType::kE4M3;
+          for (bool rowwise : {true, false}) {
+            std::string sz;
+            for (int64_t m : c.sizes) sz += std::to_string(m) + " ";
+            INFO(recipe_name(r) << " " << format_name(f) << " src " << to_string(sd) << " sizes " << sz << "T " << c.T
+                                << " C " << c.C << " extra " << c.extra << (rowwise ? " row+col" : " col"));
+            check_grouped_tokens(c.sizes, c.T, c.C, c.extra, r, f, sd, fp8, rowwise);
+          }
+        }
+}
+
+TEST_CASE("quantize_grouped names what is wrong before anything runs", "[emulation][quantize]") {
+  using scalemm::quantize::quantize_grouped;
+  using scalemm::quantize::TokenGroups;
+  uint16_t src[256] = {};
+  uint8_t data[256], scales[64], data_t[256 * 2], scales_t[64];
+  const int64_t sizes[1] = {1};  // never read: every call below is refused first
+  const QuantizeOutputs o{data, scales, data_t, scales_t, nullptr};
+  const SourceMatrix x{src, DType::kBF16, 1, 128};
+  const auto expect = [&](const SourceMatrix& s, const QuantizeConfig& cfg, const TokenGroups& g, const char* what) {
+    try {
+      quantize_grouped(s, cfg, g, o, nullptr);
+      FAIL("accepted; expected an error naming " << what);
+    } catch (const scalemm::Error& e) {
+      CAPTURE(e.what());
+      CHECK(e.code() == scalemm::StatusCode::kInvalidArgument);
+      CHECK(std::string(e.what()).find(what) != std::string::npos);
+    }
+  };
+  const auto ok = make_cfg(Recipe::kBlock1x128, ScaleFormat::kCompact, true, true);
+  expect(x, make_cfg(Recipe::kBlock128x128, ScaleFormat::kCompact, true, true), {sizes, 1, 128}, "cfg.recipe");
+  expect(SourceMatrix{src, DType::kF32, 1, 128}, ok, {sizes, 1, 128}, "src.dtype");
+  expect(x, make_cfg(Recipe::kBlock1x128, ScaleFormat::kCompact, true, false), {sizes, 1, 128}, "cfg.columnwise");
+  expect(x, ok, {nullptr, 1, 128}, "groups");
+  expect(x, ok, {sizes, 0, 128}, "groups");
+  expect(x, ok, {sizes, 2, 128}, "groups.padded_rows");  // 1 token in 2 groups needs 256 rows
+  expect(x, ok, {sizes, 1, 200}, "groups.padded_rows");
+  CHECK(scalemm::quantize::padded_token_rows(1, 2) == 256);
+  CHECK(scalemm::quantize::padded_token_rows(0, 1) == 128);
+  CHECK(scalemm::quantize::padded_token_rows(32768, 16) == 34816);
+}
