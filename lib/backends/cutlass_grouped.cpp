@@ -52,7 +52,6 @@ class CutlassGrouped final : public GroupedBackendImpl {
   std::string explain(Handle&, const GroupedGemmArgs& a, const std::string&) const override {
     std::string s = "CUTLASS grouped backend: " + cutlass_grouped::describe(a);
     if (a.graph_replay) s += " (graph_replay has no effect: the call is one launch already)";
-    if (a.fast_accum) s += "; accumulates exactly (fast_accum applies to the per-group backend's cuBLASLt calls)";
     return s;
   }
 };

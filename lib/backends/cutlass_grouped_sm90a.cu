@@ -118,24 +118,32 @@ using RowwiseEpilogue = cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
     cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, rowwise_tree::Tree>::CollectiveOp;
-struct Rowwise {
-  static constexpr bool kBlockwise = false;
-  using ElementA = cutlass_grouped::ElementA;
-  using ElementB = cutlass_grouped::ElementB;
-  using ElementD = cutlass_grouped::ElementD;
-  using LayoutSFA = int32_t;  // no scale grids: the per-group arrays keep their slots unused
-  using LayoutSFB = int32_t;
-  using Mainloop = cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignAB, ElementB, LayoutB*, kAlignAB,
-      float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(RowwiseEpilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, RowwiseEpilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-  using StrideA = GemmKernel::InternalStrideA;
-  using StrideB = GemmKernel::InternalStrideB;
-  using StrideD = GemmKernel::InternalStrideD;
-};
+// Two mainloops: exact (promotion every 4 MMAs) and, for fast_accum, CUTLASS's FP8 fast-accumulation
+// schedule (the tensor cores' own accumulator over all of K, as cuBLASLt's FAST_ACCUM and torch's
+// use_fast_accum=True grouped kernel).
+#define SCALEMM_CUTLASS_ROWWISE_CONFIG(NAME, SCHEDULE)                                                           \
+  struct NAME {                                                                                                 \
+    static constexpr bool kBlockwise = false;                                                                   \
+    using ElementA = cutlass_grouped::ElementA;                                                                 \
+    using ElementB = cutlass_grouped::ElementB;                                                                 \
+    using ElementD = cutlass_grouped::ElementD;                                                                 \
+    using LayoutSFA = int32_t; /* no scale grids: the per-group arrays keep their slots unused */               \
+    using LayoutSFB = int32_t;                                                                                  \
+    using Mainloop = cutlass::gemm::collective::CollectiveBuilder<                                              \
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignAB, ElementB, LayoutB*,  \
+        kAlignAB, float, TileShape, ClusterShape,                                                               \
+        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(                                     \
+            sizeof(RowwiseEpilogue::SharedStorage))>,                                                           \
+        SCHEDULE>::CollectiveOp;                                                                                \
+    using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, RowwiseEpilogue>;           \
+    using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;                                       \
+    using StrideA = GemmKernel::InternalStrideA;                                                                \
+    using StrideB = GemmKernel::InternalStrideB;                                                                \
+    using StrideD = GemmKernel::InternalStrideD;                                                                \
+  }
+SCALEMM_CUTLASS_ROWWISE_CONFIG(Rowwise, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative);
+SCALEMM_CUTLASS_ROWWISE_CONFIG(RowwiseFastAccum, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum);
+#undef SCALEMM_CUTLASS_ROWWISE_CONFIG
 
 // The per-group argument arrays, carved from the workspace in this order (each 256-byte aligned),
 // then the k-grouped transposed scales and the kernel's own workspace.
@@ -537,6 +545,10 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
 }
 
 size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) {
+  if (rowwise(a) && a.fast_accum) {
+    Arrays<RowwiseFastAccum> arr{};
+    return carve<RowwiseFastAccum>(a, arr, nullptr);
+  }
   if (rowwise(a)) {
     Arrays<Rowwise> arr{};
     return carve<Rowwise>(a, arr, nullptr);
@@ -554,7 +566,8 @@ size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t bytes, uint64_t generation) {
-  if (rowwise(a)) run_with<Rowwise>(a, stream, workspace, bytes, generation);
+  if (rowwise(a) && a.fast_accum) run_with<RowwiseFastAccum>(a, stream, workspace, bytes, generation);
+  else if (rowwise(a)) run_with<Rowwise>(a, stream, workspace, bytes, generation);
   else if (a.group_dim == GroupDim::kK) run_with<KGrouped1>(a, stream, workspace, bytes, generation);
   else if (gran_n(a) == 128) run_with<MGrouped128>(a, stream, workspace, bytes, generation);
   else run_with<MGrouped1>(a, stream, workspace, bytes, generation);
@@ -567,7 +580,9 @@ std::string describe(const GroupedGemmArgs& a) {
                     : std::string("blockwise 1x128 x ") + (gran_n(a) == 128 ? "128x128" : "1x128"))
      << ", 128x128x128 tiles, 1x2 clusters, cooperative; shapes and pointers built on the device from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; "
-     << (rowwise(a)                    ? "row and column scales applied in the epilogue, read in place"
+     << (rowwise(a) ? std::string("row and column scales applied in the epilogue, read in place") +
+                          (a.fast_accum ? "; fast accumulation (no promotion of the tensor cores' partial sums)"
+                                        : "; exact accumulation (fp32 promotion every 4 MMAs)")
          : a.group_dim == GroupDim::kK ? "scales transposed to M/N-major in one launch"
                                        : "compact scales read in place");
   return os.str();

@@ -523,6 +523,55 @@ TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 
   }
 }
 
+TEST_CASE("the CUTLASS rowwise grouped kernel with fast_accum stays within bf16 rounding of the exact product",
+          "[gpu][dispatch][grouped][cutlass]") {
+  // fast_accum runs the fast-accumulation mainloop (no promotion of the tensor cores' partial sums):
+  // not bit-exact by contract, so each element is held to twice bf16's rounding of the exact product
+  // (plus 2^-20 of the largest, for sums that cancel) on m- and k-grouped calls with K and N tails,
+  // empty groups and G = 64.
+  auto rng = scalemm::testing::rng(0x6C1);
+  Handle h;
+  std::vector<int64_t> decode(64, 8);
+  decode[3] = 0, decode[17] = 1;
+  struct Case {
+    GroupDim dim;
+    std::vector<int64_t> sizes;
+    int64_t m_or_k, n;
+  };
+  const Case cases[] = {{GroupDim::kM, {7, 0, 1, 129}, 704, 264},
+                        {GroupDim::kM, decode, 2048, 384},
+                        {GroupDim::kK, {128, 0, 384}, 136, 256},
+                        {GroupDim::kK, {48, 0, 16, 80}, 7, 264}};
+  for (const Case& c : cases) {
+    const auto in = scalemm::testing::make_grouped(c.dim, Recipe::kRowwise, Recipe::kRowwise, ScaleFormat::kCompact,
+                                                   ScaleFormat::kCompact, c.sizes, c.m_or_k, c.n, rng);
+    DeviceGrouped dg(in);
+    Dev d(in.expected.size() * 2);
+    SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, d.bytes));
+    GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
+    ga.backend = GroupedBackend::kCutlass;
+    ga.fast_accum = true;
+    CAPTURE(to_string(c.dim), c.sizes.size(), in.m, in.n, in.k);
+    CHECK(h.explain(ga).find("fast accumulation") != std::string::npos);
+    h.grouped_gemm(ga);
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> got(in.expected.size());
+    SCALEMM_CUDA_CHECK(cudaMemcpy(got.data(), d.p, got.size() * 2, cudaMemcpyDeviceToHost));
+    double top = 0.0;
+    for (double e : in.expected) top = std::max(top, std::fabs(e));
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double g = formats::decode_bf16(got[i]), e = in.expected[i];
+      if (!(std::fabs(g - e) <= std::ldexp(std::fabs(e), -7) + std::ldexp(top, -20))) {
+        if (first < 0) first = int64_t(i);
+        ++bad;
+      }
+    }
+    CAPTURE(first, top);
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("auto leaves large even groups with host sizes to the per-group backend; asking for the kernel still gets it",
           "[gpu][dispatch][grouped][cutlass]") {
   auto rng = scalemm::testing::rng(0x6C4);
