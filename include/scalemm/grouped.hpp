@@ -70,7 +70,8 @@ struct GroupedGemmArgs {
   MemorySpace space = MemorySpace::kDevice;
   GroupedBackend backend = GroupedBackend::kAuto;
   /// GemmArgs::fast_accum for every group (tensorwise and rowwise): the per-group backend's cuBLASLt
-  /// calls take it; the CUTLASS grouped kernel accumulates exactly, as explain() says.
+  /// calls take it, and the CUTLASS rowwise kernel runs its fast-accumulation mainloop (explain() says
+  /// which accumulation a call gets).
   bool fast_accum = false;
   /// Per-group backend: capture the whole call (its scale conversions, the fork, every group's
   /// launches, the join) as a CUDA graph the first time, and replay it while the call repeats

@@ -443,8 +443,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     each group runs the dense planner (`backend` forces it as in scaled_mm), so a group's rows are
     bit-identical to scaled_mm on that group. "cutlass" or "per-group" insist (UnsupportedError when
     the chosen one cannot run the call).
-    fast_accum: as for scaled_mm, taken by the per-group backend's cuBLASLt calls (the CUTLASS kernel
-    accumulates exactly).
+    fast_accum: as for scaled_mm (rowwise on the CUTLASS kernel: its fast-accumulation mainloop; on the
+    per-group backend: cuBLASLt's FAST_ACCUM).
     """
     fast_accum = flag(fast_accum, "fast_accum")
     return scaled_grouped_mm_impl(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype,

@@ -106,3 +106,30 @@ def test_cuda_graph_capture_with_device_sizes():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, layer(x, split)), split
+
+
+@needs_gpu
+def test_token_quantization_equals_quantizing_the_aligned_copy():
+    """The experts' one-read quantization of the tokens (x rowwise; x^T with every expert from a
+    128-column boundary) has the bytes of quantize() on x and on the 128-row-aligned copy of x, on the
+    GPU kernel and through the op's torch path on the host."""
+    g = torch.Generator().manual_seed(seed("token quantization"))
+    sizes = [300, 0, 17, 1, 128, 250, 0, 64]
+    t, k = sum(sizes), 384
+    x = torch.randn(t, k, generator=g).to(torch.bfloat16).cuda()
+    sz = torch.tensor(sizes, dtype=torch.int64, device="cuda")
+    rows = st._C.padded_token_rows(t, len(sizes)) + 128  # slack after the last expert stays zero
+    got = st._quantize_grouped_cuda(x, sz, rows, "block1x128", "e4m3", "compact")
+    xq, xs = st.quantize(x, "block1x128")
+    _, _, xtq, xts = st.quantize(st._tokens_padded(x, sz, rows), "block1x128", columnwise=True)
+    host = torch.ops.scalemm.quantize_grouped(x.cpu(), sz.cpu(), rows, "block1x128", "e4m3", "compact")
+    for name, a, b, h in zip(("data", "scales", "data_t", "scales_t"), got, (xq, xs, xtq, xts), host):
+        assert a.shape == b.shape == h.shape, name
+        assert torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
+                           b.view(torch.uint8) if b.element_size() == 1 else b), name
+        assert torch.equal(a.cpu().view(torch.uint8) if a.element_size() == 1 else a.cpu(),
+                           h.view(torch.uint8) if h.element_size() == 1 else h), name
+    with pytest.raises(scalemm.InvalidArgumentError, match="sizes"):
+        st._quantize_grouped_cuda(x, sz.to(torch.int32), rows, "block1x128", "e4m3", "compact")
+    with pytest.raises(scalemm.InvalidArgumentError, match="padded_rows"):
+        st._quantize_grouped_cuda(x, sz, rows - 256, "block1x128", "e4m3", "compact")
