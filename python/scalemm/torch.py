@@ -1118,7 +1118,8 @@ class Float8GroupedExperts(torch.nn.Module):
                                 f"shape {tuple(sizes.shape)}")
         act, wgt = _EXPERT_RECIPES[self.recipe]
         sizes = sizes.to(torch.int64)
-        rows = _C.padded_token_rows(x.shape[0], self.num_experts)
+        # scalemm::quantize::padded_token_rows, in Python so that a traced (symbolic) token count passes.
+        rows = (x.shape[0] + 127 * self.num_experts + 127) // 128 * 128
         return _GroupedExpertsFn.apply(x, self.weight, sizes, _padded_sizes(sizes, rows), rows, act, wgt)
 
     def extra_repr(self):

@@ -119,6 +119,7 @@ def test_token_quantization_equals_quantizing_the_aligned_copy():
     x = torch.randn(t, k, generator=g).to(torch.bfloat16).cuda()
     sz = torch.tensor(sizes, dtype=torch.int64, device="cuda")
     rows = st._C.padded_token_rows(t, len(sizes)) + 128  # slack after the last expert stays zero
+    assert rows - 128 == (t + 127 * len(sizes) + 127) // 128 * 128  # the layer's own formula
     got = st._quantize_grouped_cuda(x, sz, rows, "block1x128", "e4m3", "compact")
     xq, xs = st.quantize(x, "block1x128")
     _, _, xtq, xts = st.quantize(st._tokens_padded(x, sz, rows), "block1x128", columnwise=True)
