@@ -442,6 +442,27 @@ def _transpose_2d(t: torch.Tensor) -> torch.Tensor:
     return _transpose_fp8(t) if t.element_size() == 1 else t.t().contiguous()
 
 
+def _release(ctx, *tensors):
+    """Frees FP8 copies saved for backward once their last GEMM has run: saved tensors otherwise live
+    until backward returns, beside the gradients it allocates next. Eager CUDA tensors only (a traced
+    graph plans its own buffers); the ctx remembers it, so a second backward through the same graph
+    stops with a named error instead of reading freed memory."""
+    if ctx.keep_saved or _is_compiling() or _dispatch_modes():
+        return
+    for t in tensors:
+        if type(t) is torch.Tensor and t.is_cuda:
+            t.data = torch.empty(0, dtype=t.dtype, device=t.device)
+            ctx.released = True
+
+
+def _check_not_released(ctx, layer: str):
+    if getattr(ctx, "released", False):
+        raise RuntimeError(
+            f"{layer}: backward ran a second time through the same graph (retain_graph=True), but the FP8 "
+            "copies saved by the forward were freed after the first backward used them. Set keep_saved = True "
+            "on the layer to keep them until the graph is freed (a higher peak), or run the forward again.")
+
+
 # ---- linear layers ----------------------------------------------------------------------------------------
 
 # The recipes a layer runs: (activations and gradients, weights). Rowwise and tensorwise run the
@@ -466,7 +487,7 @@ class _ScaledLinearFn(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, act, wgt, wq, fmt, fast_accum):
+    def forward(ctx, x, weight, bias, act, wgt, wq, fmt, fast_accum, keep_saved=False):
         k = x.shape[-1]
         x2 = x.reshape(-1, k)
         if not x2.is_contiguous():
@@ -481,12 +502,14 @@ class _ScaledLinearFn(torch.autograd.Function):
         if bias is not None:
             y = y + bias.to(y.dtype)
         ctx.save_for_backward(xtq, xts, weight)
+        ctx.keep_saved = keep_saved
         ctx.recipes = (act, wgt, fmt)
         ctx.shapes = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
+        _check_not_released(ctx, "Float8Linear")
         xtq, xts, weight = ctx.saved_tensors
         act, wgt, fmt = ctx.recipes
         x_shape, x_dtype, w_dtype, bias_dtype = ctx.shapes
@@ -505,6 +528,7 @@ class _ScaledLinearFn(torch.autograd.Function):
             if dw.dtype != w_dtype:
                 dw = dw.to(w_dtype)
         del dytq, dyts
+        _release(ctx, xtq, xts)  # X^T's last use: not held while dX is allocated
         if ctx.needs_input_grad[0]:
             if isinstance(weight, _GatheredFloat8Weight):  # the exact transpose of the gathered blocks
                 wtq, wts = weight.operand(fmt, transposed=True)
@@ -514,7 +538,7 @@ class _ScaledLinearFn(torch.autograd.Function):
             dx = dx.reshape(x_shape)
         if bias_dtype is not None and ctx.needs_input_grad[2]:
             db = dy2.float().sum(0).to(bias_dtype)
-        return dx, dw, db, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None
 
 
 _NAMES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -564,7 +588,9 @@ class Float8Linear(torch.nn.Module):
 
     Memory: backward keeps X^T in FP8 (1 byte per element, where bf16 keeps X in 2) and quantizes the
     weight along N from the parameter itself when dgrad runs, so nothing of the weight's size is held
-    between forward and backward.
+    between forward and backward. Backward runs wgrad first and frees X^T's copy before dgrad allocates
+    dX; a second backward through the same graph (retain_graph=True) then needs `keep_saved = True`
+    on the layer (it stops with a named error otherwise).
 
     cache_weight (off by default): keep the forward's weight quantization (1 byte per parameter) until
     the next optimizer step (any torch.optim optimizer, fused ones included) or an in-place update that
@@ -584,6 +610,7 @@ class Float8Linear(torch.nn.Module):
     scale_format = "cublaslt"
     min_gflop = 0.0  # calls whose GEMMs are smaller run F.linear in the weight's dtype (convert_to_float8 "auto")
     fast_accum = True  # rowwise, tensorwise: fast accumulation in the forward GEMM (False: exact everywhere)
+    keep_saved = False  # True: keep X^T's FP8 copy until the graph is freed (a second backward, retain_graph)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  recipe: str = "blockwise"):
@@ -628,7 +655,7 @@ class Float8Linear(torch.nn.Module):
             return torch.nn.functional.linear(x, self.weight, self.bias)
         act, wgt = LINEAR_RECIPES[self.recipe]
         return _ScaledLinearFn.apply(x, self.weight, self.bias, act, wgt, self._cached_weight(wgt), self.scale_format,
-                                     self.fast_accum and self.recipe in _FAST_ACCUM_RECIPES)
+                                     self.fast_accum and self.recipe in _FAST_ACCUM_RECIPES, self.keep_saved)
 
     def extra_repr(self):
         act, wgt = LINEAR_RECIPES[self.recipe]
@@ -1037,7 +1064,7 @@ class _GroupedExpertsFn(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, sizes, padded, rows, act, wgt):
+    def forward(ctx, x, weight, sizes, padded, rows, act, wgt, keep_saved=False):
         k = x.shape[1]
         e, n, _ = weight.shape
         xq, xs, xtq, xts = _quantize_tokens(x, sizes, rows, act)
@@ -1045,13 +1072,21 @@ class _GroupedExpertsFn(torch.autograd.Function):
         wq, ws = wq.view(e, n, k), ws.view(e, n // 128, k // 128)
         od = _name(x.dtype if x.dtype in _NAMES else torch.bfloat16)
         y = scaled_grouped_mm(xq, wq, xs, ws, sizes, recipe_a=act, recipe_b=wgt, out_dtype=od)
-        ctx.save_for_backward(xtq, xts, wq, ws, sizes, padded)
+        # dgrad's operand, the exact transpose of W_e's blocks, is what backward keeps: W's FP8 copy is
+        # freed here, so that the two are never held together.
+        wtq = wts = None
+        if ctx.needs_input_grad[0]:
+            wtq, wts = _transpose_fp8(wq), ws.transpose(1, 2).contiguous()
+        del wq, ws
+        ctx.save_for_backward(xtq, xts, wtq, wts, sizes, padded)
+        ctx.keep_saved = keep_saved
         ctx.meta = (rows, act, wgt, x.dtype, weight.dtype)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        xtq, xts, wq, ws, sizes, padded = ctx.saved_tensors
+        _check_not_released(ctx, "Float8GroupedExperts")
+        xtq, xts, wtq, wts, sizes, padded = ctx.saved_tensors
         rows, act, wgt, x_dtype, w_dtype = ctx.meta
         dyq, dys, dytq, dyts = _quantize_tokens(dy, sizes, rows, act)
         dx = dw = None
@@ -1064,10 +1099,11 @@ class _GroupedExpertsFn(torch.autograd.Function):
             if dw.dtype != w_dtype:
                 dw = dw.to(w_dtype)
         del dytq, dyts
+        _release(ctx, xtq, xts)  # X^T's last use: not held while dX is allocated
         if ctx.needs_input_grad[0]:
-            dx = scaled_grouped_mm(dyq, _transpose_fp8(wq), dys, ws.transpose(1, 2).contiguous(), sizes,
-                                   recipe_a=act, recipe_b=wgt, out_dtype=_name(x_dtype))
-        return dx, dw, None, None, None, None, None
+            dx = scaled_grouped_mm(dyq, wtq, dys, wts, sizes, recipe_a=act, recipe_b=wgt,
+                                   out_dtype=_name(x_dtype))
+        return dx, dw, None, None, None, None, None, None
 
 
 class Float8GroupedExperts(torch.nn.Module):
@@ -1082,7 +1118,13 @@ class Float8GroupedExperts(torch.nn.Module):
     are quantized with every expert's tokens from a 128-column boundary (zeros in between, written by
     the quantizer from one read of the tokens), so that its 1x128 blocks along the tokens stay inside
     one expert.
+
+    Memory: backward keeps x^T (aligned, FP8) and the transpose of W's FP8 blocks (dgrad's operand;
+    W's own FP8 copy is freed after the forward GEMM), and frees x^T once wgrad has run. A second
+    backward through the same graph (retain_graph=True) needs `keep_saved = True`.
     """
+
+    keep_saved = False  # True: keep x^T's FP8 copy until the graph is freed (a second backward, retain_graph)
 
     def __init__(self, num_experts: int, in_features: int, out_features: int, *, recipe: str = "blockwise",
                  device=None, dtype=None):
@@ -1120,7 +1162,8 @@ class Float8GroupedExperts(torch.nn.Module):
         sizes = sizes.to(torch.int64)
         # scalemm::quantize::padded_token_rows, in Python so that a traced (symbolic) token count passes.
         rows = (x.shape[0] + 127 * self.num_experts + 127) // 128 * 128
-        return _GroupedExpertsFn.apply(x, self.weight, sizes, _padded_sizes(sizes, rows), rows, act, wgt)
+        return _GroupedExpertsFn.apply(x, self.weight, sizes, _padded_sizes(sizes, rows), rows, act, wgt,
+                                       self.keep_saved)
 
     def extra_repr(self):
         return (f"num_experts={self.num_experts}, in_features={self.in_features}, "

@@ -134,3 +134,42 @@ def test_token_quantization_equals_quantizing_the_aligned_copy():
         st._quantize_grouped_cuda(x, sz.to(torch.int32), rows, "block1x128", "e4m3", "compact")
     with pytest.raises(scalemm.InvalidArgumentError, match="padded_rows"):
         st._quantize_grouped_cuda(x, sz, rows - 256, "block1x128", "e4m3", "compact")
+
+
+@needs_gpu
+def test_backward_holds_one_fp8_weight_copy_and_frees_x_transposed_after_wgrad():
+    e, k, n, sizes = 4, 2048, 1024, [1000, 0, 2000, 1096]
+    g = torch.Generator().manual_seed(seed("experts keep_saved"))
+    x = torch.randn(sum(sizes), k, generator=g).cuda().to(torch.bfloat16).requires_grad_()
+    dy = torch.randn(sum(sizes), n, generator=g).cuda().to(torch.bfloat16)
+    layer = st.Float8GroupedExperts(e, k, n, device="cuda", dtype=torch.bfloat16)
+
+    def step(retain=False):
+        x.grad, layer.weight.grad = None, None
+        y = layer(x, sizes)
+        torch.cuda.synchronize()
+        held = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        y.backward(dy, retain_graph=retain)
+        torch.cuda.synchronize()
+        return y, held, torch.cuda.max_memory_allocated() - held
+
+    peaks, grads = {}, {}
+    for keep in (True, False):
+        layer.keep_saved = keep
+        step()
+        _, held, peaks[keep] = step()
+        grads[keep] = (x.grad.clone(), layer.weight.grad.clone())
+    print(f"EXPERTS KEEP_SAVED: backward peak {peaks[True] / 2**20:.1f} MiB kept, {peaks[False] / 2**20:.1f} MiB freed")
+    # x^T in the aligned layout: (k, padded rows) FP8 bytes, freed before dgrad allocates dX.
+    rows = (sum(sizes) + 127 * e + 127) // 128 * 128
+    assert peaks[True] - peaks[False] >= k * rows
+    assert all(torch.equal(a, b) for a, b in zip(grads[True], grads[False]))
+    layer.keep_saved = False
+    y, _, _ = step(retain=True)
+    with pytest.raises(RuntimeError, match="keep_saved"):
+        y.backward(dy)
+    layer.keep_saved = True
+    y, _, _ = step(retain=True)
+    y.backward(dy)
+    assert torch.equal(x.grad, 2 * grads[True][0])

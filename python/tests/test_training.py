@@ -253,3 +253,48 @@ def test_rowwise_and_tensorwise_layers_use_fast_accumulation_in_the_forward_only
     assert torch.equal(layer(x), fast)
     layer.fast_accum = False
     assert torch.equal(layer(x), exact)
+
+
+def _backward_peak(layer, x, dy, retain=False):
+    """Bytes allocated at backward's peak above what was allocated before it."""
+    y = layer(x)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    y.backward(dy, retain_graph=retain)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before, y
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["blockwise", "rowwise"])
+def test_backward_frees_x_transposed_before_dgrad_and_keep_saved_keeps_it(recipe):
+    # M x K = 4096 x 4096, N = 1024: dgrad's dX (32 MiB) is the backward's largest allocation, after
+    # wgrad has used X^T's FP8 copy (16 MiB); freeing that copy first lowers the peak by its size.
+    g = torch.Generator().manual_seed(seed(f"keep_saved {recipe}"))
+    x = torch.randn(4096, 4096, generator=g).cuda().to(torch.bfloat16).requires_grad_()
+    dy = torch.randn(4096, 1024, generator=g).cuda().to(torch.bfloat16)
+    layer = st.Float8Linear(4096, 1024, bias=False, device="cuda", dtype=torch.bfloat16, recipe=recipe)
+    peaks, grads = {}, {}
+    for keep in (True, False):
+        layer.keep_saved = keep
+        x.grad, layer.weight.grad = None, None
+        _backward_peak(layer, x, dy)  # warm: prepared calls and the caching allocator's blocks
+        x.grad, layer.weight.grad = None, None
+        peaks[keep], _ = _backward_peak(layer, x, dy)
+        grads[keep] = (x.grad.clone(), layer.weight.grad.clone())
+    print(f"KEEP_SAVED {recipe}: backward peak {peaks[True] / 2**20:.1f} MiB kept, {peaks[False] / 2**20:.1f} MiB freed")
+    assert peaks[True] - peaks[False] >= 4096 * 4096  # X^T's FP8 bytes
+    assert all(torch.equal(a, b) for a, b in zip(grads[True], grads[False]))  # the same GEMMs on the same bytes
+    # A second backward through the same graph: a named error after the copy was freed, the same
+    # gradients again (accumulated) when it was kept.
+    layer.keep_saved = False
+    x.grad, layer.weight.grad = None, None
+    _, y = _backward_peak(layer, x, dy, retain=True)
+    with pytest.raises(RuntimeError, match="keep_saved"):
+        y.backward(dy)
+    layer.keep_saved = True
+    x.grad, layer.weight.grad = None, None
+    _, y = _backward_peak(layer, x, dy, retain=True)
+    y.backward(dy)
+    assert torch.equal(x.grad, 2 * grads[True][0])
