@@ -107,6 +107,20 @@ _SCRIPT = textwrap.dedent(r"""
             y = layer(xin)
             y.float().square().sum().backward()
         same(got, (y.detach(), xin.grad, lin.weight.grad), f"Float8BlockwiseLinear on cuda:{dev}")
+        # The MoE experts (the token quantizer, m- and k-grouped GEMMs), device sizes, forward and backward.
+        torch.cuda.set_device(other)
+        ex = st.Float8GroupedExperts(4, 256, 384, device=f"cuda:{dev}", dtype=torch.bfloat16)
+        tok = torch.randn(300, 256, generator=g).to(f"cuda:{dev}", torch.bfloat16).requires_grad_()
+        split = torch.tensor([100, 0, 150, 50], device=f"cuda:{dev}")
+        y = ex(tok, split)
+        y.float().square().sum().backward()
+        assert y.device.index == dev and torch.cuda.current_device() == other
+        got = (y.detach(), tok.grad, ex.weight.grad)
+        tok.grad = ex.weight.grad = None
+        with torch.cuda.device(dev):
+            y = ex(tok, split)
+            y.float().square().sum().backward()
+        same(got, (y.detach(), tok.grad, ex.weight.grad), f"Float8GroupedExperts on cuda:{dev}")
     print(f"multi-gpu order {order}: {checks} checks passed")
 """)
 
