@@ -26,6 +26,7 @@ to a capturing stream raises UnsupportedError instead of breaking the capture).
 
 from __future__ import annotations
 
+import contextlib
 from typing import List, Optional, Tuple
 
 import torch
@@ -1039,9 +1040,12 @@ def _quantize_grouped_cuda(x, sizes, rows, recipe, dtype, scale_format):
     xs = torch.empty(_core.scale_shape(r, tokens, k, fmt), dtype=st_, device=x.device)
     xtq = torch.empty((k, rows), dtype=dt, device=x.device)
     xts = torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device)
-    _C.quantize_grouped(x.data_ptr(), DTYPE_CODE[_name(x.dtype)], tokens, k, r, DTYPE_CODE[dtype], fmt,
-                        sizes.data_ptr(), sizes.shape[0], rows, xq.data_ptr(), xs.data_ptr(), xtq.data_ptr(),
-                        xts.data_ptr(), _stream(x.device.index))
+    # The library runs on the stream's device, and torch's default stream (the null stream) names none:
+    # x's device is made current when it is not (the op path, where another device may be current).
+    with contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device):
+        _C.quantize_grouped(x.data_ptr(), DTYPE_CODE[_name(x.dtype)], tokens, k, r, DTYPE_CODE[dtype], fmt,
+                            sizes.data_ptr(), sizes.shape[0], rows, xq.data_ptr(), xs.data_ptr(), xtq.data_ptr(),
+                            xts.data_ptr(), _stream(x.device.index))
     return xq, xs, xtq, xts
 
 
