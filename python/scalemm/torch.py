@@ -493,7 +493,10 @@ class _ScaledLinearFn(torch.autograd.Function):
         x2 = x.reshape(-1, k)
         if not x2.is_contiguous():
             x2 = x2.contiguous()
-        xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
+        if ctx.needs_input_grad[1]:
+            xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
+        else:  # a frozen weight (adapters, inference under autograd): no wgrad, so no X^T to write or keep
+            (xq, xs), xtq, xts = _quantize_parts(x2, act, fmt, True, False), None, None
         if isinstance(weight, _GatheredFloat8Weight):  # FSDP2 gathered it in FP8
             wq, ws = weight.operand(fmt)
         else:
@@ -518,7 +521,15 @@ class _ScaledLinearFn(torch.autograd.Function):
         dy2 = dy.reshape(-1, n)
         if not dy2.is_contiguous():
             dy2 = dy2.contiguous()
-        dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
+        # dY along N for dgrad, dY^T for wgrad: only the directions a gradient asked for are written.
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dyq = dys = dytq = dyts = None
+        if need_x and need_w:
+            dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
+        elif need_x:
+            dyq, dys = _quantize_parts(dy2, act, fmt, True, False)
+        elif need_w:
+            dytq, dyts = _quantize_parts(dy2, act, fmt, False, True)
         dx = dw = db = None
         # wgrad first, so that dY^T's FP8 copy is freed before dgrad allocates dX: the same GEMMs on the
         # same bytes, with one activation-sized buffer less at the step's peak.
@@ -591,7 +602,8 @@ class Float8Linear(torch.nn.Module):
     weight along N from the parameter itself when dgrad runs, so nothing of the weight's size is held
     between forward and backward. Backward runs wgrad first and frees X^T's copy before dgrad allocates
     dX; a second backward through the same graph (retain_graph=True) then needs `keep_saved = True`
-    on the layer (it stops with a named error otherwise).
+    on the layer (it stops with a named error otherwise). With a frozen weight (requires_grad False)
+    the forward writes no X^T at all.
 
     cache_weight (off by default): keep the forward's weight quantization (1 byte per parameter) until
     the next optimizer step (any torch.optim optimizer, fused ones included) or an in-place update that

@@ -298,3 +298,30 @@ def test_backward_frees_x_transposed_before_dgrad_and_keep_saved_keeps_it(recipe
     _, y = _backward_peak(layer, x, dy, retain=True)
     y.backward(dy)
     assert torch.equal(x.grad, 2 * grads[True][0])
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_gradients_not_asked_for_are_not_computed_and_the_rest_unchanged(recipe):
+    # A frozen weight writes and keeps no X^T and quantizes dY for dgrad only; an input without grad
+    # quantizes dY for wgrad only. The gradients that are asked for keep their bits.
+    g = torch.Generator().manual_seed(seed(f"frozen weight {recipe}"))
+    x = torch.randn(1024, 2048, generator=g).cuda().to(torch.bfloat16)
+    dy = torch.randn(1024, 512, generator=g).cuda().to(torch.bfloat16)
+    layer = st.Float8Linear(2048, 512, bias=False, device="cuda", dtype=torch.bfloat16, recipe=recipe)
+    held, grads = {}, {}
+    for case in ("both", "frozen", "both", "no dx"):
+        layer.weight.requires_grad_(case != "frozen")
+        xin = x.clone().requires_grad_(case != "no dx")
+        layer.weight.grad = None
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        y = layer(xin)
+        held[case] = torch.cuda.memory_allocated() - before  # Y and what backward keeps
+        y.backward(dy)
+        grads[case] = (xin.grad, layer.weight.grad)
+        assert (layer.weight.grad is None) == (case == "frozen") and (xin.grad is None) == (case == "no dx")
+        del y
+    assert held["both"] - held["frozen"] >= 1024 * 2048  # X^T's FP8 bytes
+    assert torch.equal(grads["frozen"][0], grads["both"][0])  # dX
+    assert torch.equal(grads["no dx"][1], grads["both"][1])  # dW
