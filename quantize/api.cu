@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
 
 #include "detail/device_exec.cuh"
 #include "detail/driver.hpp"
@@ -95,6 +96,71 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
   if (cfg.rowwise && src.rows > 0 && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
   if (lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
   kernels::quantize_grouped(src, cfg, groups.sizes, groups.groups, groups.padded_rows, out, stream);
+}
+
+namespace {
+/// quantize_activation(_grad): validation, then rc1d_act_kernel.
+void run_activation(const SourceMatrix& src, bool grad, const void* input, Activation act, const QuantizeConfig& cfg,
+                    const QuantizeOutputs& out, cudaStream_t stream) {
+  const std::string fn = grad ? "quantize_activation_grad" : "quantize_activation";
+  Diagnostics d;
+  const auto bad = [&](const char* arg, const char* rule, std::string msg, std::string want, std::string got,
+                       std::string fix = {}) {
+    d.push_back(Diagnostic{arg, rule, std::move(msg), std::move(want), std::move(got), std::move(fix)});
+  };
+  if (act != Activation::kGeluTanh)
+    bad("act", "activation-quantize-kind", std::string(fn) + " applies one of the activations it knows",
+        "Activation::kGeluTanh", std::to_string(int(act)));
+  if (cfg.recipe != Recipe::kBlock1x128 && cfg.recipe != Recipe::kMxfp8)
+    bad("cfg.recipe", "activation-quantize-recipe", "the fused activation runs in the 1D-block FP8 quantizer",
+        "block1x128 or mxfp8", std::string(to_string(cfg.recipe)),
+        "Write the activation first and quantize() it for other recipes.");
+  if (src.dtype != DType::kBF16 && src.dtype != DType::kF16)
+    bad("src.dtype", "activation-quantize-source", "the activation's result is rounded to the source's 16-bit type",
+        "bf16 or f16", std::string(to_string(src.dtype)), "Cast the source to bf16 first.");
+  if (!cfg.columnwise)
+    bad("cfg.columnwise", "activation-quantize-columnwise", "the fused kernel writes the columnwise output", "true",
+        "false", "Write the activation and quantize() it rowwise alone.");
+  if (grad && input == nullptr)
+    bad("input", "activation-quantize-input", "the activation's input, as the forward saw it",
+        "a device pointer to (R, C) elements of src.dtype", "null");
+  throw_if_any(d, StatusCode::kInvalidArgument);
+  numerics::validate(src, cfg, out);
+  if (src.rows <= 0 || src.cols <= 0) return;
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
+  DeviceExec ex{stream};
+  const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, src.rows, src.cols);
+  if (cfg.rowwise && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
+  if (lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
+  kernels::quantize_activation(src, input, cfg, out, stream);
+}
+}  // namespace
+
+void quantize_activation(const SourceMatrix& src, Activation act, const QuantizeConfig& cfg,
+                         const QuantizeOutputs& out, cudaStream_t stream) {
+  run_activation(src, false, nullptr, act, cfg, out, stream);
+}
+
+void quantize_activation_grad(const SourceMatrix& grad, const void* input, Activation act,
+                              const QuantizeConfig& cfg, const QuantizeOutputs& out, cudaStream_t stream) {
+  run_activation(grad, true, input, act, cfg, out, stream);
+}
+
+void apply_activation(const SourceMatrix& src, const void* input, Activation act, void* out, cudaStream_t stream) {
+  Diagnostics d;
+  if (act != Activation::kGeluTanh)
+    d.push_back(Diagnostic{"act", "activation-kind", "apply_activation applies one of the activations it knows",
+                           "Activation::kGeluTanh", std::to_string(int(act)), {}});
+  if (src.dtype != DType::kBF16 && src.dtype != DType::kF16)
+    d.push_back(Diagnostic{"src.dtype", "activation-source", "the result is rounded to the source's 16-bit type",
+                           "bf16 or f16", std::string(to_string(src.dtype)), "Cast the source to bf16 first."});
+  if (src.rows < 0 || src.cols < 0 || (src.rows * src.cols > 0 && (!src.data || !out)))
+    d.push_back(Diagnostic{"src", "activation-buffers", "a device source and output of R x C elements",
+                           "R, C >= 0 and non-null buffers",
+                           std::to_string(src.rows) + " x " + std::to_string(src.cols), {}});
+  throw_if_any(d, StatusCode::kInvalidArgument);
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
+  kernels::apply_activation(src.data, input, src.rows * src.cols, src.dtype, out, stream);
 }
 
 void dequantize(const QuantizedTensor& t, void* out, DType out_dtype, cudaStream_t stream) {

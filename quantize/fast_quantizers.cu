@@ -4,6 +4,8 @@
 // check that byte for byte. Compiled with -fmad=false like the emulator.
 #include "fast_quantizers.hpp"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -105,6 +107,8 @@ struct TileArgs {
   /// has src_rows rows, and `rows` is the padded row count of the columnwise output. Else nullptr.
   const int64_t* group_sizes = nullptr;
   int64_t groups = 0, src_rows = 0;
+  /// quantize_activation_grad (rc1d_act_kernel with ACT = 2): the activation's input, laid out as src.
+  const void* aux = nullptr;
 
   __device__ BlockScale scale_of(float amax) const {
     const float2 gs = globals();
@@ -224,6 +228,63 @@ __device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_
     x.y = e[2] | (e[3] << 16);
   }
   return x;
+}
+
+// ---- activations fused into the 1D-block quantizer (quantize_activation) -------------------------
+// ACT = 1: gelu_tanh(x) of the source; ACT = 2: dy * gelu_tanh'(x), dy the source and x TileArgs::aux.
+// Each result is rounded to the source's 16-bit type before it is quantized, as a framework's
+// activation kernel writes it. The arithmetic is spelled out with explicit roundings and fused
+// multiply-adds where a compiler that contracts (PyTorch's kernels are built with -fmad=true) fuses
+// them; this file itself is compiled with -fmad=false.
+constexpr float kGeluBeta = float(0.79788456080286535588);  // sqrt(2 / pi)
+constexpr float kGeluKappa = float(0.044715);
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float x_cube = __fmul_rn(__fmul_rn(x, x), x);
+  const float inner = __fmul_rn(kGeluBeta, __fmaf_rn(kGeluKappa, x_cube, x));
+  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
+}
+
+__device__ __forceinline__ float gelu_tanh_grad(float dy, float x) {
+  const float x_sq = __fmul_rn(x, x);
+  const float inner = __fmul_rn(kGeluBeta, __fmaf_rn(kGeluKappa, __fmul_rn(x_sq, x), x));
+  const float t = tanhf(inner);
+  const float left = __fmul_rn(0.5f, x);
+  const float right = __fadd_rn(1.0f, t);
+  const float tanh_derivative = __fmaf_rn(-t, t, 1.0f);
+  const float inner_derivative = __fmul_rn(kGeluBeta, __fmaf_rn(3.0f * kGeluKappa, x_sq, 1.0f));
+  const float right_derivative = __fmul_rn(__fmul_rn(left, tanh_derivative), inner_derivative);
+  return __fmul_rn(dy, __fmaf_rn(0.5f, right, right_derivative));
+}
+
+/// fp32 -> the 16-bit source type, to nearest even (the hardware conversion), NaN as the quiet NaN
+/// with the input's sign that a framework's conversion writes.
+template <int S>
+__device__ __forceinline__ uint32_t round16(float v) {
+  const uint32_t b = fmt::float_bits(v);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return ((b >> 16) & 0x8000u) | (S == 1 ? 0x7FC0u : 0x7E00u);
+  if constexpr (S == 1) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  else return __half_as_ushort(__float2half_rn(v));
+}
+
+/// Four 16-bit source codes through the activation (aux: the activation's input for ACT = 2).
+template <int S, int ACT>
+__device__ __forceinline__ uint2 activate4(uint2 v, uint2 aux) {
+  const uint32_t w[2] = {v.x, v.y}, x[2] = {aux.x, aux.y};
+  uint32_t o[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float lo = half_value<S>(w[i], 0), hi = half_value<S>(w[i], 1);
+    if constexpr (ACT == 1) {
+      lo = gelu_tanh(lo);
+      hi = gelu_tanh(hi);
+    } else {
+      lo = gelu_tanh_grad(lo, half_value<S>(x[i], 0));
+      hi = gelu_tanh_grad(hi, half_value<S>(x[i], 1));
+    }
+    o[i] = round16<S>(lo) | (round16<S>(hi) << 16);
+  }
+  return make_uint2(o[0], o[1]);
 }
 
 /// NaN-propagating amax over groups of n consecutive lanes (n a power of two <= 32).
@@ -1066,7 +1127,7 @@ __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uin
 // or the partial-store paths. The rows come from source rows rs0 .. rlim - 1 (zero below rlim) and go
 // to rowwise rows rs0..; the columnwise output takes them as rows r0.. of the (a.rows) transposed
 // columns. One matrix: rs0 = r0, rlim = a.rows; grouped tokens: group_rows().
-template <int S, int E, int BK, bool kWhole>
+template <int S, int E, int BK, bool kWhole, int ACT = 0>
 __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uint32_t (*cmax)[kPairs * 8],
                                           float (*cmult)[kPairs * 2 * 8], int64_t r0, int64_t c0, int64_t rs0,
                                           int64_t rlim) {
@@ -1089,10 +1150,22 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
       const int64_t e = (rs0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, step = 8 * a.cols;
 #pragma unroll
       for (int k = 0; k < kU; ++k) raw[k] = load_raw4_whole<S>(a.src, e + k * step);
+      if constexpr (ACT != 0) {
+#pragma unroll
+        for (int k = 0; k < kU; ++k)
+          raw[k] = activate4<S, ACT>(raw[k], ACT == 2 ? load_raw4_whole<S>(a.aux, e + k * step) : uint2{});
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < kU; ++k)
         raw[k] = load_raw4<S>(a.src, rlim, a.cols, a.vec_in, rs0 + warp + 8 * (b * kU + k), c0 + 4 * lane);
+      if constexpr (ACT != 0) {  // outside the matrix both loads give +0, which the activations keep
+#pragma unroll
+        for (int k = 0; k < kU; ++k)
+          raw[k] = activate4<S, ACT>(raw[k], ACT == 2 ? load_raw4<S>(a.aux, rlim, a.cols, a.vec_in,
+                                                                     rs0 + warp + 8 * (b * kU + k), c0 + 4 * lane)
+                                                      : uint2{});
+      }
     }
 #pragma unroll
     for (int k = 0; k < kU; ++k) {
@@ -1424,6 +1497,19 @@ __global__ void __launch_bounds__(kQThreads, E == 2 ? 5 : 4) rc1d_kernel(TileArg
   }
 }
 
+/// quantize_activation(_grad): rc1d_kernel's tiles with the activation applied as the source is read.
+template <int S, int E, int BK, int ACT>
+__global__ void __launch_bounds__(kQThreads, 3) rc1d_act_kernel(TileArgs a) {
+  static_assert(E != 2 && ACT != 0, "rc1d_act_kernel: FP8 outputs and an activation");
+  __shared__ __align__(16) uint32_t tile[kTile * kW];
+  __shared__ uint32_t cmax[8][kPairs * 8];
+  __shared__ float cmult[8][kPairs * 2 * 8];
+  int64_t r0, c0;
+  a.tile_origin(r0, c0);
+  if (a.whole_tile(r0, c0)) rc1d_tile<S, E, BK, true, ACT>(a, tile, cmax, cmult, r0, c0, r0, a.rows);  // block-uniform
+  else rc1d_tile<S, E, BK, false, ACT>(a, tile, cmax, cmult, r0, c0, r0, a.rows);
+}
+
 // ---- 2D blocks in both directions through a 16-bit tile (bf16 / f16 sources, FP8) -----------------
 // block128x128 and mxfp8-32x32: the same 33 KB tile as rc1d_kernel. Every 2D block spans rows of all
 // eight warps, so the tile is read first (raw codes to shared memory, each lane keeping the packed
@@ -1741,6 +1827,60 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
   const bool e5m2 = a.elem == DType::kE5M2;
   if (src.dtype == DType::kBF16) e5m2 ? launch_grouped<1, 1>(a, tiles, st) : launch_grouped<1, 0>(a, tiles, st);
   else e5m2 ? launch_grouped<2, 1>(a, tiles, st) : launch_grouped<2, 0>(a, tiles, st);
+}
+
+template <int S, int ACT>
+__global__ void __launch_bounds__(256) activation_kernel(const uint16_t* src, const uint16_t* aux, int64_t n,
+                                                         uint16_t* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = decode16<S>(src[i]);
+    out[i] = uint16_t(round16<S>(ACT == 1 ? gelu_tanh(v) : gelu_tanh_grad(v, decode16<S>(aux[i]))));
+  }
+}
+
+void apply_activation(const void* src, const void* input, int64_t n, DType dtype, void* out, cudaStream_t st) {
+  if (n <= 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 8));
+  const auto* s = static_cast<const uint16_t*>(src);
+  const auto* x = static_cast<const uint16_t*>(input);
+  auto* o = static_cast<uint16_t*>(out);
+  if (dtype == DType::kBF16) {
+    if (input) activation_kernel<1, 2><<<blocks, 256, 0, st>>>(s, x, n, o);
+    else activation_kernel<1, 1><<<blocks, 256, 0, st>>>(s, x, n, o);
+  } else {
+    if (input) activation_kernel<2, 2><<<blocks, 256, 0, st>>>(s, x, n, o);
+    else activation_kernel<2, 1><<<blocks, 256, 0, st>>>(s, x, n, o);
+  }
+  cuda_check(cudaGetLastError(), "activation kernel launch");
+}
+
+template <int S, int E, int ACT>
+void launch_activation(const TileArgs& a, int64_t tiles, cudaStream_t st) {
+  if (a.bk == 32) rc1d_act_kernel<S, E, 32, ACT><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+  else rc1d_act_kernel<S, E, 128, ACT><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+  cuda_check(cudaGetLastError(), "quantizer kernel launch");
+}
+
+template <int ACT>
+void launch_activation(const TileArgs& a, DType src_dtype, int64_t tiles, cudaStream_t st) {
+  const bool e5m2 = a.elem == DType::kE5M2;
+  if (src_dtype == DType::kBF16) e5m2 ? launch_activation<1, 1, ACT>(a, tiles, st) : launch_activation<1, 0, ACT>(a, tiles, st);
+  else e5m2 ? launch_activation<2, 1, ACT>(a, tiles, st) : launch_activation<2, 0, ACT>(a, tiles, st);
+}
+
+void quantize_activation(const SourceMatrix& src, const void* input, const QuantizeConfig& cfg,
+                         const QuantizeOutputs& out, cudaStream_t st) {
+  const int64_t tiles = layouts::ceil_div(src.rows, kTile) * layouts::ceil_div(src.cols, kTile);
+  SCALEMM_EXPECTS(tiles <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize::quantize_activation: matrix too large");
+  if (tiles == 0) return;
+  TileArgs a = tile_args(src, cfg, out, src.rows);
+  if (input) {  // the vector path needs both sources aligned
+    a.aux = input;
+    a.vec_in = a.vec_in && reinterpret_cast<uintptr_t>(input) % 8 == 0;
+    launch_activation<2>(a, src.dtype, tiles, st);
+  } else {
+    launch_activation<1>(a, src.dtype, tiles, st);
+  }
 }
 
 /// The fast path; false when it does not apply (empty shapes), then the generic functors run.

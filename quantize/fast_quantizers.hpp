@@ -31,6 +31,15 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
 void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const int64_t* group_sizes, int64_t groups,
                       int64_t padded_rows, const QuantizeOutputs& out, Stream st);
 
+/// quantize::quantize_activation (input null: GELU of src) and quantize_activation_grad (input: the
+/// activation's input, src its output gradient) after validation: rc1d_act_kernel.
+void quantize_activation(const SourceMatrix& src, const void* input, const QuantizeConfig& cfg,
+                         const QuantizeOutputs& out, Stream st);
+
+/// The activation alone, as the fused kernels compute it: n bf16/f16 elements of GELU(src), or of
+/// src * GELU'(input) where input is not null, rounded to dtype (the unfused reference of the tests).
+void apply_activation(const void* src, const void* input, int64_t n, DType dtype, void* out, Stream st);
+
 /// out = dequantize(q) on the GPU, in f32, bf16 or f16.
 void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, Stream st);
 

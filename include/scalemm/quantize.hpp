@@ -59,6 +59,37 @@ int64_t padded_token_rows(int64_t tokens, int64_t groups);
 void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const TokenGroups& groups,
                       const QuantizeOutputs& out, Stream stream);
 
+/// Elementwise activations a quantizer can apply to its source on the way in, so that the
+/// activation's output (or its input gradient) is never written in high precision: the MLP pattern
+/// up projection -> activation -> down projection with the activation fused into the quantizer of the
+/// down projection's input (forward) and of the up projection's output gradient (backward).
+enum class Activation : int {
+  /// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): GELU's tanh approximation (PyTorch's
+  /// gelu(approximate="tanh")).
+  kGeluTanh = 1,
+};
+
+/// quantize() of act(src): each element of a device (R, C) bf16/f16 source goes through the
+/// activation in fp32 and is rounded to the source's type (to nearest even) before it is quantized,
+/// so the bytes are those of quantize() applied to the activation's output as a framework writes it.
+/// 1D-block FP8 recipes (block1x128, mxfp8); the columnwise output is required (the down projection's
+/// wgrad operand), the rowwise one optional.
+void quantize_activation(const SourceMatrix& src, Activation act, const QuantizeConfig& cfg,
+                         const QuantizeOutputs& out, Stream stream);
+
+/// quantize() of the activation's input gradient grad * act'(input): `grad` (src, the gradient of the
+/// activation's output) and `input` (the activation's input, saved by the forward) are device (R, C)
+/// matrices of the same 16-bit type; the product is rounded to that type before it is quantized (the
+/// bytes of quantize() applied to what a framework's activation backward writes). Recipes and
+/// outputs as quantize_activation().
+void quantize_activation_grad(const SourceMatrix& grad, const void* input, Activation act,
+                              const QuantizeConfig& cfg, const QuantizeOutputs& out, Stream stream);
+
+/// The activation alone, with the fused quantizers' arithmetic: the (R, C) bf16/f16 elements of
+/// act(src), or of src * act'(input) where `input` is not null, rounded to src's type and written to
+/// `out` (same shape and type). quantize() of it gives quantize_activation(_grad)'s bytes.
+void apply_activation(const SourceMatrix& src, const void* input, Activation act, void* out, Stream stream);
+
 /// The values a device operand stands for, as a row-major (rows, k) matrix of out_dtype (f32, bf16, f16).
 void dequantize(const QuantizedTensor& t, void* out, DType out_dtype, Stream stream);
 

@@ -2,7 +2,7 @@
 
 Suites (each model built once per recipe from the same bf16 weights; FP8 through convert_to_float8):
   mlp     MLP blocks (up, GELU, down; bias-free) at tokens x d x f: 8192x4096x14336, 16384x7168x2048,
-          4096x2048x8192
+          4096x2048x8192; recipe "blockwise-mlp" runs them as one Float8MLP (GELU fused into the quantizers)
   block   a Llama-3-8B-sized transformer block: d 4096, f 14336 (SwiGLU), 32 heads (8 KV heads), sequence
           2048, batch 4; RMSNorm and attention (SDPA, causal) in bf16, every projection converted
   moe     a DeepSeek-V3-like MoE block: d 7168, 16 experts of f 2048 (SwiGLU), top-4 of 8192 tokens with
@@ -28,7 +28,7 @@ import sys
 
 from models import MLP_SHAPES, build
 
-RECIPES = ["bf16", "blockwise", "rowwise", "tensorwise", "mxfp8"]
+RECIPES = ["bf16", "blockwise", "rowwise", "tensorwise", "mxfp8", "blockwise-mlp"]
 
 
 def convert(torch, model, suite, recipe):
@@ -41,6 +41,8 @@ def convert(torch, model, suite, recipe):
     model = copy.deepcopy(model)
     if recipe == "bf16":
         return model
+    if recipe == "blockwise-mlp":  # the MLP block in one Float8MLP: GELU fused into the quantizers
+        return st.Float8MLP.from_linears(model.up, model.down, activation="gelu_tanh") if suite == "mlp" else None
     if suite == "moe":
         if recipe != "blockwise":
             return None  # Float8GroupedExperts runs blockwise

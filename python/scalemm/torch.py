@@ -1186,7 +1186,256 @@ class Float8GroupedExperts(torch.nn.Module):
                 f"out_features={self.out_features}, recipe={self.recipe}")
 
 
-__all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "Float8Linear", "Float8BlockwiseLinear", "MXLinear",
+# ---- the MLP block with its activation fused into the quantizers -----------------------------------------
+
+_ACTIVATIONS = {"gelu_tanh": 1}  # scalemm::quantize::Activation
+_MLP_RECIPES = ("blockwise", "mxfp8")  # activations in 1D blocks: the fused quantizer's recipes
+
+
+def _activation_code(activation) -> int:
+    if activation not in _ACTIVATIONS:
+        raise _core.invalid("activation", "an activation the quantizers fuse", " or ".join(f'"{a}"' for a in _ACTIVATIONS),
+                            repr(activation))
+    return _ACTIVATIONS[activation]
+
+
+def _activation_torch(x, x_input, activation):
+    """The unfused path: the activation (x_input None) or its input gradient x * act'(x_input) through torch."""
+    if x_input is None:
+        return torch.nn.functional.gelu(x, approximate="tanh")
+    return torch.ops.aten.gelu_backward(x, x_input, approximate="tanh")
+
+
+def _quantize_activation_cuda(x, x_input, activation, recipe, dtype, scale_format):
+    from ._arrays import DTYPE_CODE
+
+    if x.dim() != 2 or not x.is_contiguous():
+        raise _core.invalid("x", "the activation's (rows, features) source", "a contiguous 2-D tensor",
+                            f"{tuple(x.shape)} with strides {x.stride()}")
+    if x_input is not None and (x_input.shape != x.shape or x_input.dtype != x.dtype or x_input.device != x.device
+                                or not x_input.is_contiguous()):
+        raise _core.invalid("x_input", "the activation's input, laid out as its output gradient x",
+                            f"a contiguous {x.dtype} tensor of shape {tuple(x.shape)} on {x.device}",
+                            f"{x_input.dtype} {tuple(x_input.shape)} on {x_input.device}"
+                            f"{'' if x_input.is_contiguous() else ' (not contiguous)'}")
+    r = _core.recipe_code(recipe, "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    rows, k = x.shape
+    dt = torch_dtype(_core.DATA_DTYPES[dtype])
+    st_ = torch_dtype(_core.scale_dtype_name(r))
+    out = (torch.empty((rows, k), dtype=dt, device=x.device),
+           torch.empty(_core.scale_shape(r, rows, k, fmt), dtype=st_, device=x.device),
+           torch.empty((k, rows), dtype=dt, device=x.device),
+           torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device))
+    with contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device):
+        _C.quantize_activation(x.data_ptr(), DTYPE_CODE[_name(x.dtype)], rows, k, r, DTYPE_CODE[dtype], fmt,
+                               _activation_code(activation), 0 if x_input is None else x_input.data_ptr(),
+                               *(t.data_ptr() for t in out), _stream(x.device.index))
+    return out
+
+
+@torch.library.custom_op("scalemm::quantize_activation", mutates_args=())
+def _quantize_activation_op(x: torch.Tensor, x_input: Optional[torch.Tensor], activation: str, recipe: str,
+                            dtype: str, scale_format: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                     torch.Tensor]:
+    """quantize(act(x)), or with x_input (the activation's input) quantize(x * act'(x_input)), in both
+    directions: (data, scales, data_t, scales_t) as torch.ops.scalemm.quantize(..., columnwise=True).
+    The activation's result is rounded to x's dtype first, so the bytes are those of quantizing what
+    torch's activation writes, up to the activation's own arithmetic (tests/test_training.py compares
+    it with torch's on every bf16 input). On CUDA with a 1D-block recipe (block1x128, mxfp8) and a
+    bf16/f16 x it is one kernel that never writes the activation in high precision; elsewhere the
+    activation runs through torch, then the quantizer."""
+    _activation_code(activation)
+    if x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and recipe in ("block1x128", "mxfp8"):
+        return _quantize_activation_cuda(x.contiguous(), None if x_input is None else x_input.contiguous(),
+                                         activation, recipe, dtype, scale_format)
+    return torch.ops.scalemm.quantize(_activation_torch(x, x_input, activation).contiguous(), recipe, dtype,
+                                      scale_format, True)
+
+
+@_quantize_activation_op.register_fake
+def _(x, x_input, activation, recipe, dtype, scale_format):
+    r = _core.recipe_code(recipe, "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    rows, k = x.shape
+    dt = torch_dtype(_core.DATA_DTYPES[dtype])
+    st_ = torch_dtype(_core.scale_dtype_name(r))
+    return (x.new_empty((rows, k), dtype=dt), x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st_),
+            x.new_empty((k, rows), dtype=dt), x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st_))
+
+
+def quantize_activation(x: torch.Tensor, recipe: str, *, activation: str = "gelu_tanh", x_input=None,
+                        dtype: str = "e4m3", scale_format: str = "compact"):
+    """(data, scales, data_t, scales_t) of act(x), or of x * act'(x_input) when x_input is given (the
+    activation's backward: x its output gradient, x_input its input), quantized along K and, transposed,
+    along the rows, without writing the activation's result (see torch.ops.scalemm.quantize_activation)."""
+    return torch.ops.scalemm.quantize_activation(x, x_input, activation, recipe, dtype, scale_format)
+
+
+def _mlp_quantize_activation(h, h_input, act, fmt):
+    if _direct(h) and h.dtype in (torch.bfloat16, torch.float16):
+        return _quantize_activation_cuda(h, h_input, "gelu_tanh", act, "e4m3", fmt)
+    return torch.ops.scalemm.quantize_activation(h, h_input, "gelu_tanh", act, "e4m3", fmt)
+
+
+class _Float8MLPFn(torch.autograd.Function):
+    """Y = act(X W1^T + b1) W2^T + b2 with the six GEMMs in FP8 and the activation inside the quantizers:
+    forward  H = X W1^T (+ b1); G = act(H) quantized both ways from H (G never written in bf16); Y = G W2^T
+    backward dG = dY W2 (dgrad of the down projection); dH = dG * act'(H) quantized both ways from dG and H
+             (dH never written, unless b1 needs its sum); wgrad and dgrad of the up projection from it.
+    Saved: X^T and G^T in FP8, H (the activation's input, as bf16 saves it), the weights themselves."""
+
+    @staticmethod
+    def forward(ctx, x, w1, w2, b1, b2, act, wgt, fmt, keep_saved):
+        d = x.shape[-1]
+        x2 = x.reshape(-1, d)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
+        w1q, w1s = _quantize_parts(_plain(w1), wgt, fmt, True, False)
+        od = _name(x.dtype if x.dtype in _NAMES else torch.bfloat16)
+        h = _layer_gemm(xq, w1q, xs, w1s, act, wgt, od, fmt)
+        del xq, xs, w1q, w1s
+        if b1 is not None:
+            h = h + b1.to(h.dtype)
+        gq, gs, gtq, gts = _mlp_quantize_activation(h, None, act, fmt)
+        w2q, w2s = _quantize_parts(_plain(w2), wgt, fmt, True, False)
+        y = _layer_gemm(gq, w2q, gs, w2s, act, wgt, od, fmt)
+        if b2 is not None:
+            y = y + b2.to(y.dtype)
+        ctx.save_for_backward(xtq, xts, h, gtq, gts, w1, w2)
+        ctx.keep_saved = keep_saved
+        ctx.meta = (act, wgt, fmt, x.shape, x.dtype, w1.dtype, w2.dtype, None if b1 is None else b1.dtype,
+                    None if b2 is None else b2.dtype)
+        return y.reshape(*x.shape[:-1], w2.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        _check_not_released(ctx, "Float8MLP")
+        xtq, xts, h, gtq, gts, w1, w2 = ctx.saved_tensors
+        act, wgt, fmt, x_shape, x_dtype, w1_dtype, w2_dtype, b1_dtype, b2_dtype = ctx.meta
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        if not dy2.is_contiguous():
+            dy2 = dy2.contiguous()
+        dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
+
+        def wgrad(a, b, sa, sb, w_dtype):
+            od = w_dtype if w_dtype in _NAMES else torch.float32
+            dw = _layer_gemm(a, b, sa, sb, act, act, _name(od), fmt)
+            return dw if dw.dtype == w_dtype else dw.to(w_dtype)
+
+        dw1 = dw2 = db1 = db2 = dx = None
+        if ctx.needs_input_grad[2]:
+            dw2 = wgrad(dytq, gtq, dyts, gts, w2_dtype)
+        del dytq, dyts
+        _release(ctx, gtq, gts)
+        if b2_dtype is not None and ctx.needs_input_grad[4]:
+            db2 = dy2.float().sum(0).to(b2_dtype)
+        w2tq, w2ts = _quantize_parts(_plain(w2), wgt, fmt, False, True)
+        dg = _layer_gemm(dyq, w2tq, dys, w2ts, act, wgt, _name(h.dtype), fmt)
+        del dyq, dys, w2tq, w2ts
+        if b1_dtype is not None:  # b1's gradient needs dH itself: written once, then quantized as any gradient
+            dh = _activation_torch(dg, h, "gelu_tanh")
+            db1 = dh.float().sum(0).to(b1_dtype) if ctx.needs_input_grad[3] else None
+            dhq, dhs, dhtq, dhts = _quantize_parts(dh, act, fmt, True, True)
+            del dh
+        else:
+            dhq, dhs, dhtq, dhts = _mlp_quantize_activation(dg, h, act, fmt)
+        del dg
+        _release(ctx, h)
+        if ctx.needs_input_grad[1]:
+            dw1 = wgrad(dhtq, xtq, dhts, xts, w1_dtype)
+        del dhtq, dhts
+        _release(ctx, xtq, xts)
+        if ctx.needs_input_grad[0]:
+            w1tq, w1ts = _quantize_parts(_plain(w1), wgt, fmt, False, True)
+            dx = _layer_gemm(dhq, w1tq, dhs, w1ts, act, wgt, _name(x_dtype), fmt).reshape(x_shape)
+        return dx, dw1, dw2, db1, db2, None, None, None, None
+
+
+class _Projection(torch.nn.Module):
+    """One projection of a Float8MLP: nn.Linear's parameters (and state_dict keys) without its forward,
+    so that convert_to_float8 leaves it alone."""
+
+    def __init__(self, in_features, out_features, bias, device, dtype):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        self.bias = torch.nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias else None
+        torch.nn.Linear.reset_parameters(self)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Float8MLP(torch.nn.Module):
+    """An MLP block, up projection -> activation -> down projection, in FP8 with the activation fused
+    into the quantizers (scalemm::quantize::quantize_activation):
+
+        forward   G = act(X W_up^T + b_up) is quantized for the down projection straight from its input
+                  H: G is never written in high precision, and one pass over the (tokens, hidden)
+                  tensor is saved;
+        backward  dH = dG * act'(H) is quantized for the up projection's wgrad and dgrad straight from
+                  dG and H: dH is never written either (unless b_up needs its sum).
+
+    The same six FP8 GEMMs as two Float8Linear layers around the activation, on bytes that equal theirs
+    wherever the fused activation's arithmetic equals torch's (compared on every bf16 input in
+    tests/test_training.py). activation "gelu_tanh" (GELU's tanh approximation); recipe "blockwise"
+    (1x128 activations, 128x128 weights) or "mxfp8". Parameters up.weight, up.bias, down.weight,
+    down.bias, as an nn.Sequential of the two layers would name them; `from_linears` shares existing
+    layers' parameters. Saved for backward: X^T and G^T in FP8, and H (the activation's input, which
+    bf16 keeps too); each FP8 copy is freed once its last GEMM has run (`keep_saved = True` keeps them
+    for a second backward through the same graph).
+    """
+
+    keep_saved = False
+    scale_format = "cublaslt"
+
+    def __init__(self, in_features: int, hidden_features: int, out_features: Optional[int] = None, *,
+                 activation: str = "gelu_tanh", bias: bool = False, recipe: str = "blockwise", device=None,
+                 dtype=None):
+        super().__init__()
+        self._configure(activation, recipe)
+        out_features = in_features if out_features is None else out_features
+        self.up = _Projection(in_features, hidden_features, bias, device, dtype)
+        self.down = _Projection(hidden_features, out_features, bias, device, dtype)
+
+    def _configure(self, activation, recipe):
+        _activation_code(activation)
+        if recipe not in _MLP_RECIPES:
+            raise _core.invalid("recipe", "a recipe whose activations the fused quantizer writes (1D blocks)",
+                                " or ".join(f'"{r}"' for r in _MLP_RECIPES), repr(recipe),
+                                "Other recipes: Float8Linear layers around the activation.")
+        self.activation, self.recipe = activation, recipe
+
+    @classmethod
+    def from_linears(cls, up: torch.nn.Linear, down: torch.nn.Linear, *, activation: str = "gelu_tanh",
+                     recipe: str = "blockwise"):
+        """A block with the parameters (shared, not copied) of two linear layers: down(act(up(x)))."""
+        if up.out_features != down.in_features:
+            raise _core.invalid("down", "the layer that takes the up projection's output",
+                                f"in_features = {up.out_features}", f"in_features = {down.in_features}")
+        m = cls.__new__(cls)
+        torch.nn.Module.__init__(m)
+        m._configure(activation, recipe)
+        for name, lin in (("up", up), ("down", down)):
+            p = _Projection.__new__(_Projection)
+            torch.nn.Module.__init__(p)
+            p.in_features, p.out_features = lin.in_features, lin.out_features
+            p.weight, p.bias = lin.weight, lin.bias
+            setattr(m, name, p)
+        return m
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        act, wgt = LINEAR_RECIPES[self.recipe]
+        return _Float8MLPFn.apply(x, self.up.weight, self.down.weight, self.up.bias, self.down.bias, act, wgt,
+                                  self.scale_format, self.keep_saved)
+
+    def extra_repr(self):
+        return f"activation={self.activation}, recipe={self.recipe}"
+
+
+__all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "quantize_activation", "Float8MLP", "Float8Linear", "Float8BlockwiseLinear", "MXLinear",
            "Float8GroupedExperts", "convert_to_float8", "conversion_report", "ConversionReport", "Float8AllGatherWeight",
            "LINEAR_RECIPES", "AUTO_MIN_FEATURES",
            "AUTO_MIN_GFLOP"]

@@ -573,6 +573,28 @@ NB_MODULE(_scalemm, m) {
   });
   m.def("padded_token_rows", &scalemm::quantize::padded_token_rows);
 
+  // An activation fused into the 1D-block quantizer (quantize::quantize_activation): GELU (tanh) of
+  // src (input 0), or src * GELU'(input) (the activation's backward); columnwise always, rowwise when
+  // data is not 0. apply_activation: the activation alone, written in src's type.
+  m.def("quantize_activation", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe,
+                                  int data_dtype, int format, int activation, uintptr_t input, uintptr_t data,
+                                  uintptr_t scales, uintptr_t data_t, uintptr_t scales_t, uintptr_t stream) {
+    emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
+    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
+    cfg.rowwise = data != 0;
+    cfg.columnwise = true;
+    const emulation::QuantizeOutputs o{ptr(data), ptr(scales), ptr(data_t), ptr(scales_t), nullptr};
+    const auto act = scalemm::quantize::Activation(activation);
+    if (input) scalemm::quantize::quantize_activation_grad(s, ptr(input), act, cfg, o, stream_of(stream));
+    else scalemm::quantize::quantize_activation(s, act, cfg, o, stream_of(stream));
+  });
+  m.def("apply_activation", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int activation,
+                               uintptr_t input, uintptr_t out, uintptr_t stream) {
+    scalemm::quantize::apply_activation(emulation::SourceMatrix{ptr(src), DType(src_dtype), rows, cols, nullptr},
+                                        ptr(input), scalemm::quantize::Activation(activation), ptr(out),
+                                        stream_of(stream));
+  });
+
   // Dequantizes a K-contiguous operand (rows, k) to f32/bf16/f16. global_ptr: NVFP4 decode scale
   // (one f32 in the same memory space) or 0.
   m.def("dequantize", [](uintptr_t data, int dtype, int recipe, int64_t rows, int64_t k, uintptr_t scales,

@@ -736,3 +736,105 @@ TEST_CASE("quantize_grouped names what is wrong before anything runs", "[emulati
   CHECK(scalemm::quantize::padded_token_rows(0, 1) == 128);
   CHECK(scalemm::quantize::padded_token_rows(32768, 16) == 34816);
 }
+
+namespace {
+
+/// quantize_activation(_grad) against its definition: the activation alone (written in the source's
+/// type by the library's unfused kernel), then quantize().
+void check_activation(int64_t R, int64_t C, Recipe r, ScaleFormat f, DType src_dtype, bool grad, bool rowwise) {
+  auto g = scalemm::testing::rng(4242 + uint64_t(R * 977 + C) + (grad ? 1 : 0));
+  const auto enc = [&](float v) {
+    return src_dtype == DType::kBF16 ? fmt::encode_bf16(v)
+                                     : fmt::encode_f16(std::isfinite(v) ? std::max(-60000.0f, std::min(60000.0f, v)) : 0.5f);
+  };
+  const int64_t n = R * C;
+  const auto xn = random_normal(g, n, 3.0f), dn = wide(g, n);
+  std::vector<uint16_t> x(static_cast<size_t>(n)), dy(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    x[size_t(i)] = enc(xn[size_t(i)]);
+    dy[size_t(i)] = enc(dn[size_t(i)]);
+  }
+  if (n > 3) {  // the activation's edges: a NaN, both infinities
+    x[1] = src_dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
+    x[2] = src_dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
+    x[3] = src_dtype == DType::kBF16 ? 0xFF80 : 0xFC00;
+  }
+  const DType fp8 = src_dtype == DType::kF16 ? DType::kE5M2 : DType::kE4M3;
+  const auto cfg = make_cfg(r, f, rowwise, true, ScaleMode::kDefault, fp8);
+  DevBuf dx(x), ddy(dy), act(size_t(n) * 2, 0);
+  const void* src = grad ? ddy.p : dx.p;
+  scalemm::quantize::apply_activation(SourceMatrix{src, src_dtype, R, C}, grad ? dx.p : nullptr,
+                                      scalemm::quantize::Activation::kGeluTanh, act.p, nullptr);
+  const auto out = [&](DevBuf& d, DevBuf& s, DevBuf& dt, DevBuf& st) {
+    return QuantizeOutputs{rowwise ? d.p : nullptr, rowwise ? s.p : nullptr, dt.p, st.p, nullptr};
+  };
+  const size_t db = size_t(data_bytes(cfg, R, C)), sr = size_t(rowwise_layout(cfg, R, C).bytes()),
+               sc = size_t(columnwise_layout(cfg, R, C).bytes());
+  DevBuf d0(db, 0xEE), s0(sr, 0xA5), t0(db, 0xEE), u0(sc, 0xA5), d1(db, 0xEE), s1(sr, 0xA5), t1(db, 0xEE), u1(sc, 0xA5);
+  scalemm::quantize::quantize(SourceMatrix{act.p, src_dtype, R, C}, cfg, out(d0, s0, t0, u0), nullptr, 0, nullptr);
+  using scalemm::quantize::Activation;
+  if (grad)
+    scalemm::quantize::quantize_activation_grad(SourceMatrix{ddy.p, src_dtype, R, C}, dx.p, Activation::kGeluTanh,
+                                                cfg, out(d1, s1, t1, u1), nullptr);
+  else
+    scalemm::quantize::quantize_activation(SourceMatrix{dx.p, src_dtype, R, C}, Activation::kGeluTanh, cfg,
+                                           out(d1, s1, t1, u1), nullptr);
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  if (rowwise) {
+    expect_same_bytes(d1.download(), d0.download(), 1, "rowwise data", "");
+    expect_same_bytes(s1.download(), s0.download(), 1, "rowwise scales", "");
+  }
+  expect_same_bytes(t1.download(), t0.download(), 1, "columnwise data", "");
+  expect_same_bytes(u1.download(), u0.download(), 1, "columnwise scales", "");
+}
+
+}  // namespace
+
+TEST_CASE("A fused activation quantizes to the activation written first, then quantized", "[emulation][gpu]") {
+  // M = 1, 7, 129 (partial tiles), K tails (200, and 130: K % 4 = 2, the scalar loads), whole tiles.
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 128}, {7, 256}, {129, 200}, {130, 130}, {256, 384}, {300, 1024}};
+  for (const auto& [R, C] : shapes)
+    for (Recipe r : {Recipe::kBlock1x128, Recipe::kMxfp8})
+      for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+        for (DType sd : {DType::kBF16, DType::kF16})
+          for (bool grad : {false, true})
+            for (bool rowwise : {true, false}) {
+              INFO(recipe_name(r) << " " << format_name(f) << " src " << to_string(sd) << " " << R << "x" << C
+                                  << (grad ? " gelu grad" : " gelu") << (rowwise ? " row+col" : " col"));
+              check_activation(R, C, r, f, sd, grad, rowwise);
+            }
+}
+
+TEST_CASE("quantize_activation names what is wrong before anything runs", "[emulation][quantize]") {
+  using scalemm::quantize::Activation;
+  uint16_t src[256] = {};
+  uint8_t data[256], scales[64], data_t[256], scales_t[64];
+  const QuantizeOutputs o{data, scales, data_t, scales_t, nullptr};
+  const SourceMatrix x{src, DType::kBF16, 2, 128};
+  const auto expect = [&](auto call, const char* what) {
+    try {
+      call();
+      FAIL("accepted; expected an error naming " << what);
+    } catch (const scalemm::Error& e) {
+      CAPTURE(e.what());
+      CHECK(e.code() == scalemm::StatusCode::kInvalidArgument);
+      CHECK(std::string(e.what()).find(what) != std::string::npos);
+    }
+  };
+  const auto ok = make_cfg(Recipe::kBlock1x128, ScaleFormat::kCompact, true, true);
+  using scalemm::quantize::quantize_activation;
+  using scalemm::quantize::quantize_activation_grad;
+  expect([&] { quantize_activation(x, Activation(7), ok, o, nullptr); }, "act");
+  expect([&] { quantize_activation(x, Activation::kGeluTanh, make_cfg(Recipe::kTensorwise, ScaleFormat::kCompact, true, true), o, nullptr); },
+         "cfg.recipe");
+  expect([&] { quantize_activation(SourceMatrix{src, DType::kF32, 2, 128}, Activation::kGeluTanh, ok, o, nullptr); },
+         "src.dtype");
+  expect([&] { quantize_activation(x, Activation::kGeluTanh, make_cfg(Recipe::kBlock1x128), o, nullptr); },
+         "cfg.columnwise");
+  expect([&] { quantize_activation_grad(x, nullptr, Activation::kGeluTanh, ok, o, nullptr); }, "input");
+  uint16_t act_out[256];
+  expect([&] { scalemm::quantize::apply_activation(x, nullptr, Activation(0), act_out, nullptr); }, "act");
+  expect([&] { scalemm::quantize::apply_activation(SourceMatrix{src, DType::kF32, 2, 128}, nullptr,
+                                                   Activation::kGeluTanh, act_out, nullptr); },
+         "src.dtype");
+}
