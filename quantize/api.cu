@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "detail/device_exec.cuh"
 #include "detail/driver.hpp"
@@ -99,31 +100,40 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
 }
 
 namespace {
-/// quantize_activation(_grad): validation, then rc1d_act_kernel.
-void run_activation(const SourceMatrix& src, bool grad, const void* input, Activation act, const QuantizeConfig& cfg,
-                    const QuantizeOutputs& out, cudaStream_t stream) {
-  const std::string fn = grad ? "quantize_activation_grad" : "quantize_activation";
-  Diagnostics d;
-  const auto bad = [&](const char* arg, const char* rule, std::string msg, std::string want, std::string got,
-                       std::string fix = {}) {
-    d.push_back(Diagnostic{arg, rule, std::move(msg), std::move(want), std::move(got), std::move(fix)});
-  };
-  if (act != Activation::kGeluTanh)
-    bad("act", "activation-quantize-kind", std::string(fn) + " applies one of the activations it knows",
-        "Activation::kGeluTanh", std::to_string(int(act)));
-  if (cfg.recipe != Recipe::kBlock1x128 && cfg.recipe != Recipe::kMxfp8)
-    bad("cfg.recipe", "activation-quantize-recipe", "the fused activation runs in the 1D-block FP8 quantizer",
-        "block1x128 or mxfp8", std::string(to_string(cfg.recipe)),
-        "Write the activation first and quantize() it for other recipes.");
+using kernels::FusedActivation;
+
+/// The inputs a fused activation reads besides the source: (name, pointer) pairs, null where unused.
+struct FusedInputs {
+  const char* fn;
+  std::pair<const char*, const void*> a{nullptr, nullptr}, b{nullptr, nullptr};
+};
+
+/// Named errors for what every fused activation needs: the source type, the further inputs.
+void check_fused_source(Diagnostics& d, const SourceMatrix& src, const FusedInputs& in) {
   if (src.dtype != DType::kBF16 && src.dtype != DType::kF16)
-    bad("src.dtype", "activation-quantize-source", "the activation's result is rounded to the source's 16-bit type",
-        "bf16 or f16", std::string(to_string(src.dtype)), "Cast the source to bf16 first.");
+    d.push_back(Diagnostic{"src.dtype", "activation-source", std::string(in.fn) +
+                           " rounds its results to the source's 16-bit type", "bf16 or f16",
+                           std::string(to_string(src.dtype)), "Cast the source to bf16 first."});
+  for (const auto& [name, p] : {in.a, in.b})
+    if (name && !p && src.rows * src.cols > 0)
+      d.push_back(Diagnostic{name, "activation-input", std::string(in.fn) + " reads it at every element",
+                             "a device pointer to (R, C) elements of src.dtype", "null", {}});
+}
+
+/// quantize_activation(_grad), quantize_swiglu(_grad): validation, then rc1d_act_kernel.
+void run_fused(int act, const SourceMatrix& src, const FusedInputs& in, const QuantizeConfig& cfg,
+               const QuantizeOutputs& out, cudaStream_t stream) {
+  Diagnostics d;
+  if (cfg.recipe != Recipe::kBlock1x128 && cfg.recipe != Recipe::kMxfp8)
+    d.push_back(Diagnostic{"cfg.recipe", "activation-quantize-recipe",
+                           "the fused activation runs in the 1D-block FP8 quantizer", "block1x128 or mxfp8",
+                           std::string(to_string(cfg.recipe)),
+                           "Write the activation first and quantize() it for other recipes."});
   if (!cfg.columnwise)
-    bad("cfg.columnwise", "activation-quantize-columnwise", "the fused kernel writes the columnwise output", "true",
-        "false", "Write the activation and quantize() it rowwise alone.");
-  if (grad && input == nullptr)
-    bad("input", "activation-quantize-input", "the activation's input, as the forward saw it",
-        "a device pointer to (R, C) elements of src.dtype", "null");
+    d.push_back(Diagnostic{"cfg.columnwise", "activation-quantize-columnwise",
+                           "the fused kernel writes the columnwise output", "true", "false",
+                           "Write the activation and quantize() it rowwise alone."});
+  check_fused_source(d, src, in);
   throw_if_any(d, StatusCode::kInvalidArgument);
   numerics::validate(src, cfg, out);
   if (src.rows <= 0 || src.cols <= 0) return;
@@ -132,35 +142,80 @@ void run_activation(const SourceMatrix& src, bool grad, const void* input, Activ
   const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, src.rows, src.cols);
   if (cfg.rowwise && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
   if (lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
-  kernels::quantize_activation(src, input, cfg, out, stream);
+  kernels::quantize_activation(act, src, in.a.second, in.b.second, cfg, out, stream);
+}
+
+/// apply_*: validation, then the elementwise reference kernel.
+void run_reference(int act, const SourceMatrix& src, const FusedInputs& in, void* out, cudaStream_t stream) {
+  Diagnostics d;
+  check_fused_source(d, src, in);
+  if (src.rows < 0 || src.cols < 0 || (src.rows * src.cols > 0 && (!src.data || !out)))
+    d.push_back(Diagnostic{"src", "activation-buffers", "a device source and output of R x C elements",
+                           "R, C >= 0 and non-null buffers", std::to_string(src.rows) + " x " + std::to_string(src.cols),
+                           {}});
+  throw_if_any(d, StatusCode::kInvalidArgument);
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
+  kernels::apply_activation(act, src.data, in.a.second, in.b.second, src.rows * src.cols, src.dtype, out, stream);
+}
+
+void check_activation_kind(Activation act, const char* fn) {
+  if (act != Activation::kGeluTanh)
+    throw_if_any(Diagnostics{Diagnostic{"act", "activation-kind", std::string(fn) + " applies one of the activations it knows",
+                                        "Activation::kGeluTanh", std::to_string(int(act)), {}}},
+                 StatusCode::kInvalidArgument);
+}
+
+void check_swiglu_input(SwigluInput which, const char* fn) {
+  if (which != SwigluInput::kGate && which != SwigluInput::kUp)
+    throw_if_any(Diagnostics{Diagnostic{"which", "swiglu-input", std::string(fn) + " writes the gradient of one input",
+                                        "SwigluInput::kGate or kUp", std::to_string(int(which)), {}}},
+                 StatusCode::kInvalidArgument);
 }
 }  // namespace
 
 void quantize_activation(const SourceMatrix& src, Activation act, const QuantizeConfig& cfg,
                          const QuantizeOutputs& out, cudaStream_t stream) {
-  run_activation(src, false, nullptr, act, cfg, out, stream);
+  check_activation_kind(act, "quantize_activation");
+  run_fused(FusedActivation::kGelu, src, {"quantize_activation"}, cfg, out, stream);
 }
 
 void quantize_activation_grad(const SourceMatrix& grad, const void* input, Activation act,
                               const QuantizeConfig& cfg, const QuantizeOutputs& out, cudaStream_t stream) {
-  run_activation(grad, true, input, act, cfg, out, stream);
+  check_activation_kind(act, "quantize_activation_grad");
+  run_fused(FusedActivation::kGeluGrad, grad, {"quantize_activation_grad", {"input", input}}, cfg, out, stream);
+}
+
+void quantize_swiglu(const SourceMatrix& gate, const void* up, const QuantizeConfig& cfg, const QuantizeOutputs& out,
+                     cudaStream_t stream) {
+  run_fused(FusedActivation::kSwiglu, gate, {"quantize_swiglu", {"up", up}}, cfg, out, stream);
+}
+
+void quantize_swiglu_grad(const SourceMatrix& grad, const void* gate, const void* up, SwigluInput which,
+                          const QuantizeConfig& cfg, const QuantizeOutputs& out, cudaStream_t stream) {
+  check_swiglu_input(which, "quantize_swiglu_grad");
+  if (which == SwigluInput::kGate)
+    run_fused(FusedActivation::kSwigluGate, grad, {"quantize_swiglu_grad", {"gate", gate}, {"up", up}}, cfg, out, stream);
+  else
+    run_fused(FusedActivation::kSwigluUp, grad, {"quantize_swiglu_grad", {"gate", gate}}, cfg, out, stream);
 }
 
 void apply_activation(const SourceMatrix& src, const void* input, Activation act, void* out, cudaStream_t stream) {
-  Diagnostics d;
-  if (act != Activation::kGeluTanh)
-    d.push_back(Diagnostic{"act", "activation-kind", "apply_activation applies one of the activations it knows",
-                           "Activation::kGeluTanh", std::to_string(int(act)), {}});
-  if (src.dtype != DType::kBF16 && src.dtype != DType::kF16)
-    d.push_back(Diagnostic{"src.dtype", "activation-source", "the result is rounded to the source's 16-bit type",
-                           "bf16 or f16", std::string(to_string(src.dtype)), "Cast the source to bf16 first."});
-  if (src.rows < 0 || src.cols < 0 || (src.rows * src.cols > 0 && (!src.data || !out)))
-    d.push_back(Diagnostic{"src", "activation-buffers", "a device source and output of R x C elements",
-                           "R, C >= 0 and non-null buffers",
-                           std::to_string(src.rows) + " x " + std::to_string(src.cols), {}});
-  throw_if_any(d, StatusCode::kInvalidArgument);
-  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
-  kernels::apply_activation(src.data, input, src.rows * src.cols, src.dtype, out, stream);
+  check_activation_kind(act, "apply_activation");
+  if (input) run_reference(FusedActivation::kGeluGrad, src, {"apply_activation", {"input", input}}, out, stream);
+  else run_reference(FusedActivation::kGelu, src, {"apply_activation"}, out, stream);
+}
+
+void apply_swiglu(const SourceMatrix& gate, const void* up, void* out, cudaStream_t stream) {
+  run_reference(FusedActivation::kSwiglu, gate, {"apply_swiglu", {"up", up}}, out, stream);
+}
+
+void apply_swiglu_grad(const SourceMatrix& grad, const void* gate, const void* up, SwigluInput which, void* out,
+                       cudaStream_t stream) {
+  check_swiglu_input(which, "apply_swiglu_grad");
+  if (which == SwigluInput::kGate)
+    run_reference(FusedActivation::kSwigluGate, grad, {"apply_swiglu_grad", {"gate", gate}, {"up", up}}, out, stream);
+  else
+    run_reference(FusedActivation::kSwigluUp, grad, {"apply_swiglu_grad", {"gate", gate}}, out, stream);
 }
 
 void dequantize(const QuantizedTensor& t, void* out, DType out_dtype, cudaStream_t stream) {

@@ -107,8 +107,10 @@ struct TileArgs {
   /// has src_rows rows, and `rows` is the padded row count of the columnwise output. Else nullptr.
   const int64_t* group_sizes = nullptr;
   int64_t groups = 0, src_rows = 0;
-  /// quantize_activation_grad (rc1d_act_kernel with ACT = 2): the activation's input, laid out as src.
+  /// rc1d_act_kernel's further inputs, laid out as src (act_needs_aux / act_needs_aux2): the activation's
+  /// input (GELU's backward), SwiGLU's up (forward) or gate (backward), and up (the gate's gradient).
   const void* aux = nullptr;
+  const void* aux2 = nullptr;
 
   __device__ BlockScale scale_of(float amax) const {
     const float2 gs = globals();
@@ -230,12 +232,21 @@ __device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_
   return x;
 }
 
-// ---- activations fused into the 1D-block quantizer (quantize_activation) -------------------------
-// ACT = 1: gelu_tanh(x) of the source; ACT = 2: dy * gelu_tanh'(x), dy the source and x TileArgs::aux.
-// Each result is rounded to the source's 16-bit type before it is quantized, as a framework's
-// activation kernel writes it. The arithmetic is spelled out with explicit roundings and fused
+// ---- activations fused into the 1D-block quantizer (quantize_activation, quantize_swiglu) --------
+// ACT (FusedActivation): the value quantized at each element, from the source v and TileArgs::aux (a), aux2 (b):
+//   kGelu          gelu_tanh(v)
+//   kGeluGrad      v * gelu_tanh'(a)                       (v: the output gradient, a: GELU's input)
+//   kSwiglu        silu(v) * a                             (v: gate, a: up)
+//   kSwigluGate    silu'(a) * (v * b)                      (v: the output gradient, a: gate, b: up)
+//   kSwigluUp      v * silu(a)                             (v: the output gradient, a: gate)
+// Every intermediate a framework writes in the source's 16-bit type (silu(gate), the product's
+// gradient) and the result are rounded to that type, so the bytes are those of quantizing what its
+// elementwise kernels write. The arithmetic is spelled out with explicit roundings and fused
 // multiply-adds where a compiler that contracts (PyTorch's kernels are built with -fmad=true) fuses
 // them; this file itself is compiled with -fmad=false.
+constexpr bool act_needs_aux(int act) { return act != kGelu; }
+constexpr bool act_needs_aux2(int act) { return act == kSwigluGate; }
+
 constexpr float kGeluBeta = float(0.79788456080286535588);  // sqrt(2 / pi)
 constexpr float kGeluKappa = float(0.044715);
 
@@ -257,6 +268,13 @@ __device__ __forceinline__ float gelu_tanh_grad(float dy, float x) {
   return __fmul_rn(dy, __fmaf_rn(0.5f, right, right_derivative));
 }
 
+__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
+__device__ __forceinline__ float silu_grad(float dy, float x) {
+  const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+  return __fmul_rn(__fmul_rn(dy, s), __fmaf_rn(x, __fsub_rn(1.0f, s), 1.0f));
+}
+
 /// fp32 -> the 16-bit source type, to nearest even (the hardware conversion), NaN as the quiet NaN
 /// with the input's sign that a framework's conversion writes.
 template <int S>
@@ -267,23 +285,26 @@ __device__ __forceinline__ uint32_t round16(float v) {
   else return __half_as_ushort(__float2half_rn(v));
 }
 
-/// Four 16-bit source codes through the activation (aux: the activation's input for ACT = 2).
+/// One element through activation ACT, rounded to the source type (see FusedActivation).
 template <int S, int ACT>
-__device__ __forceinline__ uint2 activate4(uint2 v, uint2 aux) {
-  const uint32_t w[2] = {v.x, v.y}, x[2] = {aux.x, aux.y};
+__device__ __forceinline__ uint32_t activate1(float v, float a, float b) {
+  const auto r = [](float x) { return decode16<S>(round16<S>(x)); };  // a framework's 16-bit intermediate
+  if constexpr (ACT == kGelu) return round16<S>(gelu_tanh(v));
+  else if constexpr (ACT == kGeluGrad) return round16<S>(gelu_tanh_grad(v, a));
+  else if constexpr (ACT == kSwiglu) return round16<S>(__fmul_rn(r(silu(v)), a));
+  else if constexpr (ACT == kSwigluGate) return round16<S>(silu_grad(r(__fmul_rn(v, b)), a));
+  else return round16<S>(__fmul_rn(v, r(silu(a))));
+}
+
+/// Four 16-bit source codes through the activation (aux, aux2: the further inputs' codes).
+template <int S, int ACT>
+__device__ __forceinline__ uint2 activate4(uint2 v, uint2 aux, uint2 aux2) {
+  const uint32_t w[2] = {v.x, v.y}, x[2] = {aux.x, aux.y}, y[2] = {aux2.x, aux2.y};
   uint32_t o[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float lo = half_value<S>(w[i], 0), hi = half_value<S>(w[i], 1);
-    if constexpr (ACT == 1) {
-      lo = gelu_tanh(lo);
-      hi = gelu_tanh(hi);
-    } else {
-      lo = gelu_tanh_grad(lo, half_value<S>(x[i], 0));
-      hi = gelu_tanh_grad(hi, half_value<S>(x[i], 1));
-    }
-    o[i] = round16<S>(lo) | (round16<S>(hi) << 16);
-  }
+  for (int i = 0; i < 2; ++i)
+    o[i] = activate1<S, ACT>(half_value<S>(w[i], 0), half_value<S>(x[i], 0), half_value<S>(y[i], 0)) |
+           (activate1<S, ACT>(half_value<S>(w[i], 1), half_value<S>(x[i], 1), half_value<S>(y[i], 1)) << 16);
   return make_uint2(o[0], o[1]);
 }
 
@@ -1153,18 +1174,20 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
       if constexpr (ACT != 0) {
 #pragma unroll
         for (int k = 0; k < kU; ++k)
-          raw[k] = activate4<S, ACT>(raw[k], ACT == 2 ? load_raw4_whole<S>(a.aux, e + k * step) : uint2{});
+          raw[k] = activate4<S, ACT>(raw[k], act_needs_aux(ACT) ? load_raw4_whole<S>(a.aux, e + k * step) : uint2{},
+                                     act_needs_aux2(ACT) ? load_raw4_whole<S>(a.aux2, e + k * step) : uint2{});
       }
     } else {
 #pragma unroll
       for (int k = 0; k < kU; ++k)
         raw[k] = load_raw4<S>(a.src, rlim, a.cols, a.vec_in, rs0 + warp + 8 * (b * kU + k), c0 + 4 * lane);
-      if constexpr (ACT != 0) {  // outside the matrix both loads give +0, which the activations keep
+      if constexpr (ACT != 0) {  // outside the matrix every load gives +0, which the activations keep
 #pragma unroll
-        for (int k = 0; k < kU; ++k)
-          raw[k] = activate4<S, ACT>(raw[k], ACT == 2 ? load_raw4<S>(a.aux, rlim, a.cols, a.vec_in,
-                                                                     rs0 + warp + 8 * (b * kU + k), c0 + 4 * lane)
-                                                      : uint2{});
+        for (int k = 0; k < kU; ++k) {
+          const int64_t r = rs0 + warp + 8 * (b * kU + k), c = c0 + 4 * lane;
+          raw[k] = activate4<S, ACT>(raw[k], act_needs_aux(ACT) ? load_raw4<S>(a.aux, rlim, a.cols, a.vec_in, r, c) : uint2{},
+                                     act_needs_aux2(ACT) ? load_raw4<S>(a.aux2, rlim, a.cols, a.vec_in, r, c) : uint2{});
+        }
       }
     }
 #pragma unroll
@@ -1830,27 +1853,36 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
 }
 
 template <int S, int ACT>
-__global__ void __launch_bounds__(256) activation_kernel(const uint16_t* src, const uint16_t* aux, int64_t n,
-                                                         uint16_t* out) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = decode16<S>(src[i]);
-    out[i] = uint16_t(round16<S>(ACT == 1 ? gelu_tanh(v) : gelu_tanh_grad(v, decode16<S>(aux[i]))));
+__global__ void __launch_bounds__(256) activation_kernel(const uint16_t* src, const uint16_t* aux,
+                                                         const uint16_t* aux2, int64_t n, uint16_t* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = uint16_t(activate1<S, ACT>(decode16<S>(src[i]), act_needs_aux(ACT) ? decode16<S>(aux[i]) : 0.0f,
+                                        act_needs_aux2(ACT) ? decode16<S>(aux2[i]) : 0.0f));
+}
+
+template <int S, int ACT>
+void launch_reference(const void* src, const void* aux, const void* aux2, int64_t n, void* out, cudaStream_t st) {
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 8));
+  activation_kernel<S, ACT><<<blocks, 256, 0, st>>>(static_cast<const uint16_t*>(src), static_cast<const uint16_t*>(aux),
+                                                    static_cast<const uint16_t*>(aux2), n, static_cast<uint16_t*>(out));
+}
+
+template <int S>
+void launch_reference(int act, const void* src, const void* aux, const void* aux2, int64_t n, void* out, cudaStream_t st) {
+  switch (act) {
+    case kGelu: launch_reference<S, kGelu>(src, aux, aux2, n, out, st); break;
+    case kGeluGrad: launch_reference<S, kGeluGrad>(src, aux, aux2, n, out, st); break;
+    case kSwiglu: launch_reference<S, kSwiglu>(src, aux, aux2, n, out, st); break;
+    case kSwigluGate: launch_reference<S, kSwigluGate>(src, aux, aux2, n, out, st); break;
+    default: launch_reference<S, kSwigluUp>(src, aux, aux2, n, out, st); break;
   }
 }
 
-void apply_activation(const void* src, const void* input, int64_t n, DType dtype, void* out, cudaStream_t st) {
+void apply_activation(int act, const void* src, const void* aux, const void* aux2, int64_t n, DType dtype, void* out,
+                      cudaStream_t st) {
   if (n <= 0) return;
-  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, int64_t(sm_count()) * 8));
-  const auto* s = static_cast<const uint16_t*>(src);
-  const auto* x = static_cast<const uint16_t*>(input);
-  auto* o = static_cast<uint16_t*>(out);
-  if (dtype == DType::kBF16) {
-    if (input) activation_kernel<1, 2><<<blocks, 256, 0, st>>>(s, x, n, o);
-    else activation_kernel<1, 1><<<blocks, 256, 0, st>>>(s, x, n, o);
-  } else {
-    if (input) activation_kernel<2, 2><<<blocks, 256, 0, st>>>(s, x, n, o);
-    else activation_kernel<2, 1><<<blocks, 256, 0, st>>>(s, x, n, o);
-  }
+  if (dtype == DType::kBF16) launch_reference<1>(act, src, aux, aux2, n, out, st);
+  else launch_reference<2>(act, src, aux, aux2, n, out, st);
   cuda_check(cudaGetLastError(), "activation kernel launch");
 }
 
@@ -1868,18 +1900,22 @@ void launch_activation(const TileArgs& a, DType src_dtype, int64_t tiles, cudaSt
   else e5m2 ? launch_activation<2, 1, ACT>(a, tiles, st) : launch_activation<2, 0, ACT>(a, tiles, st);
 }
 
-void quantize_activation(const SourceMatrix& src, const void* input, const QuantizeConfig& cfg,
+void quantize_activation(int act, const SourceMatrix& src, const void* aux, const void* aux2, const QuantizeConfig& cfg,
                          const QuantizeOutputs& out, cudaStream_t st) {
   const int64_t tiles = layouts::ceil_div(src.rows, kTile) * layouts::ceil_div(src.cols, kTile);
   SCALEMM_EXPECTS(tiles <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize::quantize_activation: matrix too large");
   if (tiles == 0) return;
   TileArgs a = tile_args(src, cfg, out, src.rows);
-  if (input) {  // the vector path needs both sources aligned
-    a.aux = input;
-    a.vec_in = a.vec_in && reinterpret_cast<uintptr_t>(input) % 8 == 0;
-    launch_activation<2>(a, src.dtype, tiles, st);
-  } else {
-    launch_activation<1>(a, src.dtype, tiles, st);
+  a.aux = aux;
+  a.aux2 = aux2;
+  // The vector path needs every source aligned.
+  for (const void* p : {aux, aux2}) a.vec_in = a.vec_in && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+  switch (act) {
+    case kGelu: launch_activation<kGelu>(a, src.dtype, tiles, st); break;
+    case kGeluGrad: launch_activation<kGeluGrad>(a, src.dtype, tiles, st); break;
+    case kSwiglu: launch_activation<kSwiglu>(a, src.dtype, tiles, st); break;
+    case kSwigluGate: launch_activation<kSwigluGate>(a, src.dtype, tiles, st); break;
+    default: launch_activation<kSwigluUp>(a, src.dtype, tiles, st); break;
   }
 }
 

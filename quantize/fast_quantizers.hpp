@@ -31,14 +31,17 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
 void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const int64_t* group_sizes, int64_t groups,
                       int64_t padded_rows, const QuantizeOutputs& out, Stream st);
 
-/// quantize::quantize_activation (input null: GELU of src) and quantize_activation_grad (input: the
-/// activation's input, src its output gradient) after validation: rc1d_act_kernel.
-void quantize_activation(const SourceMatrix& src, const void* input, const QuantizeConfig& cfg,
-                         const QuantizeOutputs& out, Stream st);
+/// The fused activations (fast_quantizers.cu, kAct*): 1 GELU, 2 GELU's input gradient, 3 SwiGLU,
+/// 4 SwiGLU's gate gradient, 5 its up gradient; aux and aux2 the further inputs each one reads.
+enum FusedActivation : int { kGelu = 1, kGeluGrad = 2, kSwiglu = 3, kSwigluGate = 4, kSwigluUp = 5 };
 
-/// The activation alone, as the fused kernels compute it: n bf16/f16 elements of GELU(src), or of
-/// src * GELU'(input) where input is not null, rounded to dtype (the unfused reference of the tests).
-void apply_activation(const void* src, const void* input, int64_t n, DType dtype, void* out, Stream st);
+/// quantize::quantize_activation(_grad) and quantize_swiglu(_grad) after validation: rc1d_act_kernel.
+void quantize_activation(int act, const SourceMatrix& src, const void* aux, const void* aux2,
+                         const QuantizeConfig& cfg, const QuantizeOutputs& out, Stream st);
+
+/// The activation alone, as the fused kernels compute it: n bf16/f16 elements rounded to dtype.
+void apply_activation(int act, const void* src, const void* aux, const void* aux2, int64_t n, DType dtype, void* out,
+                      Stream st);
 
 /// out = dequantize(q) on the GPU, in f32, bf16 or f16.
 void dequantize(const QuantizedTensor& q, void* out, DType out_dtype, Stream st);

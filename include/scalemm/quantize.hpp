@@ -85,10 +85,33 @@ void quantize_activation(const SourceMatrix& src, Activation act, const Quantize
 void quantize_activation_grad(const SourceMatrix& grad, const void* input, Activation act,
                               const QuantizeConfig& cfg, const QuantizeOutputs& out, Stream stream);
 
-/// The activation alone, with the fused quantizers' arithmetic: the (R, C) bf16/f16 elements of
-/// act(src), or of src * act'(input) where `input` is not null, rounded to src's type and written to
-/// `out` (same shape and type). quantize() of it gives quantize_activation(_grad)'s bytes.
+/// SwiGLU, silu(gate) * up (silu(x) = x / (1 + e^-x)), the gated MLP of Llama-style models, with its
+/// two projections' outputs as separate device (R, C) matrices of one 16-bit type. quantize() of the
+/// product as a framework's two elementwise kernels write it: silu(gate) rounded to that type, then the
+/// product rounded again. `gate` is the source; recipes and outputs as quantize_activation().
+void quantize_swiglu(const SourceMatrix& gate, const void* up, const QuantizeConfig& cfg, const QuantizeOutputs& out,
+                     Stream stream);
+
+/// Which input of SwiGLU a gradient is for.
+enum class SwigluInput : int {
+  kGate = 0,  ///< silu'(gate) * (grad * up), grad * up rounded first (the product's gradient)
+  kUp = 1,    ///< grad * silu(gate), silu(gate) rounded first (as the forward saved it)
+};
+
+/// quantize() of SwiGLU's input gradient for `which` input: `grad` (the source) is the gradient of
+/// the product, `gate` and `up` the forward's inputs (`up` is read for kGate only), all (R, C) of one
+/// 16-bit type; intermediates and the result rounded as a framework's backward kernels write them.
+void quantize_swiglu_grad(const SourceMatrix& grad, const void* gate, const void* up, SwigluInput which,
+                          const QuantizeConfig& cfg, const QuantizeOutputs& out, Stream stream);
+
+/// The activations alone, with the fused quantizers' arithmetic and roundings, written to `out` (the
+/// source's shape and 16-bit type): quantize() of them gives the fused calls' bytes.
+///   apply_activation: act(src), or src * act'(input) where `input` is not null;
+///   apply_swiglu: silu(gate) * up; apply_swiglu_grad: the gradient for `which` input.
 void apply_activation(const SourceMatrix& src, const void* input, Activation act, void* out, Stream stream);
+void apply_swiglu(const SourceMatrix& gate, const void* up, void* out, Stream stream);
+void apply_swiglu_grad(const SourceMatrix& grad, const void* gate, const void* up, SwigluInput which, void* out,
+                       Stream stream);
 
 /// The values a device operand stands for, as a row-major (rows, k) matrix of out_dtype (f32, bf16, f16).
 void dequantize(const QuantizedTensor& t, void* out, DType out_dtype, Stream stream);

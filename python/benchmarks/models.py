@@ -40,14 +40,22 @@ def build(torch, suite, shape=None):
         d, f, heads, kv, seq, batch = 4096, 14336, 32, 8, 2048, 4
         hd = d // heads
 
+        class GatedMLP(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gate, self.up = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
+                self.down = nn.Linear(f, d, bias=False)
+
+            def forward(self, h):
+                return self.down(F.silu(self.gate(h)) * self.up(h))
+
         class Block(nn.Module):
             def __init__(self):
                 super().__init__()
                 self.n1, self.n2 = nn.RMSNorm(d), nn.RMSNorm(d)
                 self.q, self.k = nn.Linear(d, d, bias=False), nn.Linear(d, kv * hd, bias=False)
                 self.v, self.o = nn.Linear(d, kv * hd, bias=False), nn.Linear(d, d, bias=False)
-                self.gate, self.up = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
-                self.down = nn.Linear(f, d, bias=False)
+                self.mlp = GatedMLP()  # created here: the same initial weights as before it was a module
 
             def forward(self, x):
                 b, s, _ = x.shape
@@ -57,8 +65,7 @@ def build(torch, suite, shape=None):
                 v = self.v(h).view(b, s, kv, hd).transpose(1, 2)
                 a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
                 x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
-                h = self.n2(x)
-                return x + self.down(F.silu(self.gate(h)) * self.up(h))
+                return x + self.mlp(self.n2(x))
 
         return Block(), lambda: torch.randn(batch, seq, d, device="cuda", dtype=torch.bfloat16)
 

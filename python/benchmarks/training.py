@@ -2,11 +2,13 @@
 
 Suites (each model built once per recipe from the same bf16 weights; FP8 through convert_to_float8):
   mlp     MLP blocks (up, GELU, down; bias-free) at tokens x d x f: 8192x4096x14336, 16384x7168x2048,
-          4096x2048x8192; recipe "blockwise-mlp" runs them as one Float8MLP (GELU fused into the quantizers)
+          4096x2048x8192
   block   a Llama-3-8B-sized transformer block: d 4096, f 14336 (SwiGLU), 32 heads (8 KV heads), sequence
           2048, batch 4; RMSNorm and attention (SDPA, causal) in bf16, every projection converted
   moe     a DeepSeek-V3-like MoE block: d 7168, 16 experts of f 2048 (SwiGLU), top-4 of 8192 tokens with
           uneven routing; experts in Float8GroupedExperts against bf16 torch._grouped_mm
+Recipe "blockwise-mlp": the MLP (mlp) or the block's gated MLP (block) as one Float8MLP, GELU or SwiGLU
+fused into the quantizers (the block's other projections blockwise Float8Linear).
 A step is forward + backward (from a fixed output gradient) + an SGD update (so FP8 weights are
 requantized every step, as in training). CUDA-event median of --steps steps after 3 warm-up steps, eager and torch.compile; peak
 memory over the timed steps (torch.cuda.max_memory_allocated, parameters and inputs included).
@@ -41,8 +43,14 @@ def convert(torch, model, suite, recipe):
     model = copy.deepcopy(model)
     if recipe == "bf16":
         return model
-    if recipe == "blockwise-mlp":  # the MLP block in one Float8MLP: GELU fused into the quantizers
-        return st.Float8MLP.from_linears(model.up, model.down, activation="gelu_tanh") if suite == "mlp" else None
+    if recipe == "blockwise-mlp":  # the MLP in one Float8MLP (activation fused into the quantizers)
+        if suite == "mlp":
+            return st.Float8MLP.from_linears(model.up, model.down, activation="gelu_tanh")
+        if suite != "block":
+            return None
+        mlp = model.mlp
+        model.mlp = st.Float8MLP.from_linears(mlp.up, mlp.down, gate=mlp.gate, activation="swiglu")
+        return st.convert_to_float8(model, recipe="blockwise")  # q, k, v, o
     if suite == "moe":
         if recipe != "blockwise":
             return None  # Float8GroupedExperts runs blockwise

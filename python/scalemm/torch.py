@@ -1189,6 +1189,8 @@ class Float8GroupedExperts(torch.nn.Module):
 # ---- the MLP block with its activation fused into the quantizers -----------------------------------------
 
 _ACTIVATIONS = {"gelu_tanh": 1}  # scalemm::quantize::Activation
+_MLP_ACTIVATIONS = ("gelu_tanh", "swiglu")  # Float8MLP: GELU between two projections, or SwiGLU's three
+_SWIGLU_PARTS = {"forward": 0, "gate": 1, "up": 2}
 _MLP_RECIPES = ("blockwise", "mxfp8")  # activations in 1D blocks: the fused quantizer's recipes
 
 
@@ -1272,6 +1274,85 @@ def quantize_activation(x: torch.Tensor, recipe: str, *, activation: str = "gelu
     return torch.ops.scalemm.quantize_activation(x, x_input, activation, recipe, dtype, scale_format)
 
 
+def _swiglu_torch(x, a, b, part):
+    """The unfused path of quantize_swiglu, as torch's eager kernels round it."""
+    F = torch.nn.functional
+    if part == "forward":
+        return F.silu(x) * a  # x: gate, a: up
+    if part == "gate":
+        return torch.ops.aten.silu_backward(x * b, a)  # x: the product's gradient, a: gate, b: up
+    return x * F.silu(a)
+
+
+def _quantize_swiglu_cuda(x, a, b, part, recipe, dtype, scale_format):
+    from ._arrays import DTYPE_CODE
+
+    for name, t in (("a", a), ("b", b)):
+        if t is not None and (t.shape != x.shape or t.dtype != x.dtype or t.device != x.device or not t.is_contiguous()):
+            raise _core.invalid(name, "a SwiGLU input laid out as the source", f"a contiguous {x.dtype} tensor of shape "
+                                f"{tuple(x.shape)} on {x.device}", f"{t.dtype} {tuple(t.shape)} on {t.device}")
+    if x.dim() != 2 or not x.is_contiguous():
+        raise _core.invalid("x", "the (rows, features) source", "a contiguous 2-D tensor", str(tuple(x.shape)))
+    r = _core.recipe_code(recipe, "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    rows, k = x.shape
+    dt = torch_dtype(_core.DATA_DTYPES[dtype])
+    st_ = torch_dtype(_core.scale_dtype_name(r))
+    out = (torch.empty((rows, k), dtype=dt, device=x.device),
+           torch.empty(_core.scale_shape(r, rows, k, fmt), dtype=st_, device=x.device),
+           torch.empty((k, rows), dtype=dt, device=x.device),
+           torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device))
+    with contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device):
+        _C.quantize_swiglu(_SWIGLU_PARTS[part], x.data_ptr(), DTYPE_CODE[_name(x.dtype)], rows, k, r, DTYPE_CODE[dtype],
+                           fmt, a.data_ptr(), 0 if b is None else b.data_ptr(), *(t.data_ptr() for t in out),
+                           _stream(x.device.index))
+    return out
+
+
+@torch.library.custom_op("scalemm::quantize_swiglu", mutates_args=())
+def _quantize_swiglu_op(x: torch.Tensor, a: torch.Tensor, b: Optional[torch.Tensor], part: str, recipe: str,
+                        dtype: str, scale_format: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SwiGLU in the quantizer, both directions (data, scales, data_t, scales_t):
+    part "forward": quantize(silu(x) * a), x the gate and a the up projection's output;
+    part "gate":    quantize(silu'(a) * (x * b)), x the product's gradient, a gate, b up;
+    part "up":      quantize(x * silu(a)).
+    Intermediates rounded to x's dtype as torch's eager kernels write them. On CUDA with a 1D-block
+    recipe and bf16/f16 inputs one kernel; elsewhere torch's kernels, then the quantizer."""
+    if part not in _SWIGLU_PARTS:
+        raise _core.invalid("part", "which SwiGLU quantity to quantize", '"forward", "gate" or "up"', repr(part))
+    if part == "gate" and b is None:
+        raise _core.invalid("b", "the up projection's output, for the gate's gradient", "a tensor", "None")
+    if x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and recipe in ("block1x128", "mxfp8"):
+        return _quantize_swiglu_cuda(x.contiguous(), a.contiguous(), None if b is None else b.contiguous(), part,
+                                     recipe, dtype, scale_format)
+    return torch.ops.scalemm.quantize(_swiglu_torch(x, a, b, part).contiguous(), recipe, dtype, scale_format, True)
+
+
+@_quantize_swiglu_op.register_fake
+def _(x, a, b, part, recipe, dtype, scale_format):
+    r = _core.recipe_code(recipe, "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    rows, k = x.shape
+    dt = torch_dtype(_core.DATA_DTYPES[dtype])
+    st_ = torch_dtype(_core.scale_dtype_name(r))
+    return (x.new_empty((rows, k), dtype=dt), x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st_),
+            x.new_empty((k, rows), dtype=dt), x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st_))
+
+
+def quantize_swiglu(x: torch.Tensor, a: torch.Tensor, recipe: str, *, part: str = "forward", b=None,
+                    dtype: str = "e4m3", scale_format: str = "compact"):
+    """(data, scales, data_t, scales_t) of SwiGLU's product (part "forward": x gate, a up) or of one
+    input's gradient (part "gate" / "up": x the product's gradient, a gate, b up), without writing it in
+    high precision (see torch.ops.scalemm.quantize_swiglu)."""
+    return torch.ops.scalemm.quantize_swiglu(x, a, b, part, recipe, dtype, scale_format)
+
+
+def _mlp_swiglu(x, a, b, part, act, fmt):
+    if _direct(x) and x.dtype in (torch.bfloat16, torch.float16):
+        return _quantize_swiglu_cuda(x, a, b, part, act, "e4m3", fmt)
+    return torch.ops.scalemm.quantize_swiglu(x, a, b, part, act, "e4m3", fmt)
+
+
 def _mlp_quantize_activation(h, h_input, act, fmt):
     if _direct(h) and h.dtype in (torch.bfloat16, torch.float16):
         return _quantize_activation_cuda(h, h_input, "gelu_tanh", act, "e4m3", fmt)
@@ -1353,6 +1434,76 @@ class _Float8MLPFn(torch.autograd.Function):
         return dx, dw1, dw2, db1, db2, None, None, None, None
 
 
+class _Float8SwigluMLPFn(torch.autograd.Function):
+    """Y = (silu(X Wg^T) * (X Wu^T)) Wd^T with the nine GEMMs in FP8 and SwiGLU inside the quantizers:
+    X is quantized once for both projections; P = silu(G) * U is quantized both ways from G and U; in
+    backward, dG and dU are each quantized both ways from dP, G and U (none of P, dG, dU, silu(G) is
+    written in bf16), and dX = dG Wg + dU Wu. Saved: X^T and P^T in FP8, G and U (bf16 keeps them too)."""
+
+    @staticmethod
+    def forward(ctx, x, wg, wu, wd, act, wgt, fmt, keep_saved):
+        d = x.shape[-1]
+        x2 = x.reshape(-1, d)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
+        od = _name(x.dtype if x.dtype in _NAMES else torch.bfloat16)
+        wgq, wgs = _quantize_parts(_plain(wg), wgt, fmt, True, False)
+        g = _layer_gemm(xq, wgq, xs, wgs, act, wgt, od, fmt)
+        del wgq, wgs
+        wuq, wus = _quantize_parts(_plain(wu), wgt, fmt, True, False)
+        u = _layer_gemm(xq, wuq, xs, wus, act, wgt, od, fmt)
+        del xq, xs, wuq, wus
+        pq, ps, ptq, pts = _mlp_swiglu(g, u, None, "forward", act, fmt)
+        wdq, wds = _quantize_parts(_plain(wd), wgt, fmt, True, False)
+        y = _layer_gemm(pq, wdq, ps, wds, act, wgt, od, fmt)
+        ctx.save_for_backward(xtq, xts, g, u, ptq, pts, wg, wu, wd)
+        ctx.keep_saved = keep_saved
+        ctx.meta = (act, wgt, fmt, x.shape, x.dtype, wg.dtype, wu.dtype, wd.dtype)
+        return y.reshape(*x.shape[:-1], wd.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        _check_not_released(ctx, "Float8MLP")
+        xtq, xts, g, u, ptq, pts, wg, wu, wd = ctx.saved_tensors
+        act, wgt, fmt, x_shape, x_dtype, wg_dtype, wu_dtype, wd_dtype = ctx.meta
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        if not dy2.is_contiguous():
+            dy2 = dy2.contiguous()
+        dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
+
+        def wgrad(a, b, sa, sb, w_dtype):
+            od = w_dtype if w_dtype in _NAMES else torch.float32
+            dw = _layer_gemm(a, b, sa, sb, act, act, _name(od), fmt)
+            return dw if dw.dtype == w_dtype else dw.to(w_dtype)
+
+        dwg = dwu = dwd = dx = None
+        if ctx.needs_input_grad[3]:
+            dwd = wgrad(dytq, ptq, dyts, pts, wd_dtype)
+        del dytq, dyts
+        _release(ctx, ptq, pts)
+        wdtq, wdts = _quantize_parts(_plain(wd), wgt, fmt, False, True)
+        dp = _layer_gemm(dyq, wdtq, dys, wdts, act, wgt, _name(g.dtype), fmt)
+        del dyq, dys, wdtq, wdts
+        dgq, dgs, dgtq, dgts = _mlp_swiglu(dp, g, u, "gate", act, fmt)
+        duq, dus, dutq, duts = _mlp_swiglu(dp, g, None, "up", act, fmt)
+        del dp
+        _release(ctx, g, u)
+        if ctx.needs_input_grad[1]:
+            dwg = wgrad(dgtq, xtq, dgts, xts, wg_dtype)
+        if ctx.needs_input_grad[2]:
+            dwu = wgrad(dutq, xtq, duts, xts, wu_dtype)
+        del dgtq, dgts, dutq, duts
+        _release(ctx, xtq, xts)
+        if ctx.needs_input_grad[0]:
+            wgtq, wgts = _quantize_parts(_plain(wg), wgt, fmt, False, True)
+            dx = _layer_gemm(dgq, wgtq, dgs, wgts, act, wgt, _name(x_dtype), fmt)
+            del wgtq, wgts
+            wutq, wuts = _quantize_parts(_plain(wu), wgt, fmt, False, True)
+            dx = (dx + _layer_gemm(duq, wutq, dus, wuts, act, wgt, _name(x_dtype), fmt)).reshape(x_shape)
+        return dx, dwg, dwu, dwd, None, None, None, None
+
+
 class _Projection(torch.nn.Module):
     """One projection of a Float8MLP: nn.Linear's parameters (and state_dict keys) without its forward,
     so that convert_to_float8 leaves it alone."""
@@ -1369,23 +1520,27 @@ class _Projection(torch.nn.Module):
 
 
 class Float8MLP(torch.nn.Module):
-    """An MLP block, up projection -> activation -> down projection, in FP8 with the activation fused
-    into the quantizers (scalemm::quantize::quantize_activation):
+    """An MLP block in FP8 with its activation fused into the quantizers (scalemm::quantize::
+    quantize_activation, quantize_swiglu), for two patterns:
 
-        forward   G = act(X W_up^T + b_up) is quantized for the down projection straight from its input
-                  H: G is never written in high precision, and one pass over the (tokens, hidden)
-                  tensor is saved;
-        backward  dH = dG * act'(H) is quantized for the up projection's wgrad and dgrad straight from
-                  dG and H: dH is never written either (unless b_up needs its sum).
+        activation="gelu_tanh"  down(gelu(up(x), approximate="tanh"))
+        activation="swiglu"     down(silu(gate(x)) * up(x))            (Llama-style gated MLP)
 
-    The same six FP8 GEMMs as two Float8Linear layers around the activation, on bytes that equal theirs
-    wherever the fused activation's arithmetic equals torch's (compared on every bf16 input in
-    tests/test_training.py). activation "gelu_tanh" (GELU's tanh approximation); recipe "blockwise"
-    (1x128 activations, 128x128 weights) or "mxfp8". Parameters up.weight, up.bias, down.weight,
-    down.bias, as an nn.Sequential of the two layers would name them; `from_linears` shares existing
-    layers' parameters. Saved for backward: X^T and G^T in FP8, and H (the activation's input, which
-    bf16 keeps too); each FP8 copy is freed once its last GEMM has run (`keep_saved = True` keeps them
-    for a second backward through the same graph).
+    Forward: the activation's output is quantized for the down projection straight from the
+    projections' outputs, and never written in high precision. Backward: the up projection's (and the
+    gate's) output gradients are quantized straight from the down projection's dgrad and the saved
+    projection outputs, never written either (except where a bias needs their sum). SwiGLU's X is
+    quantized once for both projections. One or two passes over the (tokens, hidden) tensors less in
+    each direction.
+
+    The same FP8 GEMMs as Float8Linear layers around torch's activation, on bytes that equal theirs
+    wherever the fused arithmetic equals torch's elementwise kernels (compared on every bf16 input in
+    tests/test_training.py). recipe "blockwise" (1x128 activations, 128x128 weights) or "mxfp8".
+    Parameters up.weight, (gate.weight,) down.weight and, for GELU blocks, optional biases, named as
+    the layers they replace; `from_linears` shares existing layers' parameters. Saved for backward: X^T
+    and the activation's output transposed in FP8, and the projections' outputs (which bf16 keeps too);
+    FP8 copies are freed once their last GEMM has run (`keep_saved = True` keeps them for a second
+    backward through the same graph).
     """
 
     keep_saved = False
@@ -1395,30 +1550,49 @@ class Float8MLP(torch.nn.Module):
                  activation: str = "gelu_tanh", bias: bool = False, recipe: str = "blockwise", device=None,
                  dtype=None):
         super().__init__()
-        self._configure(activation, recipe)
+        self._configure(activation, recipe, bias)
         out_features = in_features if out_features is None else out_features
+        if activation == "swiglu":
+            self.gate = _Projection(in_features, hidden_features, bias, device, dtype)
         self.up = _Projection(in_features, hidden_features, bias, device, dtype)
         self.down = _Projection(hidden_features, out_features, bias, device, dtype)
 
-    def _configure(self, activation, recipe):
-        _activation_code(activation)
+    def _configure(self, activation, recipe, bias):
+        if activation not in _MLP_ACTIVATIONS:
+            raise _core.invalid("activation", "an activation the quantizers fuse",
+                                " or ".join(f'"{a}"' for a in _MLP_ACTIVATIONS), repr(activation))
         if recipe not in _MLP_RECIPES:
             raise _core.invalid("recipe", "a recipe whose activations the fused quantizer writes (1D blocks)",
                                 " or ".join(f'"{r}"' for r in _MLP_RECIPES), repr(recipe),
                                 "Other recipes: Float8Linear layers around the activation.")
+        if activation == "swiglu" and bias:
+            raise _core.invalid("bias", "SwiGLU blocks as Llama-style models have them", "no biases", "bias",
+                                "Use Float8Linear layers around the activation for biased gated MLPs.")
         self.activation, self.recipe = activation, recipe
 
     @classmethod
-    def from_linears(cls, up: torch.nn.Linear, down: torch.nn.Linear, *, activation: str = "gelu_tanh",
-                     recipe: str = "blockwise"):
-        """A block with the parameters (shared, not copied) of two linear layers: down(act(up(x)))."""
-        if up.out_features != down.in_features:
-            raise _core.invalid("down", "the layer that takes the up projection's output",
-                                f"in_features = {up.out_features}", f"in_features = {down.in_features}")
+    def from_linears(cls, up: torch.nn.Linear, down: torch.nn.Linear, *, gate: Optional[torch.nn.Linear] = None,
+                     activation: str = "gelu_tanh", recipe: str = "blockwise"):
+        """A block with the parameters (shared, not copied) of existing linear layers: down(act(up(x))),
+        or with activation="swiglu" down(silu(gate(x)) * up(x))."""
+        if (gate is None) != (activation != "swiglu"):
+            raise _core.invalid("gate", f'the gate projection of activation "{activation}"',
+                                "a linear layer" if activation == "swiglu" else "None",
+                                "None" if gate is None else type(gate).__name__)
+        if up.out_features != down.in_features or (gate is not None and (gate.out_features, gate.in_features) !=
+                                                   (up.out_features, up.in_features)):
+            raise _core.invalid("down" if up.out_features != down.in_features else "gate",
+                                "layers that chain: up and gate (in, hidden), down (hidden, out)",
+                                f"hidden = {up.out_features}",
+                                f"down.in_features = {down.in_features}" + (
+                                    "" if gate is None else f", gate {gate.in_features} -> {gate.out_features}"))
         m = cls.__new__(cls)
         torch.nn.Module.__init__(m)
-        m._configure(activation, recipe)
-        for name, lin in (("up", up), ("down", down)):
+        layers = (("gate", gate), ("up", up), ("down", down))
+        m._configure(activation, recipe, any(lin is not None and lin.bias is not None for _, lin in layers))
+        for name, lin in layers:
+            if lin is None:
+                continue
             p = _Projection.__new__(_Projection)
             torch.nn.Module.__init__(p)
             p.in_features, p.out_features = lin.in_features, lin.out_features
@@ -1428,6 +1602,9 @@ class Float8MLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act, wgt = LINEAR_RECIPES[self.recipe]
+        if self.activation == "swiglu":
+            return _Float8SwigluMLPFn.apply(x, self.gate.weight, self.up.weight, self.down.weight, act, wgt,
+                                            self.scale_format, self.keep_saved)
         return _Float8MLPFn.apply(x, self.up.weight, self.down.weight, self.up.bias, self.down.bias, act, wgt,
                                   self.scale_format, self.keep_saved)
 
@@ -1435,7 +1612,7 @@ class Float8MLP(torch.nn.Module):
         return f"activation={self.activation}, recipe={self.recipe}"
 
 
-__all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "quantize_activation", "Float8MLP", "Float8Linear", "Float8BlockwiseLinear", "MXLinear",
+__all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "quantize_activation", "quantize_swiglu", "Float8MLP", "Float8Linear", "Float8BlockwiseLinear", "MXLinear",
            "Float8GroupedExperts", "convert_to_float8", "conversion_report", "ConversionReport", "Float8AllGatherWeight",
            "LINEAR_RECIPES", "AUTO_MIN_FEATURES",
            "AUTO_MIN_GFLOP"]

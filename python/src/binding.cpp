@@ -588,6 +588,27 @@ NB_MODULE(_scalemm, m) {
     if (input) scalemm::quantize::quantize_activation_grad(s, ptr(input), act, cfg, o, stream_of(stream));
     else scalemm::quantize::quantize_activation(s, act, cfg, o, stream_of(stream));
   });
+  // SwiGLU fused into the quantizer: part 0 silu(src) * a (src gate, a up), 1 the gate's gradient
+  // (src the product's gradient, a gate, b up), 2 the up's gradient (a gate). apply_swiglu: alone.
+  m.def("quantize_swiglu", [](int part, uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe,
+                              int data_dtype, int format, uintptr_t a, uintptr_t b, uintptr_t data, uintptr_t scales,
+                              uintptr_t data_t, uintptr_t scales_t, uintptr_t stream) {
+    emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
+    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
+    cfg.rowwise = data != 0;
+    cfg.columnwise = true;
+    const emulation::QuantizeOutputs o{ptr(data), ptr(scales), ptr(data_t), ptr(scales_t), nullptr};
+    if (part == 0) scalemm::quantize::quantize_swiglu(s, ptr(a), cfg, o, stream_of(stream));
+    else scalemm::quantize::quantize_swiglu_grad(s, ptr(a), ptr(b), scalemm::quantize::SwigluInput(part - 1), cfg, o,
+                                                 stream_of(stream));
+  });
+  m.def("apply_swiglu", [](int part, uintptr_t src, int src_dtype, int64_t rows, int64_t cols, uintptr_t a,
+                           uintptr_t b, uintptr_t out, uintptr_t stream) {
+    const emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
+    if (part == 0) scalemm::quantize::apply_swiglu(s, ptr(a), ptr(out), stream_of(stream));
+    else scalemm::quantize::apply_swiglu_grad(s, ptr(a), ptr(b), scalemm::quantize::SwigluInput(part - 1), ptr(out),
+                                              stream_of(stream));
+  });
   m.def("apply_activation", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int activation,
                                uintptr_t input, uintptr_t out, uintptr_t stream) {
     scalemm::quantize::apply_activation(emulation::SourceMatrix{ptr(src), DType(src_dtype), rows, cols, nullptr},

@@ -739,46 +739,66 @@ TEST_CASE("quantize_grouped names what is wrong before anything runs", "[emulati
 
 namespace {
 
-/// quantize_activation(_grad) against its definition: the activation alone (written in the source's
-/// type by the library's unfused kernel), then quantize().
-void check_activation(int64_t R, int64_t C, Recipe r, ScaleFormat f, DType src_dtype, bool grad, bool rowwise) {
-  auto g = scalemm::testing::rng(4242 + uint64_t(R * 977 + C) + (grad ? 1 : 0));
+/// The fused activations, each against its definition: the activation alone (written in the source's
+/// type by apply_*, the same arithmetic), then quantize().
+enum class Fused { kGelu, kGeluGrad, kSwiglu, kSwigluGate, kSwigluUp };
+const char* fused_name(Fused k) {
+  const char* names[] = {"gelu", "gelu grad", "swiglu", "swiglu gate grad", "swiglu up grad"};
+  return names[int(k)];
+}
+
+void check_fused(Fused kind, int64_t R, int64_t C, Recipe r, ScaleFormat f, DType src_dtype, bool rowwise) {
+  auto g = scalemm::testing::rng(4242 + uint64_t(R * 977 + C) + uint64_t(kind));
   const auto enc = [&](float v) {
     return src_dtype == DType::kBF16 ? fmt::encode_bf16(v)
                                      : fmt::encode_f16(std::isfinite(v) ? std::max(-60000.0f, std::min(60000.0f, v)) : 0.5f);
   };
   const int64_t n = R * C;
-  const auto xn = random_normal(g, n, 3.0f), dn = wide(g, n);
-  std::vector<uint16_t> x(static_cast<size_t>(n)), dy(static_cast<size_t>(n));
+  // src: the activation's input (forward) or an output gradient of wide range (backward); a, b: the
+  // further inputs (GELU's input; SwiGLU's up, or gate and up).
+  const bool backward = kind == Fused::kGeluGrad || kind == Fused::kSwigluGate || kind == Fused::kSwigluUp;
+  const auto sn = backward ? wide(g, n) : random_normal(g, n, 3.0f), an = random_normal(g, n, 3.0f),
+             bn = random_normal(g, n, 2.0f);
+  std::vector<uint16_t> src(static_cast<size_t>(n)), a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    x[size_t(i)] = enc(xn[size_t(i)]);
-    dy[size_t(i)] = enc(dn[size_t(i)]);
+    src[size_t(i)] = enc(sn[size_t(i)]);
+    a[size_t(i)] = enc(an[size_t(i)]);
+    b[size_t(i)] = enc(bn[size_t(i)]);
   }
-  if (n > 3) {  // the activation's edges: a NaN, both infinities
-    x[1] = src_dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
-    x[2] = src_dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
-    x[3] = src_dtype == DType::kBF16 ? 0xFF80 : 0xFC00;
+  if (n > 3) {  // the activations' edges: a NaN, both infinities, in the source and in the first input
+    const uint16_t nan = src_dtype == DType::kBF16 ? 0x7FC0 : 0x7E00, inf = src_dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
+    src[1] = a[2] = nan;
+    src[2] = a[3] = inf;
+    src[3] = a[1] = uint16_t(inf | 0x8000);
   }
   const DType fp8 = src_dtype == DType::kF16 ? DType::kE5M2 : DType::kE4M3;
   const auto cfg = make_cfg(r, f, rowwise, true, ScaleMode::kDefault, fp8);
-  DevBuf dx(x), ddy(dy), act(size_t(n) * 2, 0);
-  const void* src = grad ? ddy.p : dx.p;
-  scalemm::quantize::apply_activation(SourceMatrix{src, src_dtype, R, C}, grad ? dx.p : nullptr,
-                                      scalemm::quantize::Activation::kGeluTanh, act.p, nullptr);
+  DevBuf ds(src), da(a), db(b), act(size_t(n) * 2, 0);
+  const SourceMatrix sm{ds.p, src_dtype, R, C};
+  namespace q = scalemm::quantize;
+  switch (kind) {
+    case Fused::kGelu: q::apply_activation(sm, nullptr, q::Activation::kGeluTanh, act.p, nullptr); break;
+    case Fused::kGeluGrad: q::apply_activation(sm, da.p, q::Activation::kGeluTanh, act.p, nullptr); break;
+    case Fused::kSwiglu: q::apply_swiglu(sm, da.p, act.p, nullptr); break;
+    case Fused::kSwigluGate: q::apply_swiglu_grad(sm, da.p, db.p, q::SwigluInput::kGate, act.p, nullptr); break;
+    case Fused::kSwigluUp: q::apply_swiglu_grad(sm, da.p, nullptr, q::SwigluInput::kUp, act.p, nullptr); break;
+  }
   const auto out = [&](DevBuf& d, DevBuf& s, DevBuf& dt, DevBuf& st) {
     return QuantizeOutputs{rowwise ? d.p : nullptr, rowwise ? s.p : nullptr, dt.p, st.p, nullptr};
   };
-  const size_t db = size_t(data_bytes(cfg, R, C)), sr = size_t(rowwise_layout(cfg, R, C).bytes()),
+  const size_t dbytes = size_t(data_bytes(cfg, R, C)), sr = size_t(rowwise_layout(cfg, R, C).bytes()),
                sc = size_t(columnwise_layout(cfg, R, C).bytes());
-  DevBuf d0(db, 0xEE), s0(sr, 0xA5), t0(db, 0xEE), u0(sc, 0xA5), d1(db, 0xEE), s1(sr, 0xA5), t1(db, 0xEE), u1(sc, 0xA5);
-  scalemm::quantize::quantize(SourceMatrix{act.p, src_dtype, R, C}, cfg, out(d0, s0, t0, u0), nullptr, 0, nullptr);
-  using scalemm::quantize::Activation;
-  if (grad)
-    scalemm::quantize::quantize_activation_grad(SourceMatrix{ddy.p, src_dtype, R, C}, dx.p, Activation::kGeluTanh,
-                                                cfg, out(d1, s1, t1, u1), nullptr);
-  else
-    scalemm::quantize::quantize_activation(SourceMatrix{dx.p, src_dtype, R, C}, Activation::kGeluTanh, cfg,
-                                           out(d1, s1, t1, u1), nullptr);
+  DevBuf d0(dbytes, 0xEE), s0(sr, 0xA5), t0(dbytes, 0xEE), u0(sc, 0xA5), d1(dbytes, 0xEE), s1(sr, 0xA5),
+      t1(dbytes, 0xEE), u1(sc, 0xA5);
+  q::quantize(SourceMatrix{act.p, src_dtype, R, C}, cfg, out(d0, s0, t0, u0), nullptr, 0, nullptr);
+  const auto o1 = out(d1, s1, t1, u1);
+  switch (kind) {
+    case Fused::kGelu: q::quantize_activation(sm, q::Activation::kGeluTanh, cfg, o1, nullptr); break;
+    case Fused::kGeluGrad: q::quantize_activation_grad(sm, da.p, q::Activation::kGeluTanh, cfg, o1, nullptr); break;
+    case Fused::kSwiglu: q::quantize_swiglu(sm, da.p, cfg, o1, nullptr); break;
+    case Fused::kSwigluGate: q::quantize_swiglu_grad(sm, da.p, db.p, q::SwigluInput::kGate, cfg, o1, nullptr); break;
+    case Fused::kSwigluUp: q::quantize_swiglu_grad(sm, da.p, nullptr, q::SwigluInput::kUp, cfg, o1, nullptr); break;
+  }
   SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   if (rowwise) {
     expect_same_bytes(d1.download(), d0.download(), 1, "rowwise data", "");
@@ -791,17 +811,18 @@ void check_activation(int64_t R, int64_t C, Recipe r, ScaleFormat f, DType src_d
 }  // namespace
 
 TEST_CASE("A fused activation quantizes to the activation written first, then quantized", "[emulation][gpu]") {
-  // M = 1, 7, 129 (partial tiles), K tails (200, and 130: K % 4 = 2, the scalar loads), whole tiles.
+  // GELU, SwiGLU and their gradients; M = 1, 7, 129 (partial tiles), K tails (200, and 130: K % 4 = 2,
+  // the scalar loads), whole tiles.
   const std::pair<int64_t, int64_t> shapes[] = {{1, 128}, {7, 256}, {129, 200}, {130, 130}, {256, 384}, {300, 1024}};
-  for (const auto& [R, C] : shapes)
-    for (Recipe r : {Recipe::kBlock1x128, Recipe::kMxfp8})
-      for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
-        for (DType sd : {DType::kBF16, DType::kF16})
-          for (bool grad : {false, true})
+  for (Fused kind : {Fused::kGelu, Fused::kGeluGrad, Fused::kSwiglu, Fused::kSwigluGate, Fused::kSwigluUp})
+    for (const auto& [R, C] : shapes)
+      for (Recipe r : {Recipe::kBlock1x128, Recipe::kMxfp8})
+        for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
+          for (DType sd : {DType::kBF16, DType::kF16})
             for (bool rowwise : {true, false}) {
-              INFO(recipe_name(r) << " " << format_name(f) << " src " << to_string(sd) << " " << R << "x" << C
-                                  << (grad ? " gelu grad" : " gelu") << (rowwise ? " row+col" : " col"));
-              check_activation(R, C, r, f, sd, grad, rowwise);
+              INFO(fused_name(kind) << " " << recipe_name(r) << " " << format_name(f) << " src " << to_string(sd) << " "
+                                    << R << "x" << C << (rowwise ? " row+col" : " col"));
+              check_fused(kind, R, C, r, f, sd, rowwise);
             }
 }
 
@@ -837,4 +858,10 @@ TEST_CASE("quantize_activation names what is wrong before anything runs", "[emul
   expect([&] { scalemm::quantize::apply_activation(SourceMatrix{src, DType::kF32, 2, 128}, nullptr,
                                                    Activation::kGeluTanh, act_out, nullptr); },
          "src.dtype");
+  using scalemm::quantize::SwigluInput;
+  expect([&] { scalemm::quantize::quantize_swiglu(x, nullptr, ok, o, nullptr); }, "up");
+  expect([&] { scalemm::quantize::quantize_swiglu_grad(x, src, nullptr, SwigluInput::kGate, ok, o, nullptr); }, "up");
+  expect([&] { scalemm::quantize::quantize_swiglu_grad(x, nullptr, src, SwigluInput::kUp, ok, o, nullptr); }, "gate");
+  expect([&] { scalemm::quantize::quantize_swiglu_grad(x, src, src, SwigluInput(5), ok, o, nullptr); }, "which");
+  expect([&] { scalemm::quantize::apply_swiglu(x, nullptr, act_out, nullptr); }, "up");
 }
