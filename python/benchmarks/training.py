@@ -98,6 +98,12 @@ def time_steps(torch, model, make_input, steps, compiled):
     return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, x.numel() // x.shape[-1]
 
 
+def _annotation(name):
+    """A user annotation on the device timeline (Optimizer.step#SGD.step), not a kernel: kernels carry
+    '#' only inside their template arguments ({lambda()#1})."""
+    return "#" in name.split("<")[0]
+
+
 def profile(torch, suites, recipes):
     """One step under torch.profiler: device time per kernel class and the host gap, per model."""
     from torch.profiler import ProfilerActivity, profile as prof
@@ -135,7 +141,7 @@ def profile(torch, suites, recipes):
             per = collections.defaultdict(lambda: [0.0, 0])
             names = collections.defaultdict(lambda: [0.0, 0])
             for ev in p.events():
-                if ev.device_type.name != "CUDA" or "#" in ev.name:  # user annotations (Optimizer.step#...)
+                if ev.device_type.name != "CUDA" or _annotation(ev.name):
                     continue
                 t = ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
                 k = kind(ev.name)
@@ -161,7 +167,7 @@ def profile(torch, suites, recipes):
             for (k, n), (t, c) in sorted(names.items(), key=lambda kv: -kv[1][0])[:12]:
                 print(f"      {t:8.3f} ms x{c:<3d} [{k}] {n}")
             # Where the device waits: the largest gaps between consecutive kernels, with their neighbours.
-            ks = sorted((ev for ev in p.events() if ev.device_type.name == "CUDA" and "#" not in ev.name),
+            ks = sorted((ev for ev in p.events() if ev.device_type.name == "CUDA" and not _annotation(ev.name)),
                         key=lambda ev: ev.time_range.start)
             gaps = sorted(((b.time_range.start - a.time_range.end, a.name[:50], b.name[:50])
                            for a, b in zip(ks, ks[1:])), reverse=True)[:4]
