@@ -10,11 +10,13 @@ Suites (each model built once per recipe from the same bf16 weights; FP8 through
 Recipe "blockwise-mlp": the MLP (mlp) or the block's gated MLP (block) as one Float8MLP, GELU or SwiGLU
 fused into the quantizers (the block's other projections blockwise Float8Linear).
 A step is forward + backward (from a fixed output gradient) + an SGD update (so FP8 weights are
-requantized every step, as in training). CUDA-event median of --steps steps after 3 warm-up steps, eager and torch.compile; peak
-memory over the timed steps (torch.cuda.max_memory_allocated, parameters and inputs included).
+requantized every step, as in training). CUDA-event median of --steps steps after 3 warm-up steps; peak
+memory over the timed steps (torch.cuda.max_memory_allocated, parameters and inputs included). Modes:
+eager, compiled (torch.compile), graphed (the whole step captured in one CUDA graph and replayed: the
+device-bound speed, with no host time; models that read routing on the host cannot be captured).
 
     python benchmarks/training.py [--suite mlp,block,moe] [--recipes bf16,blockwise,rowwise,tensorwise,mxfp8]
-                                  [--modes eager,compiled] [--steps 20] [--json out.json]
+                                  [--modes eager,compiled,graphed] [--steps 20] [--json out.json]
     python benchmarks/training.py --profile [--suite mlp]   kernel-by-kernel breakdown of one step
     python benchmarks/training.py --plot out.json plot.png  (matplotlib; no GPU needed)
 """
@@ -63,11 +65,13 @@ def convert(torch, model, suite, recipe):
     return model
 
 
-def warm_step(torch, model, make_input, compiled=False):
+def warm_step(torch, model, make_input, mode="eager"):
     """The step every mode times: forward, backward from a fixed output gradient (so no loss kernels
-    run), an SGD update; run three times to warm up. Returns (step, x)."""
+    run), an SGD update; run three times to warm up. Returns (step, x). Mode "compiled" runs the model
+    through torch.compile; "graphed" captures the whole step in one CUDA graph after the warm-up (on
+    the capture stream) and the step is its replay: no host time at all, the device-bound speed."""
     x = make_input().requires_grad_()
-    fn = torch.compile(model) if compiled else model
+    fn = torch.compile(model) if mode == "compiled" else model
     opt = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
     with torch.no_grad():
         g = torch.randn_like(model(x)) * 1e-3
@@ -78,14 +82,28 @@ def warm_step(torch, model, make_input, compiled=False):
         opt.zero_grad(set_to_none=True)
         x.grad = None
 
-    for _ in range(3):
-        step()
+    if mode != "graphed":
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        return step, x
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):  # gradients written fresh by every replay, then applied
+        fn(x).backward(g)
+        opt.step()
+    graph.replay()
     torch.cuda.synchronize()
-    return step, x
+    return graph.replay, x
 
 
-def time_steps(torch, model, make_input, steps, compiled):
-    step, x = warm_step(torch, model, make_input, compiled)
+def time_steps(torch, model, make_input, steps, mode):
+    step, x = warm_step(torch, model, make_input, mode)
     torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(steps):
@@ -218,7 +236,7 @@ def plot(path, out):
     rows = json.load(open(path))["rows"]
     cases = list(dict.fromkeys(r["case"] for r in rows))
     recipes = [r for r in RECIPES if r != "bf16" and any(x["recipe"] == r for x in rows)]
-    modes = [m for m in ("eager", "compiled") if any(r.get("mode") == m for r in rows)]
+    modes = [m for m in ("eager", "compiled", "graphed") if any(r.get("mode") == m for r in rows)]
     fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes) + 1, 4.5), sharey=True, squeeze=False)
     axes = axes[0]
     for ax, mode in zip(axes, modes):
@@ -290,7 +308,7 @@ def main():
                     continue
                 torch._dynamo.reset()
                 try:
-                    ms, peak, tokens = time_steps(torch, model, make_input, args.steps, mode == "compiled")
+                    ms, peak, tokens = time_steps(torch, model, make_input, args.steps, mode)
                 except Exception as e:  # a recipe that fails here is reported, not hidden
                     print(f"{case:<28} {recipe:<11} {mode:<9} FAILED: {type(e).__name__}: {str(e)[:200]}")
                     rows.append(dict(case=case, recipe=recipe, mode=mode, error=str(e)[:500]))

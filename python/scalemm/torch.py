@@ -611,7 +611,8 @@ class Float8Linear(torch.nn.Module):
     accumulation micro-steps, activation recomputation and inference quantize the weight once. Writing
     through `weight.data` outside an optimizer step is not seen (nor is FSDP2 refilling an unsharded
     weight in place: it holds the same values until the optimizer steps). Not used under
-    torch.compile (the quantization is in the graph).
+    torch.compile (the quantization is in the graph) nor while a CUDA graph is being captured (a cached
+    copy would not be requantized when the graph replays).
 
     scale_format: "cublaslt" (default) has the quantizers write every scale tensor in the layout
     cuBLASLt reads, so no GEMM converts one; "compact" keeps the quantizers' compact grids (the same
@@ -651,8 +652,8 @@ class Float8Linear(torch.nn.Module):
     def _cached_weight(self, wgt):
         w = self.weight
         if (not self.cache_weight or _is_compiling() or type(w) is not torch.nn.Parameter or not w.is_cuda
-                or _dispatch_modes()):
-            return None
+                or _dispatch_modes() or torch.cuda.is_current_stream_capturing()):
+            return None  # a captured step quantizes in the graph: a cache hit would replay a stale weight
         key = (_optimizer_steps[0], w._version, w.data_ptr(), w.dtype, tuple(w.shape), w.device, wgt,
                self.scale_format)
         c = self.__dict__.get("_weight_q")
