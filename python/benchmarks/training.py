@@ -128,8 +128,9 @@ def _annotation(name):
     return "#" in name.split("<")[0]
 
 
-def profile(torch, suites, recipes):
-    """One step under torch.profiler: device time per kernel class and the host gap, per model."""
+def profile(torch, suites, recipes, mode="eager"):
+    """One step under torch.profiler (in `mode`: the first of --modes): device time per kernel class and
+    the host gap, per model."""
     from torch.profiler import ProfilerActivity, profile as prof
 
     def kind(name):
@@ -154,7 +155,8 @@ def profile(torch, suites, recipes):
             model = convert(torch, base, suite, recipe)
             if model is None:
                 continue
-            step, _ = warm_step(torch, model, make_input)
+            torch._dynamo.reset()
+            step, _ = warm_step(torch, model, make_input, mode)
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
                 a.record()
@@ -183,7 +185,7 @@ def profile(torch, suites, recipes):
                     api[ev.name][1] += 1
             syncs = {k: f"{v[0]:.3f} ms x{v[1]}" for k, v in sorted(api.items(), key=lambda kv: -kv[1][0])[:6]}
             busy = sum(v[0] for v in per.values())
-            label = f"{suite} {'x'.join(map(str, shape)) if shape else ''} {recipe}".replace("  ", " ")
+            label = f"{suite} {'x'.join(map(str, shape)) if shape else ''} {recipe} {mode}".replace("  ", " ")
             print(f"\n== {label}: step {step_ms:.3f} ms, kernels {busy:.3f} ms, idle {step_ms - busy:.3f} ms")
             print(f"   host CUDA API calls (top by time): {syncs or 'none recorded'}")
             for k, (t, n) in sorted(per.items(), key=lambda kv: -kv[1][0]):
@@ -295,7 +297,7 @@ def main():
             host_profile(torch, sh, recipes)
         return 0
     if args.profile:
-        rows = profile(torch, suites, recipes)
+        rows = profile(torch, suites, recipes, args.modes.split(",")[0])
         if args.json:
             json.dump({"device": dev, "profile": rows}, open(args.json, "w"), indent=1)
         return 0
