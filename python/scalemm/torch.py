@@ -267,9 +267,12 @@ def _quantize_op(x: torch.Tensor, recipe: str, dtype: str, scale_format: str,
         raise _core.invalid("recipe", "torch.ops.scalemm.quantize covers the FP8 recipes (nvfp4 has a global scale "
                             "too)", "an FP8 recipe", "nvfp4", "Call torch.ops.scalemm.quantize_nvfp4, or "
                             "scalemm.torch.quantize, which takes every recipe.")
-    out = _core.quantize_impl(x, recipe, dtype, scale_format, columnwise)
+    # A compiled graph calls this at run time on real tensors: the prepared path, as eager calls take
+    # (the general one validates everything on every call, about as long as the kernel at these sizes).
+    out = _fast_quantize(x, recipe, dtype, scale_format, columnwise) if _direct(x) else \
+        _core.quantize_impl(x, recipe, dtype, scale_format, columnwise)
     if not columnwise:
-        out = out + (x.new_empty((0,), dtype=out[0].dtype), x.new_empty((0,), dtype=out[1].dtype))
+        out = tuple(out) + (x.new_empty((0,), dtype=out[0].dtype), x.new_empty((0,), dtype=out[1].dtype))
     return out
 
 
