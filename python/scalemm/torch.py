@@ -1058,7 +1058,7 @@ def _quantize_grouped_cuda(x, sizes, rows, recipe, dtype, scale_format):
     xts = torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device)
     # The library runs on the stream's device, and torch's default stream (the null stream) names none:
     # x's device is made current when it is not (the op path, where another device may be current).
-    with contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device):
+    with _on_device(x):
         _C.quantize_grouped(x.data_ptr(), DTYPE_CODE[_name(x.dtype)], tokens, k, r, DTYPE_CODE[dtype], fmt,
                             sizes.data_ptr(), sizes.shape[0], rows, xq.data_ptr(), xs.data_ptr(), xtq.data_ptr(),
                             xts.data_ptr(), _stream(x.device.index))
@@ -1212,6 +1212,26 @@ def _activation_torch(x, x_input, activation):
     return torch.ops.aten.gelu_backward(x, x_input, approximate="tanh")
 
 
+def _fused_outputs(x, recipe, dtype, scale_format):
+    """(recipe code, format code, rows, cols, outputs) of a fused quantizer writing both directions:
+    (data, scales, data_t, scales_t) allocated through torch for x (rows, cols)."""
+    r = _core.recipe_code(recipe, "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    rows, k = x.shape
+    dt = torch_dtype(_core.DATA_DTYPES[dtype])
+    st_ = torch_dtype(_core.scale_dtype_name(r))
+    out = (torch.empty((rows, k), dtype=dt, device=x.device),
+           torch.empty(_core.scale_shape(r, rows, k, fmt), dtype=st_, device=x.device),
+           torch.empty((k, rows), dtype=dt, device=x.device),
+           torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device))
+    return r, fmt, rows, k, out
+
+
+def _on_device(x):
+    """x's device made current for a library call (its stream argument then names the right device)."""
+    return contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device)
+
+
 def _quantize_activation_cuda(x, x_input, activation, recipe, dtype, scale_format):
     from ._arrays import DTYPE_CODE
 
@@ -1224,16 +1244,8 @@ def _quantize_activation_cuda(x, x_input, activation, recipe, dtype, scale_forma
                             f"a contiguous {x.dtype} tensor of shape {tuple(x.shape)} on {x.device}",
                             f"{x_input.dtype} {tuple(x_input.shape)} on {x_input.device}"
                             f"{'' if x_input.is_contiguous() else ' (not contiguous)'}")
-    r = _core.recipe_code(recipe, "recipe")
-    fmt = _core.SCALE_FORMATS[scale_format]
-    rows, k = x.shape
-    dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st_ = torch_dtype(_core.scale_dtype_name(r))
-    out = (torch.empty((rows, k), dtype=dt, device=x.device),
-           torch.empty(_core.scale_shape(r, rows, k, fmt), dtype=st_, device=x.device),
-           torch.empty((k, rows), dtype=dt, device=x.device),
-           torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device))
-    with contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device):
+    r, fmt, rows, k, out = _fused_outputs(x, recipe, dtype, scale_format)
+    with _on_device(x):
         _C.quantize_activation(x.data_ptr(), DTYPE_CODE[_name(x.dtype)], rows, k, r, DTYPE_CODE[dtype], fmt,
                                _activation_code(activation), 0 if x_input is None else x_input.data_ptr(),
                                *(t.data_ptr() for t in out), _stream(x.device.index))
@@ -1297,16 +1309,8 @@ def _quantize_swiglu_cuda(x, a, b, part, recipe, dtype, scale_format):
                                 f"{tuple(x.shape)} on {x.device}", f"{t.dtype} {tuple(t.shape)} on {t.device}")
     if x.dim() != 2 or not x.is_contiguous():
         raise _core.invalid("x", "the (rows, features) source", "a contiguous 2-D tensor", str(tuple(x.shape)))
-    r = _core.recipe_code(recipe, "recipe")
-    fmt = _core.SCALE_FORMATS[scale_format]
-    rows, k = x.shape
-    dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st_ = torch_dtype(_core.scale_dtype_name(r))
-    out = (torch.empty((rows, k), dtype=dt, device=x.device),
-           torch.empty(_core.scale_shape(r, rows, k, fmt), dtype=st_, device=x.device),
-           torch.empty((k, rows), dtype=dt, device=x.device),
-           torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device))
-    with contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device):
+    r, fmt, rows, k, out = _fused_outputs(x, recipe, dtype, scale_format)
+    with _on_device(x):
         _C.quantize_swiglu(_SWIGLU_PARTS[part], x.data_ptr(), DTYPE_CODE[_name(x.dtype)], rows, k, r, DTYPE_CODE[dtype],
                            fmt, a.data_ptr(), 0 if b is None else b.data_ptr(), *(t.data_ptr() for t in out),
                            _stream(x.device.index))

@@ -247,11 +247,16 @@ HandleOptions handle_options(int backend) {
   return o;
 }
 
-emulation::QuantizeConfig quantize_config(int recipe, int data_dtype, int format) {
+/// The quantizers' config from the binding's codes; the directions follow the outputs asked for (an
+/// address of 0: not written).
+emulation::QuantizeConfig quantize_config(int recipe, int data_dtype, int format, bool rowwise = true,
+                                          bool columnwise = false) {
   emulation::QuantizeConfig cfg;
   cfg.recipe = Recipe(recipe);
   cfg.data_dtype = DType(data_dtype);
   cfg.format = ScaleFormat(format);
+  cfg.rowwise = rowwise;
+  cfg.columnwise = columnwise;
   return cfg;
 }
 
@@ -532,18 +537,13 @@ NB_MODULE(_scalemm, m) {
   m.def("quantize_workspace_bytes", [](int src_dtype, int64_t rows, int64_t cols, int recipe, int data_dtype, int format,
                                        bool rowwise, bool columnwise) {
     emulation::SourceMatrix s{nullptr, DType(src_dtype), rows, cols, nullptr};
-    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
-    cfg.rowwise = rowwise;
-    cfg.columnwise = columnwise;
-    return scalemm::quantize::workspace_bytes(s, cfg);
+    return scalemm::quantize::workspace_bytes(s, quantize_config(recipe, data_dtype, format, rowwise, columnwise));
   });
   m.def("quantize", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe, int data_dtype, int format,
                        uintptr_t data, uintptr_t scales, uintptr_t data_t, uintptr_t scales_t, uintptr_t global_out,
                        int space, uintptr_t stream, uintptr_t workspace, size_t workspace_bytes) {
     emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
-    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
-    cfg.rowwise = data != 0;
-    cfg.columnwise = data_t != 0;
+    const emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format, data != 0, data_t != 0);
     emulation::QuantizeOutputs out{ptr(data), ptr(scales), ptr(data_t), ptr(scales_t),
                                    static_cast<float*>(ptr(global_out))};
     emulation::validate(s, cfg, out);
@@ -563,9 +563,7 @@ NB_MODULE(_scalemm, m) {
                                int format, uintptr_t sizes, int64_t groups, int64_t padded_rows, uintptr_t data,
                                uintptr_t scales, uintptr_t data_t, uintptr_t scales_t, uintptr_t stream) {
     emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
-    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
-    cfg.rowwise = data != 0;
-    cfg.columnwise = true;
+    const emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format, data != 0, true);
     const scalemm::quantize::TokenGroups g{static_cast<const int64_t*>(ptr(sizes)), groups, padded_rows};
     scalemm::quantize::quantize_grouped(s, cfg, g, emulation::QuantizeOutputs{ptr(data), ptr(scales), ptr(data_t),
                                                                              ptr(scales_t), nullptr},
@@ -580,9 +578,7 @@ NB_MODULE(_scalemm, m) {
                                   int data_dtype, int format, int activation, uintptr_t input, uintptr_t data,
                                   uintptr_t scales, uintptr_t data_t, uintptr_t scales_t, uintptr_t stream) {
     emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
-    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
-    cfg.rowwise = data != 0;
-    cfg.columnwise = true;
+    const emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format, data != 0, true);
     const emulation::QuantizeOutputs o{ptr(data), ptr(scales), ptr(data_t), ptr(scales_t), nullptr};
     const auto act = scalemm::quantize::Activation(activation);
     if (input) scalemm::quantize::quantize_activation_grad(s, ptr(input), act, cfg, o, stream_of(stream));
@@ -594,9 +590,7 @@ NB_MODULE(_scalemm, m) {
                               int data_dtype, int format, uintptr_t a, uintptr_t b, uintptr_t data, uintptr_t scales,
                               uintptr_t data_t, uintptr_t scales_t, uintptr_t stream) {
     emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
-    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format);
-    cfg.rowwise = data != 0;
-    cfg.columnwise = true;
+    const emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format, data != 0, true);
     const emulation::QuantizeOutputs o{ptr(data), ptr(scales), ptr(data_t), ptr(scales_t), nullptr};
     if (part == 0) scalemm::quantize::quantize_swiglu(s, ptr(a), cfg, o, stream_of(stream));
     else scalemm::quantize::quantize_swiglu_grad(s, ptr(a), ptr(b), scalemm::quantize::SwigluInput(part - 1), cfg, o,

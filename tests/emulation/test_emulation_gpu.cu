@@ -706,6 +706,21 @@ TEST_CASE("Grouped tokens quantize to the tokens rowwise and the 128-row-aligned
         }
 }
 
+namespace {
+/// Runs `call`, which must refuse with kInvalidArgument and name `what` (the argument) in its message.
+template <class Call>
+void expect_invalid(Call&& call, const char* what) {
+  try {
+    call();
+    FAIL("accepted; expected an error naming " << what);
+  } catch (const scalemm::Error& e) {
+    CAPTURE(e.what());
+    CHECK(e.code() == scalemm::StatusCode::kInvalidArgument);
+    CHECK(std::string(e.what()).find(what) != std::string::npos);
+  }
+}
+}  // namespace
+
 TEST_CASE("quantize_grouped names what is wrong before anything runs", "[emulation][quantize]") {
   using scalemm::quantize::quantize_grouped;
   using scalemm::quantize::TokenGroups;
@@ -715,14 +730,7 @@ TEST_CASE("quantize_grouped names what is wrong before anything runs", "[emulati
   const QuantizeOutputs o{data, scales, data_t, scales_t, nullptr};
   const SourceMatrix x{src, DType::kBF16, 1, 128};
   const auto expect = [&](const SourceMatrix& s, const QuantizeConfig& cfg, const TokenGroups& g, const char* what) {
-    try {
-      quantize_grouped(s, cfg, g, o, nullptr);
-      FAIL("accepted; expected an error naming " << what);
-    } catch (const scalemm::Error& e) {
-      CAPTURE(e.what());
-      CHECK(e.code() == scalemm::StatusCode::kInvalidArgument);
-      CHECK(std::string(e.what()).find(what) != std::string::npos);
-    }
+    expect_invalid([&] { quantize_grouped(s, cfg, g, o, nullptr); }, what);
   };
   const auto ok = make_cfg(Recipe::kBlock1x128, ScaleFormat::kCompact, true, true);
   expect(x, make_cfg(Recipe::kBlock128x128, ScaleFormat::kCompact, true, true), {sizes, 1, 128}, "cfg.recipe");
@@ -832,16 +840,7 @@ TEST_CASE("quantize_activation names what is wrong before anything runs", "[emul
   uint8_t data[256], scales[64], data_t[256], scales_t[64];
   const QuantizeOutputs o{data, scales, data_t, scales_t, nullptr};
   const SourceMatrix x{src, DType::kBF16, 2, 128};
-  const auto expect = [&](auto call, const char* what) {
-    try {
-      call();
-      FAIL("accepted; expected an error naming " << what);
-    } catch (const scalemm::Error& e) {
-      CAPTURE(e.what());
-      CHECK(e.code() == scalemm::StatusCode::kInvalidArgument);
-      CHECK(std::string(e.what()).find(what) != std::string::npos);
-    }
-  };
+  const auto expect = [](auto call, const char* what) { expect_invalid(call, what); };
   const auto ok = make_cfg(Recipe::kBlock1x128, ScaleFormat::kCompact, true, true);
   using scalemm::quantize::quantize_activation;
   using scalemm::quantize::quantize_activation_grad;
