@@ -292,9 +292,12 @@ Diagnostics Handle::Impl::check_pointers(const GemmArgs& args, Stream stream, in
       all = all && known[i];
     }
     if (all) return out;
-    // A new address during a graph capture is left unchecked rather than queried: the capture must
-    // not depend on which calls the driver counts as safe while capturing. An address recorded on
-    // another device is refused from the record.
+    // During a graph capture nothing is queried (the capture must not depend on which calls the
+    // driver counts as safe while capturing): a new address is left unchecked, and so is one recorded
+    // on another device, whose record may be stale: caching allocators return memory to CUDA, and
+    // the address can come back as another device's allocation (a capture right after
+    // torch.cuda.graph's empty_cache did, on two GPUs). Its record is dropped, so that the next call
+    // outside a capture asks CUDA again.
     if (!sim) {
       cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
       if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capturing) != cudaSuccess) {
@@ -303,8 +306,7 @@ Diagnostics Handle::Impl::check_pointers(const GemmArgs& args, Stream stream, in
       }
       if (capturing != cudaStreamCaptureStatusNone) {
         for (int i = 0; i < kCount; ++i)
-          if (recorded[i] >= 0 && call_device >= 0 && recorded[i] != call_device)
-            out.push_back(dispatch::pointer_device_mismatch(pointers[i].first, recorded[i], call_device));
+          if (recorded[i] >= 0 && recorded[i] != call_device) device_pointers.erase(pointers[i].second);
         return out;
       }
     }
