@@ -55,6 +55,7 @@ struct SimulatedDevices {
   int current = 0;                                ///< the calling thread's current device
   std::function<int(Stream)> stream_device;       ///< a non-default stream's device
   std::function<PointerInfo(const void*)> pointer;  ///< cudaPointerGetAttributes
+  std::function<bool(Stream)> capturing;          ///< cudaStreamIsCapturing (empty: never capturing)
 };
 void simulate_devices(Handle& handle, SimulatedDevices sim);
 

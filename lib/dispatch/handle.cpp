@@ -298,17 +298,21 @@ Diagnostics Handle::Impl::check_pointers(const GemmArgs& args, Stream stream, in
     // the address can come back as another device's allocation (a capture right after
     // torch.cuda.graph's empty_cache did, on two GPUs). Its record is dropped, so that the next call
     // outside a capture asks CUDA again.
-    if (!sim) {
-      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capturing) != cudaSuccess) {
+    bool capturing = false;
+    if (sim) {
+      capturing = sim->capturing && sim->capturing(stream);
+    } else {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
         cudaGetLastError();
         return out;
       }
-      if (capturing != cudaStreamCaptureStatusNone) {
-        for (int i = 0; i < kCount; ++i)
-          if (recorded[i] >= 0 && recorded[i] != call_device) device_pointers.erase(pointers[i].second);
-        return out;
-      }
+      capturing = status != cudaStreamCaptureStatusNone;
+    }
+    if (capturing) {
+      for (int i = 0; i < kCount; ++i)
+        if (recorded[i] >= 0 && recorded[i] != call_device) device_pointers.erase(pointers[i].second);
+      return out;
     }
   }
   for (int i = 0; i < kCount; ++i) {
