@@ -107,13 +107,14 @@ def warm_step(torch, model, make_input, mode="eager"):
 
 
 def time_steps(torch, model, make_input, steps, mode):
-    """(median ms, peak GiB, tokens). The peak is over the timed steps, and for "graphed" over the
-    warm-up and the capture as well (the graph's memory pool is taken then, not during replays)."""
+    """(median ms, peak GiB, tokens). The peak is over the timed steps, and for the modes that replay
+    CUDA graphs over the warm-up and the capture as well (a graph's memory pool is taken then, not
+    during replays)."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     step, x = warm_step(torch, model, make_input, mode)
-    if mode != "graphed":
+    if mode not in ("graphed", "reduce-overhead"):
         torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(steps):
