@@ -329,7 +329,12 @@ def test_cupy_arrays():
 def test_jax_arrays():
     jax = pytest.importorskip("jax", reason="jax is not installed")
     jnp = jax.numpy
-    if not any(d.platform == "gpu" for d in jax.devices()):
+    current = torch.cuda.current_device()
+    gpu = any(d.platform == "gpu" for d in jax.devices())
+    # Starting JAX's GPU backend sets up every device and may leave another one current: the tests
+    # after this one run on the device they expect.
+    torch.cuda.set_device(current)
+    if not gpu:
         pytest.skip(f"jax sees no GPU: {jax.devices()}")
     x = torch.randn(64, 256, device="cuda")
     xq, xs = _q(x, "mxfp8")
