@@ -260,6 +260,23 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
 
 # ---- quantize --------------------------------------------------------------------------------------------
 
+def _quantize_outputs(x, recipe, dtype, scale_format, columnwise=True, t_cols=None):
+    """(recipe code, format code, outputs) of a quantizer on x (rows, cols): (data, scales) along cols
+    and, with columnwise, (data_t, scales_t) transposed along the rows, data_t (cols, t_cols) with t_cols
+    the rows unless given (the experts' aligned layout). x.new_empty: real tensors on x's device, or
+    fake ones while tracing, so the ops and their fake implementations share one contract."""
+    r = _core.recipe_code(recipe, "recipe")
+    fmt = _core.SCALE_FORMATS[scale_format]
+    rows, k = x.shape
+    dt = torch_dtype(_core.DATA_DTYPES[dtype])
+    st_ = torch_dtype(_core.scale_dtype_name(r))
+    out = (x.new_empty((rows, k), dtype=dt), x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st_))
+    if columnwise:
+        t_cols = rows if t_cols is None else t_cols
+        out += (x.new_empty((k, t_cols), dtype=dt), x.new_empty(_core.scale_shape(r, k, t_cols, fmt), dtype=st_))
+    return r, fmt, out
+
+
 @torch.library.custom_op("scalemm::quantize", mutates_args=())
 def _quantize_op(x: torch.Tensor, recipe: str, dtype: str, scale_format: str,
                  columnwise: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -278,16 +295,8 @@ def _quantize_op(x: torch.Tensor, recipe: str, dtype: str, scale_format: str,
 
 @_quantize_op.register_fake
 def _(x, recipe, dtype, scale_format, columnwise):
-    r = _core.recipe_code(recipe, "recipe")
-    fmt = _core.SCALE_FORMATS[scale_format]
-    rows, k = x.shape
-    dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st = torch_dtype(_core.scale_dtype_name(r))
-    data = x.new_empty((rows, k), dtype=dt)
-    scales = x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st)
-    if columnwise:
-        return data, scales, x.new_empty((k, rows), dtype=dt), x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st)
-    return data, scales, x.new_empty((0,), dtype=dt), x.new_empty((0,), dtype=st)
+    out = _quantize_outputs(x, recipe, dtype, scale_format, columnwise)[2]
+    return out if columnwise else out + (x.new_empty((0,), dtype=out[0].dtype), x.new_empty((0,), dtype=out[1].dtype))
 
 
 @torch.library.custom_op("scalemm::quantize_nvfp4", mutates_args=())
@@ -1031,13 +1040,7 @@ def _quantize_grouped_op(x: torch.Tensor, sizes: torch.Tensor, rows: int, recipe
 
 @_quantize_grouped_op.register_fake
 def _(x, sizes, rows, recipe, dtype, scale_format):
-    r = _core.recipe_code(recipe, "recipe")
-    fmt = _core.SCALE_FORMATS[scale_format]
-    tokens, k = x.shape
-    dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st_ = torch_dtype(_core.scale_dtype_name(r))
-    return (x.new_empty((tokens, k), dtype=dt), x.new_empty(_core.scale_shape(r, tokens, k, fmt), dtype=st_),
-            x.new_empty((k, rows), dtype=dt), x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st_))
+    return _quantize_outputs(x, recipe, dtype, scale_format, t_cols=rows)[2]
 
 
 def _quantize_grouped_cuda(x, sizes, rows, recipe, dtype, scale_format):
@@ -1047,15 +1050,8 @@ def _quantize_grouped_cuda(x, sizes, rows, recipe, dtype, scale_format):
         raise _core.invalid("sizes", "the experts' token counts for the device kernel",
                             f"a contiguous 1-D int64 tensor on {x.device}",
                             f"{sizes.dtype} {tuple(sizes.shape)} on {sizes.device}")
-    r = _core.recipe_code(recipe, "recipe")
-    fmt = _core.SCALE_FORMATS[scale_format]
+    r, fmt, (xq, xs, xtq, xts) = _quantize_outputs(x, recipe, dtype, scale_format, t_cols=rows)
     tokens, k = x.shape
-    dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st_ = torch_dtype(_core.scale_dtype_name(r))
-    xq = torch.empty((tokens, k), dtype=dt, device=x.device)
-    xs = torch.empty(_core.scale_shape(r, tokens, k, fmt), dtype=st_, device=x.device)
-    xtq = torch.empty((k, rows), dtype=dt, device=x.device)
-    xts = torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device)
     # The library runs on the stream's device, and torch's default stream (the null stream) names none:
     # x's device is made current when it is not (the op path, where another device may be current).
     with _on_device(x):
@@ -1212,21 +1208,6 @@ def _activation_torch(x, x_input, activation):
     return torch.ops.aten.gelu_backward(x, x_input, approximate="tanh")
 
 
-def _fused_outputs(x, recipe, dtype, scale_format):
-    """(recipe code, format code, rows, cols, outputs) of a fused quantizer writing both directions:
-    (data, scales, data_t, scales_t) allocated through torch for x (rows, cols)."""
-    r = _core.recipe_code(recipe, "recipe")
-    fmt = _core.SCALE_FORMATS[scale_format]
-    rows, k = x.shape
-    dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st_ = torch_dtype(_core.scale_dtype_name(r))
-    out = (torch.empty((rows, k), dtype=dt, device=x.device),
-           torch.empty(_core.scale_shape(r, rows, k, fmt), dtype=st_, device=x.device),
-           torch.empty((k, rows), dtype=dt, device=x.device),
-           torch.empty(_core.scale_shape(r, k, rows, fmt), dtype=st_, device=x.device))
-    return r, fmt, rows, k, out
-
-
 def _on_device(x):
     """x's device made current for a library call (its stream argument then names the right device)."""
     return contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device)
@@ -1244,7 +1225,8 @@ def _quantize_activation_cuda(x, x_input, activation, recipe, dtype, scale_forma
                             f"a contiguous {x.dtype} tensor of shape {tuple(x.shape)} on {x.device}",
                             f"{x_input.dtype} {tuple(x_input.shape)} on {x_input.device}"
                             f"{'' if x_input.is_contiguous() else ' (not contiguous)'}")
-    r, fmt, rows, k, out = _fused_outputs(x, recipe, dtype, scale_format)
+    r, fmt, out = _quantize_outputs(x, recipe, dtype, scale_format)
+    rows, k = x.shape
     with _on_device(x):
         _C.quantize_activation(x.data_ptr(), DTYPE_CODE[_name(x.dtype)], rows, k, r, DTYPE_CODE[dtype], fmt,
                                _activation_code(activation), 0 if x_input is None else x_input.data_ptr(),
@@ -1273,13 +1255,7 @@ def _quantize_activation_op(x: torch.Tensor, x_input: Optional[torch.Tensor], ac
 
 @_quantize_activation_op.register_fake
 def _(x, x_input, activation, recipe, dtype, scale_format):
-    r = _core.recipe_code(recipe, "recipe")
-    fmt = _core.SCALE_FORMATS[scale_format]
-    rows, k = x.shape
-    dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st_ = torch_dtype(_core.scale_dtype_name(r))
-    return (x.new_empty((rows, k), dtype=dt), x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st_),
-            x.new_empty((k, rows), dtype=dt), x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st_))
+    return _quantize_outputs(x, recipe, dtype, scale_format)[2]
 
 
 def quantize_activation(x: torch.Tensor, recipe: str, *, activation: str = "gelu_tanh", x_input=None,
@@ -1309,7 +1285,8 @@ def _quantize_swiglu_cuda(x, a, b, part, recipe, dtype, scale_format):
                                 f"{tuple(x.shape)} on {x.device}", f"{t.dtype} {tuple(t.shape)} on {t.device}")
     if x.dim() != 2 or not x.is_contiguous():
         raise _core.invalid("x", "the (rows, features) source", "a contiguous 2-D tensor", str(tuple(x.shape)))
-    r, fmt, rows, k, out = _fused_outputs(x, recipe, dtype, scale_format)
+    r, fmt, out = _quantize_outputs(x, recipe, dtype, scale_format)
+    rows, k = x.shape
     with _on_device(x):
         _C.quantize_swiglu(_SWIGLU_PARTS[part], x.data_ptr(), DTYPE_CODE[_name(x.dtype)], rows, k, r, DTYPE_CODE[dtype],
                            fmt, a.data_ptr(), 0 if b is None else b.data_ptr(), *(t.data_ptr() for t in out),
@@ -1338,13 +1315,7 @@ def _quantize_swiglu_op(x: torch.Tensor, a: torch.Tensor, b: Optional[torch.Tens
 
 @_quantize_swiglu_op.register_fake
 def _(x, a, b, part, recipe, dtype, scale_format):
-    r = _core.recipe_code(recipe, "recipe")
-    fmt = _core.SCALE_FORMATS[scale_format]
-    rows, k = x.shape
-    dt = torch_dtype(_core.DATA_DTYPES[dtype])
-    st_ = torch_dtype(_core.scale_dtype_name(r))
-    return (x.new_empty((rows, k), dtype=dt), x.new_empty(_core.scale_shape(r, rows, k, fmt), dtype=st_),
-            x.new_empty((k, rows), dtype=dt), x.new_empty(_core.scale_shape(r, k, rows, fmt), dtype=st_))
+    return _quantize_outputs(x, recipe, dtype, scale_format)[2]
 
 
 def quantize_swiglu(x: torch.Tensor, a: torch.Tensor, recipe: str, *, part: str = "forward", b=None,
