@@ -1338,6 +1338,20 @@ def _mlp_quantize_activation(h, h_input, act, fmt):
     return torch.ops.scalemm.quantize_activation(h, h_input, "gelu_tanh", act, "e4m3", fmt)
 
 
+def _as_rows(t: torch.Tensor) -> torch.Tensor:
+    """t as a contiguous (rows, last dimension) matrix."""
+    t2 = t.reshape(-1, t.shape[-1])
+    return t2 if t2.is_contiguous() else t2.contiguous()
+
+
+def _wgrad(a, b, sa, sb, act, fmt, w_dtype):
+    """dW = a . b^T of two activation-recipe operands, written by the GEMM in the weight's dtype where
+    it can (else fp32, then cast): the bits of an fp32 dW rounded afterwards."""
+    od = w_dtype if w_dtype in _NAMES else torch.float32
+    dw = _layer_gemm(a, b, sa, sb, act, act, _name(od), fmt)
+    return dw if dw.dtype == w_dtype else dw.to(w_dtype)
+
+
 class _Float8MLPFn(torch.autograd.Function):
     """Y = act(X W1^T + b1) W2^T + b2 with the six GEMMs in FP8 and the activation inside the quantizers:
     forward  H = X W1^T (+ b1); G = act(H) quantized both ways from H (G never written in bf16); Y = G W2^T
@@ -1347,11 +1361,7 @@ class _Float8MLPFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w1, w2, b1, b2, act, wgt, fmt, keep_saved):
-        d = x.shape[-1]
-        x2 = x.reshape(-1, d)
-        if not x2.is_contiguous():
-            x2 = x2.contiguous()
-        xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
+        xq, xs, xtq, xts = _quantize_parts(_as_rows(x), act, fmt, True, True)
         w1q, w1s = _quantize_parts(_plain(w1), wgt, fmt, True, False)
         od = _name(x.dtype if x.dtype in _NAMES else torch.bfloat16)
         h = _layer_gemm(xq, w1q, xs, w1s, act, wgt, od, fmt)
@@ -1374,19 +1384,12 @@ class _Float8MLPFn(torch.autograd.Function):
         _check_not_released(ctx, "Float8MLP")
         xtq, xts, h, gtq, gts, w1, w2 = ctx.saved_tensors
         act, wgt, fmt, x_shape, x_dtype, w1_dtype, w2_dtype, b1_dtype, b2_dtype = ctx.meta
-        dy2 = dy.reshape(-1, dy.shape[-1])
-        if not dy2.is_contiguous():
-            dy2 = dy2.contiguous()
+        dy2 = _as_rows(dy)
         dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
-
-        def wgrad(a, b, sa, sb, w_dtype):
-            od = w_dtype if w_dtype in _NAMES else torch.float32
-            dw = _layer_gemm(a, b, sa, sb, act, act, _name(od), fmt)
-            return dw if dw.dtype == w_dtype else dw.to(w_dtype)
 
         dw1 = dw2 = db1 = db2 = dx = None
         if ctx.needs_input_grad[2]:
-            dw2 = wgrad(dytq, gtq, dyts, gts, w2_dtype)
+            dw2 = _wgrad(dytq, gtq, dyts, gts, act, fmt, w2_dtype)
         del dytq, dyts
         _release(ctx, gtq, gts)
         if b2_dtype is not None and ctx.needs_input_grad[4]:
@@ -1404,7 +1407,7 @@ class _Float8MLPFn(torch.autograd.Function):
         del dg
         _release(ctx, h)
         if ctx.needs_input_grad[1]:
-            dw1 = wgrad(dhtq, xtq, dhts, xts, w1_dtype)
+            dw1 = _wgrad(dhtq, xtq, dhts, xts, act, fmt, w1_dtype)
         del dhtq, dhts
         _release(ctx, xtq, xts)
         if ctx.needs_input_grad[0]:
@@ -1421,11 +1424,7 @@ class _Float8SwigluMLPFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, wg, wu, wd, act, wgt, fmt, keep_saved):
-        d = x.shape[-1]
-        x2 = x.reshape(-1, d)
-        if not x2.is_contiguous():
-            x2 = x2.contiguous()
-        xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
+        xq, xs, xtq, xts = _quantize_parts(_as_rows(x), act, fmt, True, True)
         od = _name(x.dtype if x.dtype in _NAMES else torch.bfloat16)
         wgq, wgs = _quantize_parts(_plain(wg), wgt, fmt, True, False)
         g = _layer_gemm(xq, wgq, xs, wgs, act, wgt, od, fmt)
@@ -1446,19 +1445,12 @@ class _Float8SwigluMLPFn(torch.autograd.Function):
         _check_not_released(ctx, "Float8MLP")
         xtq, xts, g, u, ptq, pts, wg, wu, wd = ctx.saved_tensors
         act, wgt, fmt, x_shape, x_dtype, wg_dtype, wu_dtype, wd_dtype = ctx.meta
-        dy2 = dy.reshape(-1, dy.shape[-1])
-        if not dy2.is_contiguous():
-            dy2 = dy2.contiguous()
+        dy2 = _as_rows(dy)
         dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
-
-        def wgrad(a, b, sa, sb, w_dtype):
-            od = w_dtype if w_dtype in _NAMES else torch.float32
-            dw = _layer_gemm(a, b, sa, sb, act, act, _name(od), fmt)
-            return dw if dw.dtype == w_dtype else dw.to(w_dtype)
 
         dwg = dwu = dwd = dx = None
         if ctx.needs_input_grad[3]:
-            dwd = wgrad(dytq, ptq, dyts, pts, wd_dtype)
+            dwd = _wgrad(dytq, ptq, dyts, pts, act, fmt, wd_dtype)
         del dytq, dyts
         _release(ctx, ptq, pts)
         wdtq, wdts = _quantize_parts(_plain(wd), wgt, fmt, False, True)
@@ -1469,9 +1461,9 @@ class _Float8SwigluMLPFn(torch.autograd.Function):
         del dp
         _release(ctx, g, u)
         if ctx.needs_input_grad[1]:
-            dwg = wgrad(dgtq, xtq, dgts, xts, wg_dtype)
+            dwg = _wgrad(dgtq, xtq, dgts, xts, act, fmt, wg_dtype)
         if ctx.needs_input_grad[2]:
-            dwu = wgrad(dutq, xtq, duts, xts, wu_dtype)
+            dwu = _wgrad(dutq, xtq, duts, xts, act, fmt, wu_dtype)
         del dgtq, dgts, dutq, duts
         _release(ctx, xtq, xts)
         if ctx.needs_input_grad[0]:
