@@ -363,6 +363,12 @@ def _direct(x) -> bool:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+def _on_device(x):
+    """x's device made current for a library call (its stream argument then names the right device)."""
+    return contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device)
+
+
+
 _prepared_quantize: dict = {}
 
 
@@ -428,6 +434,20 @@ def _layer_gemm(a, b, sa, sb, ra, rb, od, fmt, fast_accum=False):
     d = torch.empty(shape, dtype=dtype, device=device)
     run(a.data_ptr(), sa.data_ptr(), b.data_ptr(), sb.data_ptr(), d.data_ptr(), 0, _stream(index))
     return d
+
+
+def _as_rows(t: torch.Tensor) -> torch.Tensor:
+    """t as a contiguous (rows, last dimension) matrix."""
+    t2 = t.reshape(-1, t.shape[-1])
+    return t2 if t2.is_contiguous() else t2.contiguous()
+
+
+def _wgrad(a, b, sa, sb, act, fmt, w_dtype):
+    """dW = a . b^T of two activation-recipe operands, written by the GEMM in the weight's dtype where
+    it can (else fp32, then cast): the bits of an fp32 dW rounded afterwards."""
+    od = w_dtype if w_dtype in _NAMES else torch.float32
+    dw = _layer_gemm(a, b, sa, sb, act, act, _name(od), fmt)
+    return dw if dw.dtype == w_dtype else dw.to(w_dtype)
 
 
 def _quantize_parts(x, recipe, fmt, rowwise, columnwise):
@@ -501,10 +521,7 @@ class _ScaledLinearFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, act, wgt, wq, fmt, fast_accum, keep_saved=False):
-        k = x.shape[-1]
-        x2 = x.reshape(-1, k)
-        if not x2.is_contiguous():
-            x2 = x2.contiguous()
+        x2 = _as_rows(x)
         if ctx.needs_input_grad[1]:
             xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
         else:  # a frozen weight (adapters, inference under autograd): no wgrad, so no X^T to write or keep
@@ -529,10 +546,7 @@ class _ScaledLinearFn(torch.autograd.Function):
         xtq, xts, weight = ctx.saved_tensors
         act, wgt, fmt = ctx.recipes
         x_shape, x_dtype, w_dtype, bias_dtype = ctx.shapes
-        n = dy.shape[-1]
-        dy2 = dy.reshape(-1, n)
-        if not dy2.is_contiguous():
-            dy2 = dy2.contiguous()
+        dy2 = _as_rows(dy)
         # dY along N for dgrad, dY^T for wgrad: only the directions a gradient asked for are written.
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dyq = dys = dytq = dyts = None
@@ -546,11 +560,7 @@ class _ScaledLinearFn(torch.autograd.Function):
         # wgrad first, so that dY^T's FP8 copy is freed before dgrad allocates dX: the same GEMMs on the
         # same bytes, with one activation-sized buffer less at the step's peak.
         if ctx.needs_input_grad[1]:
-            # Rounded once from the fp32 accumulator to W's dtype: the bits of an f32 output then .to().
-            od = w_dtype if w_dtype in _NAMES else torch.float32
-            dw = _layer_gemm(dytq, xtq, dyts, xts, act, act, _name(od), fmt)
-            if dw.dtype != w_dtype:
-                dw = dw.to(w_dtype)
+            dw = _wgrad(dytq, xtq, dyts, xts, act, fmt, w_dtype)
         del dytq, dyts
         _release(ctx, xtq, xts)  # X^T's last use: not held while dX is allocated
         if ctx.needs_input_grad[0]:
@@ -1208,11 +1218,6 @@ def _activation_torch(x, x_input, activation):
     return torch.ops.aten.gelu_backward(x, x_input, approximate="tanh")
 
 
-def _on_device(x):
-    """x's device made current for a library call (its stream argument then names the right device)."""
-    return contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device)
-
-
 def _quantize_activation_cuda(x, x_input, activation, recipe, dtype, scale_format):
     from ._arrays import DTYPE_CODE
 
@@ -1336,20 +1341,6 @@ def _mlp_quantize_activation(h, h_input, act, fmt):
     if _direct(h) and h.dtype in (torch.bfloat16, torch.float16):
         return _quantize_activation_cuda(h, h_input, "gelu_tanh", act, "e4m3", fmt)
     return torch.ops.scalemm.quantize_activation(h, h_input, "gelu_tanh", act, "e4m3", fmt)
-
-
-def _as_rows(t: torch.Tensor) -> torch.Tensor:
-    """t as a contiguous (rows, last dimension) matrix."""
-    t2 = t.reshape(-1, t.shape[-1])
-    return t2 if t2.is_contiguous() else t2.contiguous()
-
-
-def _wgrad(a, b, sa, sb, act, fmt, w_dtype):
-    """dW = a . b^T of two activation-recipe operands, written by the GEMM in the weight's dtype where
-    it can (else fp32, then cast): the bits of an fp32 dW rounded afterwards."""
-    od = w_dtype if w_dtype in _NAMES else torch.float32
-    dw = _layer_gemm(a, b, sa, sb, act, act, _name(od), fmt)
-    return dw if dw.dtype == w_dtype else dw.to(w_dtype)
 
 
 class _Float8MLPFn(torch.autograd.Function):
