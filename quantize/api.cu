@@ -22,6 +22,18 @@ using numerics::detail::DeviceExec;
 using numerics::detail::round256;
 using numerics::detail::Workspace;
 
+namespace {
+/// Scale buffers in a layout with padding are cleared first, since padding must read as zero; the
+/// kernels write every real scale (without padding the clear would be a wasted pass and launch).
+/// rows_c: the columnwise output's row count (src.rows, or the grouped tokens' padded rows).
+void clear_scale_padding(DeviceExec& ex, const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out,
+                         int64_t rows_c) {
+  const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, rows_c, src.cols);
+  if (cfg.rowwise && src.rows > 0 && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
+  if (cfg.columnwise && lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
+}
+}  // namespace
+
 size_t workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg) {
   const int64_t generic = numerics::detail::plan_quantize(src, cfg).scratch_floats();
   const int64_t fast = kernels::plan_fast(src, cfg).floats();
@@ -34,11 +46,7 @@ void quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
   const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));  // the stream's device
   DeviceExec ex{stream};
   if (src.rows > 0 && src.cols > 0) {
-    // Scale buffers: padding must read as zero, so a cublaslt buffer with padding is cleared first
-    // (the kernels write every real scale; without padding the clear would be a wasted pass and launch).
-    const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, src.rows, src.cols);
-    if (cfg.rowwise && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
-    if (cfg.columnwise && lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
+    clear_scale_padding(ex, src, cfg, out, src.rows);
     // The fast kernels use scratch only for the amax passes (tensorwise, rowwise, NVFP4's global):
     // block recipes allocate nothing per call (a stream-ordered allocation can stall when the pool
     // has been trimmed at a synchronisation).
@@ -92,10 +100,7 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
   if (src.cols == 0) return;
   const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
   DeviceExec ex{stream};
-  // As quantize(): cublaslt-format buffers with padding read as zero there.
-  const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, groups.padded_rows, src.cols);
-  if (cfg.rowwise && src.rows > 0 && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
-  if (lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
+  clear_scale_padding(ex, src, cfg, out, groups.padded_rows);
   kernels::quantize_grouped(src, cfg, groups.sizes, groups.groups, groups.padded_rows, out, stream);
 }
 
@@ -139,9 +144,7 @@ void run_fused(int act, const SourceMatrix& src, const FusedInputs& in, const Qu
   if (src.rows <= 0 || src.cols <= 0) return;
   const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
   DeviceExec ex{stream};
-  const auto lr = rowwise_layout(cfg, src.rows, src.cols), lc = columnwise_layout(cfg, src.rows, src.cols);
-  if (cfg.rowwise && lr.has_padding()) ex.zero(out.scales, size_t(lr.bytes()));
-  if (lc.has_padding()) ex.zero(out.scales_t, size_t(lc.bytes()));
+  clear_scale_padding(ex, src, cfg, out, src.rows);
   kernels::quantize_activation(act, src, in.a.second, in.b.second, cfg, out, stream);
 }
 
