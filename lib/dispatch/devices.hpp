@@ -48,8 +48,8 @@ Diagnostic pointer_device_mismatch(const char* argument, int pointer_device, int
 /// A simulated machine for host tests: its devices, the current one, each stream's device and each
 /// pointer's memory. Installed in a Handle, it answers every device question the handle asks before
 /// anything runs, so planning, the plan cache and the pointer checks can be tested with several
-/// devices on a machine with none. Nothing can run on it: a call that passes the checks fails at its
-/// first CUDA allocation.
+/// devices on a machine with none. Nothing runs on it: a device call that passes the checks is
+/// refused (kUnsupported, "simulated machine") before its first CUDA call, with or without a GPU.
 struct SimulatedDevices {
   std::vector<DeviceTarget> devices;              ///< DeviceTarget::simulated(sm, cublas, ordinal)
   int current = 0;                                ///< the calling thread's current device

@@ -48,8 +48,8 @@ Diagnostics validate_grouped(const GroupedGemmArgs& a, Depth depth) {
     add(out, "group_dim", "group-dim", "the grouped dimension must be m or k", "m or k",
         std::to_string(int(a.group_dim)), "");
   if (a.backend != GroupedBackend::kAuto && a.backend != GroupedBackend::kCutlass &&
-      a.backend != GroupedBackend::kPerGroup)
-    add(out, "backend", "grouped-backend", "unknown grouped backend", "auto, cutlass or per-group",
+      a.backend != GroupedBackend::kPerGroup && a.backend != GroupedBackend::kContiguous)
+    add(out, "backend", "grouped-backend", "unknown grouped backend", "auto, cutlass, contiguous or per-group",
         std::to_string(int(a.backend)), "");
   if (a.groups < 1)
     add(out, "groups", "group-count", "a grouped GEMM needs at least one group", ">= 1", std::to_string(a.groups),
@@ -184,11 +184,14 @@ namespace {
 // blocker runs the call. The per-group backend takes every call that validates.
 const backends::GroupedBackendImpl* const kGroupedTable[] = {
     &backends::cutlass_grouped_backend(),
+    &backends::contiguous_grouped_backend(),
     &backends::per_group_backend(),
 };
 
 const char* display_name(GroupedBackend b) {
-  return b == GroupedBackend::kCutlass ? "CUTLASS grouped kernel" : "per-group backend";
+  return b == GroupedBackend::kCutlass      ? "CUTLASS grouped kernel"
+         : b == GroupedBackend::kContiguous ? "contiguous grouped kernel"
+                                            : "per-group backend";
 }
 
 // The backend that runs `a` on `t`, and why those before it passed it over ("<name> passed over: why").
@@ -342,6 +345,7 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
     GemmArgs whole;
     whole.a = a.a, whole.b = a.b, whole.d = a.d, whole.space = a.space;
     throw_if_any(dispatch::check_pointers(*impl_, whole, stream, device), StatusCode::kInvalidArgument);
+    dispatch::refuse_to_run_simulated(*impl_);
   }
   // Staging, its copies and every launch go to the stream's device.
   const dispatch::DeviceScope scope(host ? -1 : dispatch::scope_device(*impl_, stream, device));

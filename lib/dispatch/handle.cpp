@@ -383,6 +383,13 @@ Diagnostics dispatch::check_pointers(Handle::Impl& impl, const GemmArgs& args, S
   return impl.check_pointers(args, stream, device);
 }
 
+void dispatch::refuse_to_run_simulated(const Handle::Impl& impl) {
+  if (impl.sim)
+    throw Error(StatusCode::kUnsupported,
+                "simulated machine: the call passed its checks and was planned, but a Handle under "
+                "dispatch::simulate_devices runs nothing on the device");
+}
+
 backends::StagingScratch dispatch::staging_scratch(Handle::Impl& impl, Stream stream, size_t bytes) {
   StreamArena& arena = impl.arena(stream, impl.device_of(stream));
   static std::atomic<uint64_t> allocations{0};
@@ -500,9 +507,10 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
     dispatch::execute(args, plan, backends::RunContext{});
     return;
   }
+  dispatch::refuse_to_run_simulated(*impl_);
   // Launches, allocations and cuBLASLt calls go to the stream's device, whichever is current (a
   // default stream's device is the current one already).
-  const dispatch::DeviceScope scope(impl_->sim || dispatch::is_default_stream(stream) ? -1 : device);
+  const dispatch::DeviceScope scope(dispatch::is_default_stream(stream) ? -1 : device);
   StreamArena& arena = impl_->arena(stream, device);
   {
     std::lock_guard<std::mutex> lock(arena.mu);

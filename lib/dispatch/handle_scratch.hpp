@@ -56,6 +56,10 @@ int scope_device(const Handle::Impl& impl, Stream stream, int device);
 /// The pointer checks of a dense call (memory space, and the device against `device`), for a grouped
 /// call's whole tensors before any group runs.
 Diagnostics check_pointers(Handle::Impl& impl, const GemmArgs& args, Stream stream, int device);
+/// Throws Error(kUnsupported) on a simulated machine: a device call that passed its checks stops there,
+/// before its first CUDA call (the simulation's streams and addresses are not real, and on a machine
+/// with a GPU, CUDA would be handed them).
+void refuse_to_run_simulated(const Handle::Impl& impl);
 /// The target of device `device` as this handle sees it (a simulated machine in host tests).
 const DeviceTarget& device_target(const Handle::Impl& impl, int device);
 
