@@ -55,6 +55,7 @@ SCALEMM_SAME(SCALEMM_GROUP_DIM_K, scalemm::GroupDim::kK);
 SCALEMM_SAME(SCALEMM_GROUPED_BACKEND_AUTO, scalemm::GroupedBackend::kAuto);
 SCALEMM_SAME(SCALEMM_GROUPED_BACKEND_CUTLASS, scalemm::GroupedBackend::kCutlass);
 SCALEMM_SAME(SCALEMM_GROUPED_BACKEND_PER_GROUP, scalemm::GroupedBackend::kPerGroup);
+SCALEMM_SAME(SCALEMM_GROUPED_BACKEND_CONTIGUOUS, scalemm::GroupedBackend::kContiguous);
 SCALEMM_SAME(SCALEMM_MEMORY_HOST, scalemm::MemorySpace::kHost);
 SCALEMM_SAME(SCALEMM_MEMORY_DEVICE, scalemm::MemorySpace::kDevice);
 #undef SCALEMM_SAME
@@ -80,7 +81,7 @@ template <> struct Range<scalemm::GroupDim> {
   static constexpr int lo = int(scalemm::GroupDim::kM), hi = int(scalemm::GroupDim::kK);
 };
 template <> struct Range<scalemm::GroupedBackend> {
-  static constexpr int lo = int(scalemm::GroupedBackend::kAuto), hi = int(scalemm::GroupedBackend::kPerGroup);
+  static constexpr int lo = int(scalemm::GroupedBackend::kAuto), hi = int(scalemm::GroupedBackend::kContiguous);
 };
 template <> struct Range<scalemm::Autotune> {
   static constexpr int lo = int(scalemm::Autotune::kFromEnvironment), hi = int(scalemm::Autotune::kOn);

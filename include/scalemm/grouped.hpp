@@ -43,6 +43,7 @@ enum class GroupedBackend : uint8_t {
   kAuto = 0,
   kCutlass = 1,   ///< one launch of CUTLASS's Hopper pointer-array kernel for all groups
   kPerGroup = 2,  ///< one dense call per non-empty group (every recipe pair; bit-identical to dense calls)
+  kContiguous = 3,  ///< one launch of scalemm's own Hopper kernel: m-grouped block1x128 x block128x128, bf16 out
 };
 std::string_view to_string(GroupedBackend b);
 

@@ -168,7 +168,8 @@ typedef enum scalemm_group_dim_t {
 typedef enum scalemm_grouped_backend_t {
   SCALEMM_GROUPED_BACKEND_AUTO = 0,
   SCALEMM_GROUPED_BACKEND_CUTLASS = 1,   /* one launch for all groups (blockwise or rowwise FP8, sm_90, bf16 out) */
-  SCALEMM_GROUPED_BACKEND_PER_GROUP = 2  /* one dense call per non-empty group */
+  SCALEMM_GROUPED_BACKEND_PER_GROUP = 2,  /* one dense call per non-empty group */
+  SCALEMM_GROUPED_BACKEND_CONTIGUOUS = 3  /* one launch of scalemm's own kernel (m-grouped blockwise, sm_90, bf16 out) */
 } scalemm_grouped_backend_t;
 
 typedef struct scalemm_grouped_gemm_t {

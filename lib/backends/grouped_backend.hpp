@@ -84,7 +84,8 @@ class GroupedBackendImpl {
 };
 
 // The grouped backends, one file each.
-const GroupedBackendImpl& cutlass_grouped_backend();  // cutlass_grouped.cpp (kernels: cutlass_grouped_sm90a.cu)
+const GroupedBackendImpl& cutlass_grouped_backend();     // cutlass_grouped.cpp (kernels: cutlass_grouped_sm90a.cu)
+const GroupedBackendImpl& contiguous_grouped_backend();  // contiguous_grouped.cpp (kernel: contiguous_grouped_sm90a.cu)
 const GroupedBackendImpl& per_group_backend();        // per_group.cpp
 
 }  // namespace scalemm::backends

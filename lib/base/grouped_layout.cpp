@@ -20,6 +20,7 @@ std::string_view to_string(GroupedBackend b) {
     case GroupedBackend::kAuto: return "auto";
     case GroupedBackend::kCutlass: return "cutlass";
     case GroupedBackend::kPerGroup: return "per-group";
+    case GroupedBackend::kContiguous: return "contiguous";
   }
   return "unknown";
 }

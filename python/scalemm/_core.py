@@ -306,7 +306,7 @@ def explain(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", sca
 
 GROUP_DIMS = {"m": 0, "k": 1}
 # Which grouped backend runs a call (include/scalemm/grouped.hpp GroupedBackend).
-GROUPED_BACKENDS = {"auto": 0, "cutlass": 1, "per-group": 2}
+GROUPED_BACKENDS = {"auto": 0, "cutlass": 1, "per-group": 2, "contiguous": 3}
 
 
 class DeviceSizes:

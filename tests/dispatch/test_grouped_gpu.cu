@@ -523,6 +523,68 @@ TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 
   }
 }
 
+TEST_CASE("the contiguous grouped kernel equals each group's exact product, and the CUTLASS kernel bit for bit",
+          "[gpu][dispatch][grouped][contiguous]") {
+  auto rng = scalemm::testing::rng(0x6C8);
+  Handle h;
+  std::vector<int64_t> g16 = {3, 0, 5, 1, 0, 0, 128, 200, 1, 1, 9, 0, 4, 4, 7, 129};
+  std::vector<int64_t> decode(64, 8);
+  decode[3] = 0, decode[17] = 1, decode[40] = 7;
+  struct Case {
+    std::vector<int64_t> sizes;
+    int64_t k, n;
+  };
+  const Case cases[] = {
+      {{129}, 640, 256},                  // G = 1, one row past a tile
+      {{7, 0, 1, 129}, 704, 264},         // K tail (704 = 5.5 x 128), N tail, tiles straddling groups
+      {g16, 512, 256},                    // G = 16, uneven and empty
+      {decode, 512, 384},                 // G = 64, decode-like
+      {{0, 300, 0}, 256, 8},              // empty first and last groups, N = 8
+      {{1}, 16, 8},                       // smallest
+      {{1000, 24, 0, 513}, 1024, 1024},   // several tiles per group, more tiles than SMs
+  };
+  for (const Case& c : cases) {
+    auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                             ScaleFormat::kCompact, ScaleFormat::kCompact, c.sizes, c.k, c.n, rng);
+    CAPTURE(c.sizes.size(), in.m, in.n, in.k);
+    const size_t bytes = in.expected.size() * 2;
+    Dev d(bytes), ref(bytes);
+    {
+      DeviceGrouped dg(in);
+      SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));  // NaN poison: every element must be written
+      GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
+      ga.backend = GroupedBackend::kContiguous;
+      CHECK(h.explain(ga).find("contiguous grouped backend") != std::string::npos);
+      h.grouped_gemm(ga);
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+      CHECK(bf16_mismatches(d, in.expected) == 0);
+    }
+    // Arbitrary values (every finite e4m3 byte, scales spread over two octaves): the same promotion
+    // order as CUTLASS's kernel, so the same bits.
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto* data : {&in.a_data, &in.b_data})
+      for (uint8_t& v : *data)
+        do v = uint8_t(byte(rng)); while ((v & 0x7F) == 0x7F);
+    std::uniform_real_distribution<float> scale(1.0f / 512, 1.0f / 128);
+    for (auto* sc : {&in.a_scale, &in.b_scale})
+      for (size_t i = 0; i + 4 <= sc->size(); i += 4) {
+        const float f = scale(rng);
+        std::memcpy(sc->data() + i, &f, 4);
+      }
+    DeviceGrouped dg(in);
+    for (GroupedBackend backend : {GroupedBackend::kContiguous, GroupedBackend::kCutlass}) {
+      Dev& out = backend == GroupedBackend::kContiguous ? d : ref;
+      SCALEMM_CUDA_CHECK(cudaMemset(out.p, 0xFF, bytes));
+      GroupedGemmArgs ga = dg.args(out.p, DType::kBF16);
+      ga.backend = backend;
+      ga.alpha = 0.75f;
+      h.grouped_gemm(ga);
+    }
+    SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(download(d) == download(ref));
+  }
+}
+
 TEST_CASE("the CUTLASS rowwise grouped kernel with fast_accum stays within bf16 rounding of the exact product",
           "[gpu][dispatch][grouped][cutlass]") {
   // fast_accum runs the fast-accumulation mainloop (no promotion of the tensor cores' partial sums):
@@ -609,12 +671,14 @@ TEST_CASE("auto leaves large even groups with host sizes to the per-group backen
   }
 }
 
-TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) with the same bits as host sizes",
+TEST_CASE("the one-launch grouped kernels read device-side sizes (int32, int64) with the same bits as host sizes",
           "[gpu][dispatch][grouped][cutlass]") {
   auto rng = scalemm::testing::rng(0x6C1);
   Handle h;
-  for (int variant = 0; variant < 3; ++variant) {  // m-grouped blockwise, k-grouped blockwise, m-grouped rowwise
+  // m-grouped blockwise, k-grouped blockwise, m-grouped rowwise; m-grouped blockwise on the contiguous kernel
+  for (int variant = 0; variant < 4; ++variant) {
     const GroupDim dim = variant == 1 ? GroupDim::kK : GroupDim::kM;
+    const GroupedBackend backend = variant == 3 ? GroupedBackend::kContiguous : GroupedBackend::kAuto;
     const std::vector<int64_t> sizes = dim == GroupDim::kM ? std::vector<int64_t>{40, 0, 1, 215, 8}
                                                            : std::vector<int64_t>{256, 0, 128, 128, 384};
     const Recipe ra = variant == 2 ? Recipe::kRowwise : Recipe::kBlock1x128;
@@ -638,6 +702,7 @@ TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) wit
       ga.group_sizes_device = wide ? d64.p : d32.p;
       ga.group_sizes_int64 = wide;
       ga.device_status = status.as<int32_t>();
+      ga.backend = backend;
       CAPTURE(variant, wide);
       CHECK(h.explain(ga).find("device-side sizes") != std::string::npos);
       h.grouped_gemm(ga);
@@ -650,7 +715,7 @@ TEST_CASE("the CUTLASS grouped kernel reads device-side sizes (int32, int64) wit
   }
 }
 
-TEST_CASE("invalid device-side sizes make the CUTLASS grouped kernel write nothing and set device_status",
+TEST_CASE("invalid device-side sizes make the one-launch grouped kernels write nothing and set device_status",
           "[gpu][dispatch][grouped][cutlass]") {
   auto rng = scalemm::testing::rng(0x6C2);
   Handle h;
@@ -664,17 +729,19 @@ TEST_CASE("invalid device-side sizes make the CUTLASS grouped kernel write nothi
     std::vector<int32_t> sizes;
     int32_t status;
   };
-  for (const Bad& b : {Bad{{64, -1, 193}, 2}, Bad{{64, 64, 127}, 4}, Bad{{256, 0, 1}, 4}}) {
+  for (const Bad& b : {Bad{{64, -1, 193}, 2}, Bad{{64, 64, 127}, 4}, Bad{{256, 0, 1}, 4}})
+  for (GroupedBackend backend : {GroupedBackend::kAuto, GroupedBackend::kContiguous}) {
     Dev sizes(b.sizes);
     SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));
     GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
     ga.group_sizes = nullptr;
     ga.group_sizes_device = sizes.p;
     ga.device_status = status.as<int32_t>();
+    ga.backend = backend;
     h.grouped_gemm(ga);
     SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     const auto got = download(d);
-    CAPTURE(b.sizes[0], b.sizes[1], b.sizes[2]);
+    CAPTURE(b.sizes[0], b.sizes[1], b.sizes[2], to_string(backend));
     CHECK(std::all_of(got.begin(), got.end(), [](uint8_t v) { return v == 0xFF; }));
     int32_t st = 0;
     SCALEMM_CUDA_CHECK(cudaMemcpy(&st, status.p, 4, cudaMemcpyDeviceToHost));
@@ -690,6 +757,8 @@ TEST_CASE("m-grouped with device-side sizes changing between graph replays is co
   auto rng = scalemm::testing::rng(0x6C3);
   Handle h;
   const int64_t G = 8;
+  for (GroupedBackend backend : {GroupedBackend::kAuto, GroupedBackend::kContiguous}) {
+  CAPTURE(to_string(backend));
   const auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
                                                  ScaleFormat::kCompact, ScaleFormat::kCompact,
                                                  std::vector<int64_t>(size_t(G), 64), 512, 256, rng);
@@ -703,6 +772,7 @@ TEST_CASE("m-grouped with device-side sizes changing between graph replays is co
   ga.group_sizes = nullptr;
   ga.group_sizes_device = sizes.p;
   ga.device_status = status.as<int32_t>();
+  ga.backend = backend;
   std::vector<int32_t> split(size_t(G), 64);
   SCALEMM_CUDA_CHECK(cudaMemcpy(sizes.p, split.data(), sizes.bytes, cudaMemcpyHostToDevice));
   h.grouped_gemm(ga, s);  // warm-up: the stream's staging exists before capture
@@ -746,6 +816,7 @@ TEST_CASE("m-grouped with device-side sizes changing between graph replays is co
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+  }
 }
 
 TEST_CASE("SCALEMM_VERIFY full covers grouped calls on the CUTLASS kernel", "[gpu][dispatch][grouped][cutlass]") {

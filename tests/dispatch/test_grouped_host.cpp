@@ -243,4 +243,16 @@ TEST_CASE("a grouped call that insists on the CUTLASS kernel it cannot have is r
   a.backend = GroupedBackend::kPerGroup;
   CHECK_THAT(h.explain(a), Catch::Contains("CUTLASS grouped kernel passed over: the call asks for the per-group backend"));
   CHECK(to_string(GroupedBackend::kPerGroup) == "per-group");
+  // The same for the contiguous kernel, which runs device memory only.
+  a.backend = GroupedBackend::kContiguous;
+  for (float v : d) REQUIRE(v == 1234.5f);
+  try {
+    h.grouped_gemm(a);
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kUnsupported);
+    CHECK_THAT(e.what(), Catch::Contains("contiguous grouped kernel cannot run this call"));
+  }
+  for (float v : d) REQUIRE(v == 1234.5f);
+  CHECK(to_string(GroupedBackend::kContiguous) == "contiguous");
 }

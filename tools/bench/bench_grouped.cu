@@ -1,5 +1,6 @@
-// Grouped (MoE) GEMMs without Python: the CUTLASS grouped kernel, the per-group backend, and the
-// per-group backend replaying its whole-call graph (graph_replay), on the MoE shapes of
+// Grouped (MoE) GEMMs without Python: the contiguous and the CUTLASS grouped kernels (timed in two
+// interleaved rounds, the faster of each kept, and checked bit-identical), the per-group backend, and
+// the per-group backend replaying its whole-call graph (graph_replay), on the MoE shapes of
 // docs/benchmarks.md. block1x128 x block128x128 compact scales, bf16 out. CUDA events around 20
 // back-to-back calls on one stream (host time counts where it exceeds the GPU's), median of 7.
 // Usage: bench_grouped [--quick]
@@ -101,15 +102,33 @@ void run_shape(const Shape& sh, std::mt19937_64& rng) {
     c.graph_replay = graph;
     return median_us_per_call(s, [&] { h.grouped_gemm(c, s); });
   };
-  const double cutlass = time(GroupedBackend::kCutlass, false);
+  double cutlass = 1e30, contiguous = 1e30;
+  for (int round = 0; round < 2; ++round) {
+    cutlass = std::min(cutlass, time(GroupedBackend::kCutlass, false));
+    contiguous = std::min(contiguous, time(GroupedBackend::kContiguous, false));
+  }
+  bool same = true;
+  {  // the two kernels' outputs, bit for bit
+    std::vector<uint8_t> x(size_t(m * n * 2)), y(x.size());
+    for (auto* out : {&x, &y}) {
+      GroupedGemmArgs c = ga;
+      c.backend = out == &x ? GroupedBackend::kCutlass : GroupedBackend::kContiguous;
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d.p, 0xFF, x.size(), s));
+      h.grouped_gemm(c, s);
+      SCALEMM_CUDA_CHECK(cudaMemcpyAsync(out->data(), d.p, x.size(), cudaMemcpyDeviceToHost, s));
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    same = x == y;
+  }
   const double per_group = time(GroupedBackend::kPerGroup, false);
   const double replay = time(GroupedBackend::kPerGroup, true);
   const double flops = 2.0 * double(m) * double(n) * double(k);
   int64_t empty = 0;
   for (int64_t x : sizes) empty += x == 0;
-  std::printf("| %lld | %lld | %lld | %lld | %s (%lld empty) | %.1f (%.0f) | %.1f (%.0f) | %.1f (%.0f) | %.2fx |\n",
+  std::printf("| %lld | %lld | %lld | %lld | %s (%lld empty) | %.1f (%.0f) | %.1f (%.0f) | %.3f%s | %.1f (%.0f) | %.1f (%.0f) | %.2fx |\n",
               (long long)sh.g, (long long)sh.mg, (long long)n, (long long)k, sh.uneven ? "uneven" : "equal",
-              (long long)empty, cutlass, flops / cutlass * 1e-6, per_group, flops / per_group * 1e-6, replay,
+              (long long)empty, contiguous, flops / contiguous * 1e-6, cutlass, flops / cutlass * 1e-6,
+              contiguous / cutlass, same ? "" : " (OUTPUTS DIFFER)", per_group, flops / per_group * 1e-6, replay,
               flops / replay * 1e-6, per_group / replay);
   std::fflush(stdout);
   SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -122,12 +141,13 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::mt19937_64 rng(0x9E0);
   std::printf("bench_grouped: us per call (TF/s); block1x128 x block128x128, bf16 out, m-grouped\n");
-  std::printf("| G | M_g | N | K | sizes | CUTLASS | per-group | per-group graph_replay | per-group / replay |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  std::vector<Shape> shapes = {{8, 2048, 4096, 7168, false}, {32, 1024, 2048, 7168, false},
-                               {16, 256, 2048, 2048, false}, {64, 8, 4096, 7168, false},
-                               {16, 256, 2048, 2048, true},  {64, 8, 4096, 7168, true}};
-  if (quick) shapes = {shapes[2], shapes[3], shapes[4]};
+  std::printf("| G | M_g | N | K | sizes | contiguous | CUTLASS | contiguous / CUTLASS time | per-group | per-group graph_replay | per-group / replay |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<Shape> shapes = {{8, 2048, 4096, 7168, false}, {8, 2048, 4096, 7168, true},
+                               {32, 1024, 2048, 7168, false}, {32, 1024, 2048, 7168, true},
+                               {16, 256, 2048, 2048, false}, {16, 256, 2048, 2048, true},
+                               {64, 8, 4096, 7168, false},   {64, 8, 4096, 7168, true}};
+  if (quick) shapes = {shapes[4], shapes[5], shapes[6]};
   try {
     for (const Shape& s : shapes) run_shape(s, rng);
   } catch (const std::exception& e) {

@@ -1,0 +1,42 @@
+// The contiguous grouped backend (grouped_backend.hpp): m-grouped blockwise FP8 (block1x128 x
+// block128x128) in one launch of scalemm's own Hopper kernel (contiguous_grouped_sm90a.cu), with
+// host or device-side sizes and no workspace.
+#include <string>
+
+#include "backends/contiguous_grouped.hpp"
+#include "backends/grouped_backend.hpp"
+
+namespace scalemm::backends {
+namespace {
+
+class ContiguousGrouped final : public GroupedBackendImpl {
+ public:
+  GroupedBackend id() const override { return GroupedBackend::kContiguous; }
+
+  std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) const override {
+    if (!contiguous_grouped::built())
+      return "not built (CUTLASS's headers, whose CuTe parts it uses, were not found at configure time: tools/fetch-cutlass.sh)";
+    if (options.force && *options.force != Backend::kNative)
+      return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
+    return contiguous_grouped::blocker(a, t);
+  }
+
+  bool one_launch() const override { return true; }
+
+  void run(const GroupedGemmArgs& a, const GroupedRunContext& ctx) const override { contiguous_grouped::run(a, ctx.stream); }
+
+  std::string explain(Handle&, const GroupedGemmArgs& a, const std::string&) const override {
+    std::string s = "contiguous grouped backend: " + contiguous_grouped::describe(a);
+    if (a.graph_replay) s += " (graph_replay has no effect: the call is one launch already)";
+    return s;
+  }
+};
+
+}  // namespace
+
+const GroupedBackendImpl& contiguous_grouped_backend() {
+  static const ContiguousGrouped b;
+  return b;
+}
+
+}  // namespace scalemm::backends

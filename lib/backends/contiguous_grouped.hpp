@@ -1,0 +1,37 @@
+// The contiguous grouped kernel: m-grouped blockwise FP8 (block1x128 A, block128x128 B, compact fp32
+// scales, bf16 D) in one launch of a kernel of our own for Hopper, with the groups' rows contiguous in
+// A and D as the caller holds them. Written for the MoE GEMMs where CUTLASS's pointer-array kernel
+// spends its time around the tensor cores rather than in them (docs/history/performance-notes.md):
+//  * one tensor map for A over all groups' rows and one for B over all experts, no per-group
+//    descriptors, no per-group argument arrays and no set-up launch: every CTA scans the group sizes
+//    (host or device) into shared memory itself and walks its tiles from that prefix;
+//  * a tile of a group that ends inside it is loaded whole (the next group's rows ride along) and
+//    stored only up to the group's last row, so groups need no padding;
+//  * one producer warp issues TMA loads into a 6-stage ring; two consumer warpgroups each run the
+//    WGMMAs of 64 rows x 128 columns per 128-deep K block and promote the block's partial sums into
+//    the fp32 accumulator with the row's and the block's scales, CUTLASS's expressions in CUTLASS's
+//    order, so the output is bit-identical to the CUTLASS grouped kernel's.
+// Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
+// why a call is not taken.
+#pragma once
+
+#include <string>
+
+#include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
+
+namespace scalemm::backends::contiguous_grouped {
+
+/// Whether this library holds the kernel.
+bool built();
+
+/// Empty when the kernel runs `args` on `t`; else why not (printable, one line).
+std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
+
+/// Enqueues the whole grouped GEMM on `stream` (blocker() was empty). Needs no workspace.
+void run(const GroupedGemmArgs& args, Stream stream);
+
+/// A one-line description for explain().
+std::string describe(const GroupedGemmArgs& args);
+
+}  // namespace scalemm::backends::contiguous_grouped

@@ -1,0 +1,360 @@
+// The contiguous grouped kernel (contiguous_grouped.hpp): the kernel, its launch and its blocker.
+//
+// Structure, and why:
+//  * 384 threads, one CTA per SM, persistent: warpgroup 0 is the producer (one thread issues TMA
+//    loads, its registers given back with setmaxnreg), warpgroups 1 and 2 compute rows 0-63 and
+//    64-127 of each 128 x 128 tile. Both walk the same tile sequence (tile t, t + gridDim, ...), so
+//    the stage ring's phases agree without any other hand-off.
+//  * Tiles are numbered M tile by M tile with the N tiles of one M tile consecutive: the CTAs running
+//    at one time share a few A tiles and one expert's B, which stay in L2.
+//  * A tile's K loop: wait for the stage, issue the block's four 64x128x32 WGMMAs into a partial-sum
+//    fragment from zero, wait for them, hand the stage back (one arrive per warp), then promote:
+//    accum += part * (scale_a[row] * scale_b[block]). The row scales are read from global memory (L2)
+//    before the stage is waited for, so their latency hides behind the TMA wait and the WGMMAs. The
+//    two warpgroups' promotions run while the other's WGMMAs use the tensor cores.
+//  * Stores go straight from registers (bf16 pairs), predicated on the group's last row and on N, so
+//    a tile that straddles two groups writes only its own group's rows.
+#include "backends/contiguous_grouped.hpp"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+
+#include "cute/arch/copy_sm90_desc.hpp"
+#include "cute/arch/copy_sm90_tma.hpp"
+#include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/cuda_host_adapter.hpp"
+#include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_state.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+#include "scalemm/status.hpp"
+
+namespace scalemm::backends::contiguous_grouped {
+namespace {
+
+using namespace cute;
+using detail::cuda_check;
+
+constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 128;
+constexpr int kStages = 6;
+constexpr int kMathWarpgroups = 2;
+constexpr int kThreads = 128 * (1 + kMathWarpgroups);
+constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memory
+constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
+
+using Fp8 = cutlass::float_e4m3_t;
+using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
+                                           Shape<Int<kBlockM>, Int<kBlockK>, Int<kStages>>{}));
+using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
+                                           Shape<Int<kBlockN>, Int<kBlockK>, Int<kStages>>{}));
+using TiledMma = decltype(make_tiled_mma(SM90_64x128x32_F32E4M3E4M3_SS_TN<>{}, Layout<Shape<_2, _1, _1>>{}));
+
+struct alignas(1024) SharedStorage {
+  Fp8 a[kStages * kBlockM * kBlockK];  // each stage 1024-byte aligned, as the 128-byte swizzle needs
+  Fp8 b[kStages * kBlockN * kBlockK];
+  uint64_t full[kStages];   // TMA bytes landed
+  uint64_t empty[kStages];  // every consumer warp done reading
+  int32_t tile_start[kMaxGroups + 1];  // exclusive prefix of the groups' M tiles
+  int32_t row_start[kMaxGroups + 1];   // exclusive prefix of the groups' rows
+  int32_t valid;
+};
+
+struct Params {
+  CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x 128, 128-byte swizzle
+  CUtensorMap b;  // B (groups * n, k)
+  const float* sa;  // (m, kb) K-major: one scale per row and K block
+  const float* sb;  // expert g at sb + g * sb_stride: (ceil(n / 128), kb) K-major
+  __nv_bfloat16* d;  // (m, n)
+  int64_t sb_stride;
+  int m, n, kb, groups, n_tiles;
+  float alpha;
+  const void* device_sizes;  // or host_sizes below
+  bool sizes_int64;
+  int32_t* device_status;
+};
+template <int kCap>
+struct ParamsWith : Params {
+  int32_t host_sizes[kCap];
+};
+
+// Warp 0: the groups' prefix sums into shared memory, and whether the sizes are valid (non-negative,
+// summing to m). CTA 0 reports to device_status as the CUTLASS set-up kernel does.
+template <int kCap>
+__device__ void scan_groups(const ParamsWith<kCap>& p, SharedStorage& s, int lane) {
+  int64_t rows = 0;
+  int32_t tiles = 0;
+  int bad = INT_MAX;
+  if (lane == 0) s.tile_start[0] = s.row_start[0] = 0;
+  for (int base = 0; base < p.groups; base += 32) {
+    const int g = base + lane;
+    int64_t size = 0;
+    if (g < p.groups) {
+      size = !p.device_sizes ? p.host_sizes[g]
+             : p.sizes_int64 ? static_cast<const int64_t*>(p.device_sizes)[g]
+                             : static_cast<const int32_t*>(p.device_sizes)[g];
+      if (size < 0) bad = min(bad, g);
+    }
+    // Clamped so that no sum overflows; any size above m still makes the total differ from m.
+    int64_t r = size < 0 ? 0 : min(size, int64_t(p.m) + 1);
+    int32_t t = int32_t((r + kBlockM - 1) / kBlockM);
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t rr = __shfl_up_sync(0xffffffffu, r, o);
+      const int32_t tt = __shfl_up_sync(0xffffffffu, t, o);
+      if (lane >= o) r += rr, t += tt;
+    }
+    if (g < p.groups) {
+      s.row_start[g + 1] = int32_t(min(rows + r, int64_t(INT_MAX)));
+      s.tile_start[g + 1] = tiles + t;
+    }
+    rows += __shfl_sync(0xffffffffu, r, 31);
+    tiles += __shfl_sync(0xffffffffu, t, 31);
+  }
+  bad = __reduce_min_sync(0xffffffffu, bad);
+  const bool valid = bad == INT_MAX && rows == p.m;
+  if (lane == 0) {
+    s.valid = valid;
+    if (blockIdx.x == 0 && p.device_status)
+      *p.device_status = valid ? 0 : bad != INT_MAX ? bad + 1 : p.groups + 1;
+  }
+}
+
+// Tile t's group (g advances monotonically along a CTA's tiles), first row and row count.
+struct Tile {
+  int g = 0, row0 = 0, rows = 0, nt = 0;
+  __device__ void seek(const SharedStorage& s, int64_t t, int n_tiles) {
+    const int mt = int(t / n_tiles);
+    nt = int(t % n_tiles);
+    while (s.tile_start[g + 1] <= mt) ++g;
+    row0 = s.row_start[g] + (mt - s.tile_start[g]) * kBlockM;
+    rows = s.row_start[g + 1] - row0;
+  }
+};
+
+template <int kCap>
+__global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const __grid_constant__ ParamsWith<kCap> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ uint8_t smem_raw[];
+  SharedStorage& s = *reinterpret_cast<SharedStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+  using Full = cutlass::arch::ClusterTransactionBarrier;
+  using Empty = cutlass::arch::ClusterBarrier;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      Full::init(&s.full[i], 1);
+      Empty::init(&s.empty[i], kMathWarpgroups * 4);
+    }
+    cutlass::arch::fence_barrier_init();
+    prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.a));
+    prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.b));
+  }
+  if (warp == 1) scan_groups(p, s, lane);
+  __syncthreads();
+  if (!s.valid) return;
+  const int64_t total = int64_t(s.tile_start[p.groups]) * p.n_tiles;
+
+  if (wg == 0) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      uint32_t phase = 0;
+      Tile tile;
+      for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+        tile.seek(s, t, p.n_tiles);
+        const int brow0 = tile.g * p.n + tile.nt * kBlockN;
+        for (int kb = 0; kb < p.kb; ++kb) {
+          Empty::wait(&s.empty[stage], phase ^ 1);
+          Full::arrive_and_expect_tx(&s.full[stage], kStageBytes);
+          constexpr uint64_t hint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
+          SM90_TMA_LOAD_2D::copy(&p.a, &s.full[stage], hint, s.a + stage * kBlockM * kBlockK, kb * kBlockK, tile.row0);
+          SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, s.b + stage * kBlockN * kBlockK, kb * kBlockK, brow0);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup mw computes rows [64 mw, 64 mw + 64) of each tile.
+  cutlass::arch::warpgroup_reg_alloc<232>();
+  const int mw = wg - 1;
+  TiledMma mma;
+  Tensor sA = make_tensor(make_smem_ptr(s.a), SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(s.b), SmemLayoutB{});
+  auto wg_mma = mma.get_slice(mw * 128);
+  Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
+  Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));
+  Tensor accum = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  Tensor part = make_fragment_like(accum);
+  static_assert(decltype(size(accum))::value == 64, "one 64x128 WGMMA accumulator per thread");
+  // The m64n128 accumulator: value i of a thread is at row r0 + 8 ((i >> 1) & 1), column c0 + (i & 1) + 8 (i >> 2).
+  const int r0 = mw * 64 + (warp % 4) * 16 + lane / 4;
+  const int c0 = (lane % 4) * 2;
+
+  int stage = 0;
+  uint32_t phase = 0;
+  Tile tile;
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    tile.seek(s, t, p.n_tiles);
+    const float* sa0 = p.sa + int64_t(min(tile.row0 + r0, p.m - 1)) * p.kb;
+    const float* sa1 = p.sa + int64_t(min(tile.row0 + r0 + 8, p.m - 1)) * p.kb;
+    const float* sb = p.sb + tile.g * p.sb_stride + int64_t(tile.nt) * p.kb;
+    clear(accum);
+    for (int kb = 0; kb < p.kb; ++kb) {
+      const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb), b = __ldg(sb + kb);
+      Full::wait(&s.full[stage], phase);
+      warpgroup_fence_operand(part);
+      warpgroup_arrive();
+      mma.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < size<2>(tCrA); ++k) {
+        cute::gemm(mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), part);
+        mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(part);
+      if (lane == 0) Empty::arrive(&s.empty[stage]);
+      // CUTLASS's promotion: the row's scale times the block's, then one fused multiply-add.
+      const float s0 = a0 * b, s1 = a1 * b;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * (((i >> 1) & 1) ? s1 : s0);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
+    __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + tile.nt * kBlockN;
+    const int cols = p.n - tile.nt * kBlockN;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(accum); i += 2) {
+      const int r = r0 + 8 * ((i >> 1) & 1), c = c0 + 8 * (i >> 2);
+      if (r < tile.rows && c < cols)
+        *reinterpret_cast<__nv_bfloat162*>(dt + int64_t(r) * p.n + c) =
+            __floats2bfloat162_rn(p.alpha * accum(i), p.alpha * accum(i + 1));
+    }
+  }
+#endif
+}
+
+int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+CUtensorMap tensor_map(const void* base, int64_t rows, int64_t k) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(k)};  // bytes between rows
+  const cuuint32_t box[2] = {kBlockK, kBlockM};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = cutlass::call_cuTensorMapEncodeTiled(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(StatusCode::kInternal, "contiguous_grouped: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  return map;
+}
+
+// Tensor maps are encoded on the host (a driver call); a call that repeats its buffers and extents
+// reuses the last encoding.
+struct MapCache {
+  struct Key {
+    const void* a;
+    const void* b;
+    int64_t m, n, k, groups;
+    bool operator<(const Key& o) const { return std::tie(a, b, m, n, k, groups) < std::tie(o.a, o.b, o.m, o.n, o.k, o.groups); }
+  };
+  std::mutex mu;
+  std::map<Key, std::pair<CUtensorMap, CUtensorMap>> maps;
+};
+
+template <int kCap>
+void launch(const GroupedGemmArgs& a, Stream stream) {
+  static MapCache* cache = new MapCache;  // never destroyed: calls may come from static destructors
+  ParamsWith<kCap> p;
+  const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups};
+  {
+    std::lock_guard<std::mutex> lock(cache->mu);
+    auto it = cache->maps.find(key);
+    if (it == cache->maps.end()) {
+      if (cache->maps.size() >= 256) cache->maps.clear();
+      it = cache->maps.emplace(key, std::make_pair(tensor_map(a.a.data, a.m, a.k), tensor_map(a.b.data, a.groups * a.n, a.k))).first;
+    }
+    p.a = it->second.first;
+    p.b = it->second.second;
+  }
+  p.sa = static_cast<const float*>(a.a.scale);
+  p.sb = static_cast<const float*>(a.b.scale);
+  p.d = static_cast<__nv_bfloat16*>(a.d);
+  p.sb_stride = grouped_b_scale_stride(a) / int64_t(sizeof(float));
+  p.m = int(a.m), p.n = int(a.n), p.kb = ceil_div(a.k, kBlockK), p.groups = int(a.groups);
+  p.n_tiles = ceil_div(a.n, kBlockN);
+  p.alpha = a.alpha;
+  p.device_sizes = a.group_sizes_device;
+  p.sizes_int64 = a.group_sizes_int64;
+  p.device_status = a.device_status;
+  if (!a.group_sizes_device)
+    for (int64_t g = 0; g < a.groups; ++g) p.host_sizes[g] = int32_t(a.group_sizes[g]);
+
+  const int device = detail::current_device();
+  constexpr int smem = int(sizeof(SharedStorage)) + 1024;
+  static detail::PerDevice<int> attribute_set;
+  attribute_set.get(device, [](int) {
+    cuda_check(cudaFuncSetAttribute(contiguous_grouped_kernel<kCap>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+               "contiguous_grouped: shared memory attribute");
+    return 1;
+  });
+  // At most one partial M tile per group beyond ceil(m / 128); an empty call still launches (it
+  // validates device sizes and reports them).
+  const int64_t tiles = (a.m / kBlockM + a.groups) * p.n_tiles;
+  const int grid = int(std::max<int64_t>(1, std::min<int64_t>(detail::sm_count(device), tiles)));
+  contiguous_grouped_kernel<kCap><<<grid, kThreads, smem, stream>>>(p);
+  cuda_check(cudaGetLastError(), "contiguous_grouped: kernel launch");
+}
+
+}  // namespace
+
+bool built() { return true; }
+
+std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
+  if (a.space != MemorySpace::kDevice) return "host memory";
+  if (t.sm != 90) return "the contiguous grouped kernel is built for sm_90a; this device is sm_" + std::to_string(t.sm);
+  if (a.group_dim != GroupDim::kM) return "the contiguous grouped kernel runs m-grouped calls";
+  if (a.a.recipe != Recipe::kBlock1x128 || a.b.recipe != Recipe::kBlock128x128)
+    return "the contiguous grouped kernel runs block1x128 x block128x128";
+  if (a.a.dtype != DType::kE4M3 || a.b.dtype != DType::kE4M3) return "the contiguous grouped kernel is built for e4m3 x e4m3";
+  if (a.d_dtype != DType::kBF16) return "the contiguous grouped kernel is built for bf16 output";
+  if (a.a.scale_format != ScaleFormat::kCompact || a.b.scale_format != ScaleFormat::kCompact)
+    return "the contiguous grouped kernel reads compact scales (pass scale_format compact)";
+  if (a.k % 16 != 0 || a.n % 8 != 0) return "the contiguous grouped kernel needs K % 16 == 0 and N % 8 == 0 (TMA row alignment)";
+  if (reinterpret_cast<uintptr_t>(a.a.data) % 16 != 0 || reinterpret_cast<uintptr_t>(a.b.data) % 16 != 0)
+    return "A or B not 16-byte aligned (TMA)";
+  if (a.groups > kMaxGroups) return "more than " + std::to_string(kMaxGroups) + " groups";
+  if (a.m > INT32_MAX || a.k > INT32_MAX || a.groups * a.n > INT32_MAX) return "an extent beyond 2^31";
+  return {};
+}
+
+void run(const GroupedGemmArgs& a, Stream stream) {
+  if (a.group_sizes_device || a.groups <= 64) launch<64>(a, stream);
+  else launch<kMaxGroups>(a, stream);
+}
+
+std::string describe(const GroupedGemmArgs& a) {
+  std::ostringstream os;
+  os << "contiguous grouped kernel (sm_90a, ours), one launch for all " << a.groups
+     << " groups: FP8 blockwise 1x128 x 128x128, 128x128x128 tiles, persistent, TMA producer warp and two "
+        "WGMMA warpgroups; one tensor map for A over all rows and one for B over all experts; group prefix scanned "
+        "in each CTA from "
+     << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
+  return os.str();
+}
+
+}  // namespace scalemm::backends::contiguous_grouped
