@@ -18,7 +18,10 @@ class ContiguousGrouped final : public GroupedBackendImpl {
       return "not built (CUTLASS's headers, whose CuTe parts it uses, were not found at configure time: tools/fetch-cutlass.sh)";
     if (options.force && *options.force != Backend::kNative)
       return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
-    return contiguous_grouped::blocker(a, t);
+    std::string why = contiguous_grouped::blocker(a, t);
+    if (why.empty() && a.backend == GroupedBackend::kAuto)
+      why = "auto does not choose it: not measured faster than the CUTLASS kernel (pass it by name)";
+    return why;
   }
 
   bool one_launch() const override { return true; }

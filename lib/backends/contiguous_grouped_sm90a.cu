@@ -5,8 +5,13 @@
 //    loads, its registers given back with setmaxnreg), warpgroups 1 and 2 compute rows 0-63 and
 //    64-127 of each 128 x 128 tile. Both walk the same tile sequence (tile t, t + gridDim, ...), so
 //    the stage ring's phases agree without any other hand-off.
-//  * Tiles are numbered M tile by M tile with the N tiles of one M tile consecutive: the CTAs running
-//    at one time share a few A tiles and one expert's B, which stay in L2.
+//  * Clusters of two CTAs take two N tiles of one M tile: each loads half of the A tile and multicasts
+//    it to both, so A crosses from L2 once per pair. (Without it, 132 CTAs each pulling 32 KB per K
+//    block ask L2 for more than it delivers: measured 1.22-1.31x CUTLASS's time.) A consumer hands a
+//    stage back to both CTAs' producers, and a producer leaves only when every stage it filled has
+//    been handed back, so no CTA exits while its peer may still write into it.
+//  * Units (an M tile and a pair of N tiles) are numbered M tile by M tile: the clusters running at one
+//    time share a few A tiles and one expert's B, which stay in L2.
 //  * A tile's K loop: wait for the stage, issue the block's four 64x128x32 WGMMAs into a partial-sum
 //    fragment from zero, wait for them, hand the stage back (one arrive per warp), then promote:
 //    accum += part * (scale_a[row] * scale_b[block]). The row scales are read from global memory (L2)
@@ -22,12 +27,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <tuple>
 
+#include "cute/arch/cluster_sm90.hpp"
 #include "cute/arch/copy_sm90_desc.hpp"
 #include "cute/arch/copy_sm90_tma.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
@@ -71,7 +78,7 @@ struct alignas(1024) SharedStorage {
 };
 
 struct Params {
-  CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x 128, 128-byte swizzle
+  CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (128 / cluster) rows, 128-byte swizzle
   CUtensorMap b;  // B (groups * n, k)
   const float* sa;  // (m, kb) K-major: one scale per row and K block
   const float* sb;  // expert g at sb + g * sb_stride: (ceil(n / 128), kb) K-major
@@ -129,19 +136,23 @@ __device__ void scan_groups(const ParamsWith<kCap>& p, SharedStorage& s, int lan
   }
 }
 
-// Tile t's group (g advances monotonically along a CTA's tiles), first row and row count.
+// The tile a CTA computes for unit u (an M tile and kCluster consecutive N tiles): its group (g
+// advances monotonically along a CTA's units), first row, row count and N tile. The N tile of a
+// cluster's last unit may lie past N (odd tile count): that CTA loads and computes for its peer's
+// sake and stores nothing.
+template <int kCluster>
 struct Tile {
   int g = 0, row0 = 0, rows = 0, nt = 0;
-  __device__ void seek(const SharedStorage& s, int64_t t, int n_tiles) {
-    const int mt = int(t / n_tiles);
-    nt = int(t % n_tiles);
+  __device__ void seek(const SharedStorage& s, int64_t u, int n_units, int rank) {
+    const int mt = int(u / n_units);
+    nt = int(u % n_units) * kCluster + rank;
     while (s.tile_start[g + 1] <= mt) ++g;
     row0 = s.row_start[g] + (mt - s.tile_start[g]) * kBlockM;
     rows = s.row_start[g + 1] - row0;
   }
 };
 
-template <int kCap>
+template <int kCap, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const __grid_constant__ ParamsWith<kCap> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint8_t smem_raw[];
@@ -149,11 +160,12 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
   using Full = cutlass::arch::ClusterTransactionBarrier;
   using Empty = cutlass::arch::ClusterBarrier;
+  const int rank = kCluster == 1 ? 0 : int(cute::block_rank_in_cluster());
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
       Full::init(&s.full[i], 1);
-      Empty::init(&s.empty[i], kMathWarpgroups * 4);
+      Empty::init(&s.empty[i], kCluster * kMathWarpgroups * 4);  // every consumer warp of the cluster
     }
     cutlass::arch::fence_barrier_init();
     prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.a));
@@ -161,27 +173,42 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   }
   if (warp == 1) scan_groups(p, s, lane);
   __syncthreads();
-  if (!s.valid) return;
-  const int64_t total = int64_t(s.tile_start[p.groups]) * p.n_tiles;
+  if constexpr (kCluster > 1) cute::cluster_sync();  // the peer's barriers exist before anything reaches them
+  if (!s.valid) return;  // both CTAs of a cluster read the same sizes
+  const int n_units = (p.n_tiles + kCluster - 1) / kCluster;
+  const int64_t units = int64_t(s.tile_start[p.groups]) * n_units;
+  const int64_t first = blockIdx.x / kCluster, step = gridDim.x / kCluster;
 
   if (wg == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<40>();
     if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      Tile tile;
-      for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-        tile.seek(s, t, p.n_tiles);
+      Tile<kCluster> tile;
+      constexpr uint64_t hint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
+      constexpr int kSliceM = kBlockM / kCluster;  // the rows of A this CTA loads for the cluster
+      for (int64_t u = first; u < units; u += step) {
+        tile.seek(s, u, n_units, rank);
         const int brow0 = tile.g * p.n + tile.nt * kBlockN;
         for (int kb = 0; kb < p.kb; ++kb) {
           Empty::wait(&s.empty[stage], phase ^ 1);
           Full::arrive_and_expect_tx(&s.full[stage], kStageBytes);
-          constexpr uint64_t hint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
-          SM90_TMA_LOAD_2D::copy(&p.a, &s.full[stage], hint, s.a + stage * kBlockM * kBlockK, kb * kBlockK, tile.row0);
+          Fp8* a_dst = s.a + stage * kBlockM * kBlockK + rank * kSliceM * kBlockK;
+          if constexpr (kCluster == 1)
+            SM90_TMA_LOAD_2D::copy(&p.a, &s.full[stage], hint, a_dst, kb * kBlockK, tile.row0);
+          else
+            SM90_TMA_LOAD_MULTICAST_2D::copy(&p.a, &s.full[stage], uint16_t((1 << kCluster) - 1), hint, a_dst,
+                                             kb * kBlockK, tile.row0 + rank * kSliceM);
           SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, s.b + stage * kBlockN * kBlockK, kb * kBlockK, brow0);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
+      // Every stage handed back by every consumer of the cluster: after this no peer arrives here.
+      if constexpr (kCluster > 1)
+        for (int i = 0; i < kStages; ++i) {
+          Empty::wait(&s.empty[stage], phase ^ 1);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
     }
     return;
   }
@@ -204,12 +231,12 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
 
   int stage = 0;
   uint32_t phase = 0;
-  Tile tile;
-  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-    tile.seek(s, t, p.n_tiles);
+  Tile<kCluster> tile;
+  for (int64_t u = first; u < units; u += step) {
+    tile.seek(s, u, n_units, rank);
     const float* sa0 = p.sa + int64_t(min(tile.row0 + r0, p.m - 1)) * p.kb;
     const float* sa1 = p.sa + int64_t(min(tile.row0 + r0 + 8, p.m - 1)) * p.kb;
-    const float* sb = p.sb + tile.g * p.sb_stride + int64_t(tile.nt) * p.kb;
+    const float* sb = p.sb + tile.g * p.sb_stride + int64_t(min(tile.nt, p.n_tiles - 1)) * p.kb;
     clear(accum);
     for (int kb = 0; kb < p.kb; ++kb) {
       const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb), b = __ldg(sb + kb);
@@ -225,7 +252,11 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       warpgroup_commit_batch();
       warpgroup_wait<0>();
       warpgroup_fence_operand(part);
-      if (lane == 0) Empty::arrive(&s.empty[stage]);
+      if (lane == 0) {  // the stage is free in every CTA whose producer writes into it
+        if constexpr (kCluster == 1) Empty::arrive(&s.empty[stage]);
+        else
+          for (int c = 0; c < kCluster; ++c) Empty::arrive(&s.empty[stage], uint32_t(c), 1u);
+      }
       // CUTLASS's promotion: the row's scale times the block's, then one fused multiply-add.
       const float s0 = a0 * b, s1 = a1 * b;
       CUTLASS_PRAGMA_UNROLL
@@ -248,11 +279,11 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
 
 int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
-CUtensorMap tensor_map(const void* base, int64_t rows, int64_t k) {
+CUtensorMap tensor_map(const void* base, int64_t rows, int64_t k, int box_rows) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(k)};  // bytes between rows
-  const cuuint32_t box[2] = {kBlockK, kBlockM};
+  const cuuint32_t box[2] = {kBlockK, cuuint32_t(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = cutlass::call_cuTensorMapEncodeTiled(
       &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem,
@@ -270,23 +301,46 @@ struct MapCache {
     const void* a;
     const void* b;
     int64_t m, n, k, groups;
-    bool operator<(const Key& o) const { return std::tie(a, b, m, n, k, groups) < std::tie(o.a, o.b, o.m, o.n, o.k, o.groups); }
+    int cluster;
+    bool operator<(const Key& o) const {
+      return std::tie(a, b, m, n, k, groups, cluster) < std::tie(o.a, o.b, o.m, o.n, o.k, o.groups, o.cluster);
+    }
   };
   std::mutex mu;
   std::map<Key, std::pair<CUtensorMap, CUtensorMap>> maps;
 };
 
-template <int kCap>
+// Sets the kernel's shared memory limit and returns how many of its clusters fit on device `d` at once.
+int resident_clusters(const void* kernel, cudaLaunchConfig_t config, int d) {
+  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(config.dynamicSmemBytes)),
+             "contiguous_grouped: shared memory attribute");
+  const int cluster = int(config.attrs[0].val.clusterDim.x);
+  config.gridDim = dim3(unsigned(detail::sm_count(d) / cluster * cluster));
+  int n = 0;
+  cuda_check(cudaOccupancyMaxActiveClusters(&n, kernel, &config), "contiguous_grouped: resident clusters");
+  return std::max(n, 1);
+}
+
+struct ResidentClusters {  // (a lambda here trips nvcc 13.0's front end)
+  const void* kernel;
+  cudaLaunchConfig_t config;
+  int operator()(int d) const { return resident_clusters(kernel, config, d); }
+};
+
+template <int kCap, int kCluster>
 void launch(const GroupedGemmArgs& a, Stream stream) {
   static MapCache* cache = new MapCache;  // never destroyed: calls may come from static destructors
   ParamsWith<kCap> p;
-  const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups};
+  const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups, kCluster};
   {
     std::lock_guard<std::mutex> lock(cache->mu);
     auto it = cache->maps.find(key);
     if (it == cache->maps.end()) {
       if (cache->maps.size() >= 256) cache->maps.clear();
-      it = cache->maps.emplace(key, std::make_pair(tensor_map(a.a.data, a.m, a.k), tensor_map(a.b.data, a.groups * a.n, a.k))).first;
+      it = cache->maps
+               .emplace(key, std::make_pair(tensor_map(a.a.data, a.m, a.k, kBlockM / kCluster),
+                                            tensor_map(a.b.data, a.groups * a.n, a.k, kBlockN)))
+               .first;
     }
     p.a = it->second.first;
     p.b = it->second.second;
@@ -306,18 +360,25 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
 
   const int device = detail::current_device();
   constexpr int smem = int(sizeof(SharedStorage)) + 1024;
-  static detail::PerDevice<int> attribute_set;
-  attribute_set.get(device, [](int) {
-    cuda_check(cudaFuncSetAttribute(contiguous_grouped_kernel<kCap>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-               "contiguous_grouped: shared memory attribute");
-    return 1;
-  });
-  // At most one partial M tile per group beyond ceil(m / 128); an empty call still launches (it
+  void (*kernel)(const ParamsWith<kCap>) = contiguous_grouped_kernel<kCap, kCluster>;
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kCluster, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  // The clusters that fit on the device at once (a cluster's CTAs share a GPC, so fewer than
+  // SMs / cluster on some parts): a persistent grid larger than that would run a second wave.
+  static detail::PerDevice<int> resident;
+  const int clusters = resident.get(device, ResidentClusters{reinterpret_cast<const void*>(kernel), config});
+  // At most one partial M tile per group beyond floor(m / 128); an empty call still launches (it
   // validates device sizes and reports them).
-  const int64_t tiles = (a.m / kBlockM + a.groups) * p.n_tiles;
-  const int grid = int(std::max<int64_t>(1, std::min<int64_t>(detail::sm_count(device), tiles)));
-  contiguous_grouped_kernel<kCap><<<grid, kThreads, smem, stream>>>(p);
-  cuda_check(cudaGetLastError(), "contiguous_grouped: kernel launch");
+  const int64_t units = (a.m / kBlockM + a.groups) * ((p.n_tiles + kCluster - 1) / kCluster);
+  config.gridDim = dim3(unsigned(kCluster * std::max<int64_t>(1, std::min<int64_t>(clusters, units))));
+  cuda_check(cudaLaunchKernelEx(&config, kernel, p), "contiguous_grouped: kernel launch");
 }
 
 }  // namespace
@@ -343,8 +404,14 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream) {
-  if (a.group_sizes_device || a.groups <= 64) launch<64>(a, stream);
-  else launch<kMaxGroups>(a, stream);
+  static const bool single = std::getenv("SCALEMM_CONTIGUOUS_NO_CLUSTER") != nullptr;  // measurement only
+  if (single) {
+    if (a.group_sizes_device || a.groups <= 64) launch<64, 1>(a, stream);
+    else launch<kMaxGroups, 1>(a, stream);
+    return;
+  }
+  if (a.group_sizes_device || a.groups <= 64) launch<64, 2>(a, stream);
+  else launch<kMaxGroups, 2>(a, stream);
 }
 
 std::string describe(const GroupedGemmArgs& a) {

@@ -682,7 +682,7 @@ TEST_CASE("the one-launch grouped kernels read device-side sizes (int32, int64) 
     const std::vector<int64_t> sizes = dim == GroupDim::kM ? std::vector<int64_t>{40, 0, 1, 215, 8}
                                                            : std::vector<int64_t>{256, 0, 128, 128, 384};
     const Recipe ra = variant == 2 ? Recipe::kRowwise : Recipe::kBlock1x128;
-    const Recipe rb = variant == 2 ? Recipe::kRowwise : variant == 0 ? Recipe::kBlock128x128 : Recipe::kBlock1x128;
+    const Recipe rb = variant == 2 ? Recipe::kRowwise : variant == 1 ? Recipe::kBlock1x128 : Recipe::kBlock128x128;
     const auto in = scalemm::testing::make_grouped(dim, ra, rb, ScaleFormat::kCompact, ScaleFormat::kCompact, sizes,
                                                    256, 256, rng);
     DeviceGrouped dg(in);
