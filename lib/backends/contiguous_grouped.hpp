@@ -34,4 +34,16 @@ void run(const GroupedGemmArgs& args, Stream stream);
 /// A one-line description for explain().
 std::string describe(const GroupedGemmArgs& args);
 
+/// Dense calls up to this M run on the kernel (one group) instead of cuBLASLt's blockwise kernel,
+/// which measured 2.8x slower at 128 x 7168 x 2048 (docs/benchmarks.md).
+constexpr int64_t kDenseMaxM = 128;
+
+/// Empty when the kernel runs the dense call `p` on `t` (the native backend then plans it instead
+/// of cuBLASLt); else why not. Compact or cuBLASLt-format scales are both read in place.
+std::string dense_blocker(const GemmProblem& p, const DeviceTarget& t);
+
+/// Enqueues the dense call `args` (validated; dense_blocker() was empty) with `alpha` (global scales
+/// folded in) on `stream`.
+void run_dense(const GemmArgs& args, float alpha, Stream stream);
+
 }  // namespace scalemm::backends::contiguous_grouped

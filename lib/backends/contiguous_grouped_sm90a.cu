@@ -27,7 +27,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -80,10 +79,13 @@ struct alignas(1024) SharedStorage {
 struct Params {
   CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (128 / cluster) rows, 128-byte swizzle
   CUtensorMap b;  // B (groups * n, k)
-  const float* sa;  // (m, kb) K-major: one scale per row and K block
-  const float* sb;  // expert g at sb + g * sb_stride: (ceil(n / 128), kb) K-major
+  // Scales, as their layouts' offset functions place them (a row term plus a K-block term):
+  // A's row r, K block kb at sa[r * sa_row + kb * sa_kb]; expert g's block (r / 128, kb) at
+  // sb[g * sb_group + (r / 128) * sb_row + kb].
+  const float* sa;
+  const float* sb;
   __nv_bfloat16* d;  // (m, n)
-  int64_t sb_stride;
+  int64_t sa_row, sa_kb, sb_row, sb_group;
   int m, n, kb, groups, n_tiles;
   float alpha;
   const void* device_sizes;  // or host_sizes below
@@ -224,44 +226,87 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));
   Tensor accum = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
   Tensor part = make_fragment_like(accum);
+  Tensor part2 = make_fragment_like(accum);
   static_assert(decltype(size(accum))::value == 64, "one 64x128 WGMMA accumulator per thread");
   // The m64n128 accumulator: value i of a thread is at row r0 + 8 ((i >> 1) & 1), column c0 + (i & 1) + 8 (i >> 2).
   const int r0 = mw * 64 + (warp % 4) * 16 + lane / 4;
   const int c0 = (lane % 4) * 2;
 
-  int stage = 0;
-  uint32_t phase = 0;
+  // The consumer's stage ring: `read` is the next stage to wait for, `done` the next to hand back.
+  int read = 0, done = 0;
+  uint32_t read_phase = 0;
   Tile<kCluster> tile;
   for (int64_t u = first; u < units; u += step) {
     tile.seek(s, u, n_units, rank);
-    const float* sa0 = p.sa + int64_t(min(tile.row0 + r0, p.m - 1)) * p.kb;
-    const float* sa1 = p.sa + int64_t(min(tile.row0 + r0 + 8, p.m - 1)) * p.kb;
-    const float* sb = p.sb + tile.g * p.sb_stride + int64_t(min(tile.nt, p.n_tiles - 1)) * p.kb;
-    clear(accum);
-    for (int kb = 0; kb < p.kb; ++kb) {
-      const float a0 = __ldg(sa0 + kb), a1 = __ldg(sa1 + kb), b = __ldg(sb + kb);
-      Full::wait(&s.full[stage], phase);
-      warpgroup_fence_operand(part);
+    const float* sa0 = p.sa + int64_t(min(tile.row0 + r0, p.m - 1)) * p.sa_row;
+    const float* sa1 = p.sa + int64_t(min(tile.row0 + r0 + 8, p.m - 1)) * p.sa_row;
+    const float* sb = p.sb + tile.g * p.sb_group + int64_t(min(tile.nt, p.n_tiles - 1)) * p.sb_row;
+    // A K block's scales: its two rows' and the expert block's, loaded from L2 one block ahead of
+    // their use, while the tensor cores run (a load still in flight would hold the next WGMMA issue).
+    struct Scales {
+      float a0, a1, b;
+    };
+    auto load = [&](int kb) { return Scales{__ldg(sa0 + kb * p.sa_kb), __ldg(sa1 + kb * p.sa_kb), __ldg(sb + kb)}; };
+    // Waits for the next stage and issues its K block's four WGMMAs into `part`, from zero.
+    auto issue = [&](auto& frag) {
+      Full::wait(&s.full[read], read_phase);
+      warpgroup_fence_operand(frag);
       warpgroup_arrive();
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       CUTLASS_PRAGMA_UNROLL
       for (int k = 0; k < size<2>(tCrA); ++k) {
-        cute::gemm(mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), part);
+        cute::gemm(mma, tCrA(_, _, k, read), tCrB(_, _, k, read), frag);
         mma.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(part);
-      if (lane == 0) {  // the stage is free in every CTA whose producer writes into it
-        if constexpr (kCluster == 1) Empty::arrive(&s.empty[stage]);
+      warpgroup_fence_operand(frag);
+      if (++read == kStages) read = 0, read_phase ^= 1;
+    };
+    // The oldest issued block's WGMMAs are complete: hand its stage back to every producer that
+    // writes into it, then promote its partial sums (CUTLASS's expressions: the row's scale times
+    // the block's, then one fused multiply-add).
+    auto promote = [&](auto& frag, Scales sc) {
+      warpgroup_fence_operand(frag);
+      if (lane == 0) {
+        if constexpr (kCluster == 1) Empty::arrive(&s.empty[done]);
         else
-          for (int c = 0; c < kCluster; ++c) Empty::arrive(&s.empty[stage], uint32_t(c), 1u);
+          for (int c = 0; c < kCluster; ++c) Empty::arrive(&s.empty[done], uint32_t(c), 1u);
       }
-      // CUTLASS's promotion: the row's scale times the block's, then one fused multiply-add.
-      const float s0 = a0 * b, s1 = a1 * b;
+      if (++done == kStages) done = 0;
+      const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
+      warpgroup_fence_operand(accum);
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) += part(i) * (((i >> 1) & 1) ? s1 : s0);
-      if (++stage == kStages) stage = 0, phase ^= 1;
+      for (int i = 0; i < size(accum); ++i) accum(i) += frag(i) * (((i >> 1) & 1) ? s1 : s0);
+      warpgroup_fence_operand(accum);
+    };
+    clear(accum);
+    Scales sc0 = load(0);
+    {
+      // Two fragments: block k+1's WGMMAs run while block k is promoted. The loop body covers two
+      // blocks so that each fragment stays in fixed registers.
+      issue(part);
+      int k = 1;
+      for (; k + 1 < p.kb; k += 2) {
+        issue(part2);
+        const Scales sc1 = load(k);
+        warpgroup_wait<1>();
+        promote(part, sc0);
+        issue(part);
+        sc0 = load(k + 1);
+        warpgroup_wait<1>();
+        promote(part2, sc1);
+      }
+      if (k < p.kb) {
+        issue(part2);
+        const Scales sc1 = load(k);
+        warpgroup_wait<1>();
+        promote(part, sc0);
+        warpgroup_wait<0>();
+        promote(part2, sc1);
+      } else {
+        warpgroup_wait<0>();
+        promote(part, sc0);
+      }
     }
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
     __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + tile.nt * kBlockN;
@@ -327,8 +372,10 @@ struct ResidentClusters {  // (a lambda here trips nvcc 13.0's front end)
   int operator()(int d) const { return resident_clusters(kernel, config, d); }
 };
 
+// Launches the kernel for the m-grouped call `a` (a dense call is one group); expert g's B scales
+// start sb_group floats after expert g - 1's.
 template <int kCap, int kCluster>
-void launch(const GroupedGemmArgs& a, Stream stream) {
+void launch(const GroupedGemmArgs& a, int64_t sb_group, Stream stream) {
   static MapCache* cache = new MapCache;  // never destroyed: calls may come from static destructors
   ParamsWith<kCap> p;
   const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups, kCluster};
@@ -348,7 +395,9 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   p.sa = static_cast<const float*>(a.a.scale);
   p.sb = static_cast<const float*>(a.b.scale);
   p.d = static_cast<__nv_bfloat16*>(a.d);
-  p.sb_stride = grouped_b_scale_stride(a) / int64_t(sizeof(float));
+  const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
+  p.sa_row = la.offset(1, 0) - la.offset(0, 0), p.sa_kb = la.offset(0, 1) - la.offset(0, 0);
+  p.sb_row = lb.offset(kBlockN, 0) - lb.offset(0, 0), p.sb_group = sb_group;
   p.m = int(a.m), p.n = int(a.n), p.kb = ceil_div(a.k, kBlockK), p.groups = int(a.groups);
   p.n_tiles = ceil_div(a.n, kBlockN);
   p.alpha = a.alpha;
@@ -404,14 +453,37 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream) {
-  static const bool single = std::getenv("SCALEMM_CONTIGUOUS_NO_CLUSTER") != nullptr;  // measurement only
-  if (single) {
-    if (a.group_sizes_device || a.groups <= 64) launch<64, 1>(a, stream);
-    else launch<kMaxGroups, 1>(a, stream);
-    return;
-  }
-  if (a.group_sizes_device || a.groups <= 64) launch<64, 2>(a, stream);
-  else launch<kMaxGroups, 2>(a, stream);
+  const int64_t sb_group = grouped_b_scale_stride(a) / int64_t(sizeof(float));
+  if (a.group_sizes_device || a.groups <= 64) launch<64, 2>(a, sb_group, stream);
+  else launch<kMaxGroups, 2>(a, sb_group, stream);
+}
+
+std::string dense_blocker(const GemmProblem& p, const DeviceTarget& t) {
+  if (p.space != MemorySpace::kDevice) return "host memory";
+  if (t.sm != 90) return "built for sm_90a; this device is sm_" + std::to_string(t.sm);
+  if (p.a_recipe != Recipe::kBlock1x128 || p.b_recipe != Recipe::kBlock128x128) return "runs block1x128 x block128x128";
+  if (p.a_dtype != DType::kE4M3 || p.b_dtype != DType::kE4M3) return "built for e4m3 x e4m3";
+  if (p.d_dtype != DType::kBF16) return "built for bf16 output";
+  if (p.has_bias) return "no bias in its epilogue";
+  if (p.m > kDenseMaxM)
+    return "M=" + std::to_string(p.m) + " > " + std::to_string(kDenseMaxM) + ", where cuBLASLt was measured as fast or faster";
+  if (p.k % 16 != 0 || p.n % 8 != 0) return "needs K % 16 == 0 and N % 8 == 0 (TMA row alignment)";
+  if (p.k > INT32_MAX || p.n > INT32_MAX) return "an extent beyond 2^31";
+  return {};
+}
+
+void run_dense(const GemmArgs& g, float alpha, Stream stream) {
+  const int64_t rows = g.m;
+  GroupedGemmArgs a;
+  a.group_dim = GroupDim::kM;
+  a.groups = 1;
+  a.group_sizes = &rows;
+  a.m = g.m, a.n = g.n, a.k = g.k;
+  a.a = g.a, a.b = g.b;
+  a.d = g.d;
+  a.d_dtype = g.d_dtype;
+  a.alpha = alpha;
+  launch<64, 2>(a, 0, stream);
 }
 
 std::string describe(const GroupedGemmArgs& a) {

@@ -3,11 +3,12 @@
 // the per-group backend replaying its whole-call graph (graph_replay), on the MoE shapes of
 // docs/benchmarks.md. block1x128 x block128x128 compact scales, bf16 out. CUDA events around 20
 // back-to-back calls on one stream (host time counts where it exceeds the GPU's), median of 7.
-// Usage: bench_grouped [--quick]
+// Usage: bench_grouped [--quick] | --one G M_g N K (each one-launch kernel called twice, untimed: for a profiler)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -68,7 +69,7 @@ std::vector<int64_t> split(const Shape& s, std::mt19937_64& rng) {
   return sizes;
 }
 
-void run_shape(const Shape& sh, std::mt19937_64& rng) {
+void run_shape(const Shape& sh, std::mt19937_64& rng, bool once = false) {
   const std::vector<int64_t> sizes = split(sh, rng);
   const int64_t m = sh.g * sh.mg, n = sh.n, k = sh.k;
   DevMem a(size_t(m * k)), b(size_t(sh.g * n * k)), d(size_t(m * n * 2));
@@ -102,6 +103,17 @@ void run_shape(const Shape& sh, std::mt19937_64& rng) {
     c.graph_replay = graph;
     return median_us_per_call(s, [&] { h.grouped_gemm(c, s); });
   };
+  if (once) {
+    for (GroupedBackend backend : {GroupedBackend::kContiguous, GroupedBackend::kCutlass})
+      for (int i = 0; i < 2; ++i) {
+        GroupedGemmArgs c = ga;
+        c.backend = backend;
+        h.grouped_gemm(c, s);
+      }
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
+    SCALEMM_CUDA_CHECK(cudaStreamDestroy(s));
+    return;
+  }
   double cutlass = 1e30, contiguous = 1e30;
   for (int round = 0; round < 2; ++round) {
     cutlass = std::min(cutlass, time(GroupedBackend::kCutlass, false));
@@ -140,6 +152,10 @@ void run_shape(const Shape& sh, std::mt19937_64& rng) {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::mt19937_64 rng(0x9E0);
+  if (argc == 6 && std::strcmp(argv[1], "--one") == 0) {
+    run_shape({std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]), false}, rng, true);
+    return 0;
+  }
   std::printf("bench_grouped: us per call (TF/s); block1x128 x block128x128, bf16 out, m-grouped\n");
   std::printf("| G | M_g | N | K | sizes | contiguous | CUTLASS | contiguous / CUTLASS time | per-group | per-group graph_replay | per-group / replay |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
