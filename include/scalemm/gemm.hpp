@@ -163,9 +163,6 @@ struct Plan {
   /// decoding): cuBLASLt runs M rounded up to 4, on a copy of A with zero rows appended, into a
   /// scratch D whose first M rows are copied out. 0 when not padding.
   int64_t padded_m = 0;
-  /// Native plans of small-M blockwise calls (block1x128 x block128x128, M <= 128) on sm_90: scalemm's
-  /// own Hopper kernel runs the call, with the scales read in place, instead of cuBLASLt.
-  bool own_kernel = false;
   /// FP8 output on a backend other than native: the backend writes an fp32 D of this many bytes at
   /// the end of the workspace, and one pass applies d_scale, records the amax and converts. 0 otherwise.
   size_t staged_output_bytes = 0;

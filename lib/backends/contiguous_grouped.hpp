@@ -7,10 +7,13 @@
 //    (host or device) into shared memory itself and walks its tiles from that prefix;
 //  * a tile of a group that ends inside it is loaded whole (the next group's rows ride along) and
 //    stored only up to the group's last row, so groups need no padding;
-//  * one producer warp issues TMA loads into a 6-stage ring; two consumer warpgroups each run the
-//    WGMMAs of 64 rows x 128 columns per 128-deep K block and promote the block's partial sums into
-//    the fp32 accumulator with the row's and the block's scales, CUTLASS's expressions in CUTLASS's
-//    order, so the output is bit-identical to the CUTLASS grouped kernel's.
+//  * one producer warp issues TMA loads into a 6-stage ring, A multicast across clusters of two; two
+//    consumer warpgroups each run the WGMMAs of 64 rows x 128 columns per 128-deep K block and promote
+//    the block's partial sums into the fp32 accumulator with the row's and the block's scales,
+//    CUTLASS's expressions in CUTLASS's order, so the output is bit-identical to the CUTLASS grouped
+//    kernel's.
+// Measured slower than the CUTLASS kernel on the large MoE shapes (1.03-1.29x its time, H100), equal
+// on the small ones: `auto` does not choose it; GroupedBackend::kContiguous asks for it by name.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
 // why a call is not taken.
 #pragma once
@@ -33,17 +36,5 @@ void run(const GroupedGemmArgs& args, Stream stream);
 
 /// A one-line description for explain().
 std::string describe(const GroupedGemmArgs& args);
-
-/// Dense calls up to this M run on the kernel (one group) instead of cuBLASLt's blockwise kernel,
-/// which measured 2.8x slower at 128 x 7168 x 2048 (docs/benchmarks.md).
-constexpr int64_t kDenseMaxM = 128;
-
-/// Empty when the kernel runs the dense call `p` on `t` (the native backend then plans it instead
-/// of cuBLASLt); else why not. Compact or cuBLASLt-format scales are both read in place.
-std::string dense_blocker(const GemmProblem& p, const DeviceTarget& t);
-
-/// Enqueues the dense call `args` (validated; dense_blocker() was empty) with `alpha` (global scales
-/// folded in) on `stream`.
-void run_dense(const GemmArgs& args, float alpha, Stream stream);
 
 }  // namespace scalemm::backends::contiguous_grouped

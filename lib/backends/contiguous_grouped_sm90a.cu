@@ -6,19 +6,22 @@
 //    64-127 of each 128 x 128 tile. Both walk the same tile sequence (tile t, t + gridDim, ...), so
 //    the stage ring's phases agree without any other hand-off.
 //  * Clusters of two CTAs take two N tiles of one M tile: each loads half of the A tile and multicasts
-//    it to both, so A crosses from L2 once per pair. (Without it, 132 CTAs each pulling 32 KB per K
-//    block ask L2 for more than it delivers: measured 1.22-1.31x CUTLASS's time.) A consumer hands a
-//    stage back to both CTAs' producers, and a producer leaves only when every stage it filled has
-//    been handed back, so no CTA exits while its peer may still write into it.
+//    it to both, so A crosses from L2 once per pair (without it: 1.22-1.31x CUTLASS's time, against
+//    1.25-1.38x with it before the scale loads below moved ahead; with both, 1.03-1.29x). A consumer
+//    hands a stage back to both CTAs' producers, and a producer leaves only when every stage it
+//    filled has been handed back, so no CTA exits while its peer may still write into it.
 //  * Units (an M tile and a pair of N tiles) are numbered M tile by M tile: the clusters running at one
 //    time share a few A tiles and one expert's B, which stay in L2.
-//  * A tile's K loop: wait for the stage, issue the block's four 64x128x32 WGMMAs into a partial-sum
-//    fragment from zero, wait for them, hand the stage back (one arrive per warp), then promote:
-//    accum += part * (scale_a[row] * scale_b[block]). The row scales are read from global memory (L2)
-//    before the stage is waited for, so their latency hides behind the TMA wait and the WGMMAs. The
-//    two warpgroups' promotions run while the other's WGMMAs use the tensor cores.
+//  * A tile's K loop keeps two partial-sum fragments per thread: block k+1's four 64x128x32 WGMMAs are
+//    issued before block k is waited for; then block k's stage is handed back (one arrive per warp)
+//    and its partial sums promoted: accum += part * (scale_a[row] * scale_b[block]), CUTLASS's
+//    expressions in its order. The scales come from global memory (L2), loaded one block ahead: a
+//    load still in flight at the next WGMMA issue held it back (that alone cost 15% of the time).
 //  * Stores go straight from registers (bf16 pairs), predicated on the group's last row and on N, so
 //    a tile that straddles two groups writes only its own group's rows.
+// Where the time goes (H100, G = 8 x 2048, 4096, 7168, variants timed in one process): without the
+// promotion's multiply-adds the kernel runs 15% faster, without the stores another 10%; both are
+// what a next version would hide (stores through shared memory and TMA, as CUTLASS does).
 #include "backends/contiguous_grouped.hpp"
 
 #include <cuda.h>
@@ -55,6 +58,7 @@ using detail::cuda_check;
 constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 128;
 constexpr int kStages = 6;
 constexpr int kMathWarpgroups = 2;
+constexpr int kCluster = 2;  // CTAs sharing one A tile (multicast)
 constexpr int kThreads = 128 * (1 + kMathWarpgroups);
 constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memory
 constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
@@ -142,7 +146,6 @@ __device__ void scan_groups(const ParamsWith<kCap>& p, SharedStorage& s, int lan
 // advances monotonically along a CTA's units), first row, row count and N tile. The N tile of a
 // cluster's last unit may lie past N (odd tile count): that CTA loads and computes for its peer's
 // sake and stores nothing.
-template <int kCluster>
 struct Tile {
   int g = 0, row0 = 0, rows = 0, nt = 0;
   __device__ void seek(const SharedStorage& s, int64_t u, int n_units, int rank) {
@@ -154,7 +157,7 @@ struct Tile {
   }
 };
 
-template <int kCap, int kCluster>
+template <int kCap>
 __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const __grid_constant__ ParamsWith<kCap> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint8_t smem_raw[];
@@ -162,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
   using Full = cutlass::arch::ClusterTransactionBarrier;
   using Empty = cutlass::arch::ClusterBarrier;
-  const int rank = kCluster == 1 ? 0 : int(cute::block_rank_in_cluster());
+  const int rank = int(cute::block_rank_in_cluster());
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   }
   if (warp == 1) scan_groups(p, s, lane);
   __syncthreads();
-  if constexpr (kCluster > 1) cute::cluster_sync();  // the peer's barriers exist before anything reaches them
+  cute::cluster_sync();  // the peer's barriers exist before anything reaches them
   if (!s.valid) return;  // both CTAs of a cluster read the same sizes
   const int n_units = (p.n_tiles + kCluster - 1) / kCluster;
   const int64_t units = int64_t(s.tile_start[p.groups]) * n_units;
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      Tile<kCluster> tile;
+      Tile tile;
       constexpr uint64_t hint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
       constexpr int kSliceM = kBlockM / kCluster;  // the rows of A this CTA loads for the cluster
       for (int64_t u = first; u < units; u += step) {
@@ -196,21 +199,17 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
           Empty::wait(&s.empty[stage], phase ^ 1);
           Full::arrive_and_expect_tx(&s.full[stage], kStageBytes);
           Fp8* a_dst = s.a + stage * kBlockM * kBlockK + rank * kSliceM * kBlockK;
-          if constexpr (kCluster == 1)
-            SM90_TMA_LOAD_2D::copy(&p.a, &s.full[stage], hint, a_dst, kb * kBlockK, tile.row0);
-          else
-            SM90_TMA_LOAD_MULTICAST_2D::copy(&p.a, &s.full[stage], uint16_t((1 << kCluster) - 1), hint, a_dst,
-                                             kb * kBlockK, tile.row0 + rank * kSliceM);
+          SM90_TMA_LOAD_MULTICAST_2D::copy(&p.a, &s.full[stage], uint16_t((1 << kCluster) - 1), hint, a_dst,
+                                           kb * kBlockK, tile.row0 + rank * kSliceM);
           SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, s.b + stage * kBlockN * kBlockK, kb * kBlockK, brow0);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
       // Every stage handed back by every consumer of the cluster: after this no peer arrives here.
-      if constexpr (kCluster > 1)
-        for (int i = 0; i < kStages; ++i) {
-          Empty::wait(&s.empty[stage], phase ^ 1);
-          if (++stage == kStages) stage = 0, phase ^= 1;
-        }
+      for (int i = 0; i < kStages; ++i) {
+        Empty::wait(&s.empty[stage], phase ^ 1);
+        if (++stage == kStages) stage = 0, phase ^= 1;
+      }
     }
     return;
   }
@@ -235,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   // The consumer's stage ring: `read` is the next stage to wait for, `done` the next to hand back.
   int read = 0, done = 0;
   uint32_t read_phase = 0;
-  Tile<kCluster> tile;
+  Tile tile;
   for (int64_t u = first; u < units; u += step) {
     tile.seek(s, u, n_units, rank);
     const float* sa0 = p.sa + int64_t(min(tile.row0 + r0, p.m - 1)) * p.sa_row;
@@ -267,11 +266,8 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     // the block's, then one fused multiply-add).
     auto promote = [&](auto& frag, Scales sc) {
       warpgroup_fence_operand(frag);
-      if (lane == 0) {
-        if constexpr (kCluster == 1) Empty::arrive(&s.empty[done]);
-        else
-          for (int c = 0; c < kCluster; ++c) Empty::arrive(&s.empty[done], uint32_t(c), 1u);
-      }
+      if (lane == 0)
+        for (int c = 0; c < kCluster; ++c) Empty::arrive(&s.empty[done], uint32_t(c), 1u);
       if (++done == kStages) done = 0;
       const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
       warpgroup_fence_operand(accum);
@@ -346,10 +342,7 @@ struct MapCache {
     const void* a;
     const void* b;
     int64_t m, n, k, groups;
-    int cluster;
-    bool operator<(const Key& o) const {
-      return std::tie(a, b, m, n, k, groups, cluster) < std::tie(o.a, o.b, o.m, o.n, o.k, o.groups, o.cluster);
-    }
+    bool operator<(const Key& o) const { return std::tie(a, b, m, n, k, groups) < std::tie(o.a, o.b, o.m, o.n, o.k, o.groups); }
   };
   std::mutex mu;
   std::map<Key, std::pair<CUtensorMap, CUtensorMap>> maps;
@@ -372,13 +365,11 @@ struct ResidentClusters {  // (a lambda here trips nvcc 13.0's front end)
   int operator()(int d) const { return resident_clusters(kernel, config, d); }
 };
 
-// Launches the kernel for the m-grouped call `a` (a dense call is one group); expert g's B scales
-// start sb_group floats after expert g - 1's.
-template <int kCap, int kCluster>
-void launch(const GroupedGemmArgs& a, int64_t sb_group, Stream stream) {
+template <int kCap>
+void launch(const GroupedGemmArgs& a, Stream stream) {
   static MapCache* cache = new MapCache;  // never destroyed: calls may come from static destructors
   ParamsWith<kCap> p;
-  const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups, kCluster};
+  const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups};
   {
     std::lock_guard<std::mutex> lock(cache->mu);
     auto it = cache->maps.find(key);
@@ -397,7 +388,8 @@ void launch(const GroupedGemmArgs& a, int64_t sb_group, Stream stream) {
   p.d = static_cast<__nv_bfloat16*>(a.d);
   const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
   p.sa_row = la.offset(1, 0) - la.offset(0, 0), p.sa_kb = la.offset(0, 1) - la.offset(0, 0);
-  p.sb_row = lb.offset(kBlockN, 0) - lb.offset(0, 0), p.sb_group = sb_group;
+  p.sb_row = lb.offset(kBlockN, 0) - lb.offset(0, 0);
+  p.sb_group = grouped_b_scale_stride(a) / int64_t(sizeof(float));
   p.m = int(a.m), p.n = int(a.n), p.kb = ceil_div(a.k, kBlockK), p.groups = int(a.groups);
   p.n_tiles = ceil_div(a.n, kBlockN);
   p.alpha = a.alpha;
@@ -409,7 +401,7 @@ void launch(const GroupedGemmArgs& a, int64_t sb_group, Stream stream) {
 
   const int device = detail::current_device();
   constexpr int smem = int(sizeof(SharedStorage)) + 1024;
-  void (*kernel)(const ParamsWith<kCap>) = contiguous_grouped_kernel<kCap, kCluster>;
+  void (*kernel)(const ParamsWith<kCap>) = contiguous_grouped_kernel<kCap>;
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -453,45 +445,16 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream) {
-  const int64_t sb_group = grouped_b_scale_stride(a) / int64_t(sizeof(float));
-  if (a.group_sizes_device || a.groups <= 64) launch<64, 2>(a, sb_group, stream);
-  else launch<kMaxGroups, 2>(a, sb_group, stream);
-}
-
-std::string dense_blocker(const GemmProblem& p, const DeviceTarget& t) {
-  if (p.space != MemorySpace::kDevice) return "host memory";
-  if (t.sm != 90) return "built for sm_90a; this device is sm_" + std::to_string(t.sm);
-  if (p.a_recipe != Recipe::kBlock1x128 || p.b_recipe != Recipe::kBlock128x128) return "runs block1x128 x block128x128";
-  if (p.a_dtype != DType::kE4M3 || p.b_dtype != DType::kE4M3) return "built for e4m3 x e4m3";
-  if (p.d_dtype != DType::kBF16) return "built for bf16 output";
-  if (p.has_bias) return "no bias in its epilogue";
-  if (p.m > kDenseMaxM)
-    return "M=" + std::to_string(p.m) + " > " + std::to_string(kDenseMaxM) + ", where cuBLASLt was measured as fast or faster";
-  if (p.k % 16 != 0 || p.n % 8 != 0) return "needs K % 16 == 0 and N % 8 == 0 (TMA row alignment)";
-  if (p.k > INT32_MAX || p.n > INT32_MAX) return "an extent beyond 2^31";
-  return {};
-}
-
-void run_dense(const GemmArgs& g, float alpha, Stream stream) {
-  const int64_t rows = g.m;
-  GroupedGemmArgs a;
-  a.group_dim = GroupDim::kM;
-  a.groups = 1;
-  a.group_sizes = &rows;
-  a.m = g.m, a.n = g.n, a.k = g.k;
-  a.a = g.a, a.b = g.b;
-  a.d = g.d;
-  a.d_dtype = g.d_dtype;
-  a.alpha = alpha;
-  launch<64, 2>(a, 0, stream);
+  if (a.group_sizes_device || a.groups <= 64) launch<64>(a, stream);
+  else launch<kMaxGroups>(a, stream);
 }
 
 std::string describe(const GroupedGemmArgs& a) {
   std::ostringstream os;
   os << "contiguous grouped kernel (sm_90a, ours), one launch for all " << a.groups
-     << " groups: FP8 blockwise 1x128 x 128x128, 128x128x128 tiles, persistent, TMA producer warp and two "
-        "WGMMA warpgroups; one tensor map for A over all rows and one for B over all experts; group prefix scanned "
-        "in each CTA from "
+     << " groups: FP8 blockwise 1x128 x 128x128, 128x128x128 tiles, persistent, clusters of 2 (A multicast), "
+        "TMA producer warp and two WGMMA warpgroups with overlapped promotion; one tensor map for A over all "
+        "rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();
 }

@@ -21,8 +21,6 @@ bool built() { return false; }
 std::string blocker(const GroupedGemmArgs&, const DeviceTarget&) { return "not built"; }
 void run(const GroupedGemmArgs&, Stream) { throw Error(StatusCode::kInternal, "contiguous_grouped: not built"); }
 std::string describe(const GroupedGemmArgs&) { return "not built"; }
-std::string dense_blocker(const GemmProblem&, const DeviceTarget&) { return "not built"; }
-void run_dense(const GemmArgs&, float, Stream) { throw Error(StatusCode::kInternal, "contiguous_grouped: not built"); }
 }  // namespace backends::contiguous_grouped
 
 }  // namespace scalemm

@@ -1,9 +1,6 @@
 // The native backend: cuBLASLt with each recipe's own scale mode, scales converted from compact to
-// cuBLASLt's layout first when they differ; small-M blockwise calls on sm_90 run scalemm's own Hopper
-// kernel instead (contiguous_grouped.hpp: one group), which reads either scale layout in place.
+// cuBLASLt's layout first when they differ.
 #include "backends/native.hpp"
-
-#include "backends/contiguous_grouped.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -122,12 +119,6 @@ class Native final : public BackendImpl {
   Backend id() const override { return Backend::kNative; }
 
   Verdict plan(const GemmProblem& p, const DeviceTarget& t, Plan& plan) const override {
-    if (contiguous_grouped::built() && contiguous_grouped::dense_blocker(p, t).empty()) {
-      plan.own_kernel = true;
-      return {true, "native: scalemm's sm_90a blockwise kernel (M=" + std::to_string(p.m) + " <= " +
-                        std::to_string(contiguous_grouped::kDenseMaxM) +
-                        ", where cuBLASLt's blockwise kernel is slower; scales read in place) on " + t.to_string()};
-    }
     const std::string blocker = base::native_blocker(p, t);
     if (!blocker.empty()) return {false, blocker};
     plan_scales(p, plan);
@@ -136,7 +127,6 @@ class Native final : public BackendImpl {
   }
 
   void run(const GemmArgs& args, const Plan& plan, const RunContext& ctx) const override {
-    if (plan.own_kernel) return contiguous_grouped::run_dense(args, folded_alpha(args), ctx.stream);
     const void* scale_ptr[2] = {args.a.scale, args.b.scale};
     run_scales(args, plan, ctx, scale_ptr);
     ctx.matmul(lt_call(args, scale_ptr, args.a.data, args.m, args.d));

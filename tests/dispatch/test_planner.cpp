@@ -8,7 +8,6 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/contiguous_grouped.hpp"
 #include "base/capabilities.hpp"
 #include "scalemm/formats.hpp"
 #include "scalemm/gemm.hpp"
@@ -148,43 +147,10 @@ TEST_CASE("shape and type rules of the native contracts send a problem elsewhere
   }
 }
 
-TEST_CASE("small-M block1x128 x block128x128 on sm_90 runs on scalemm's kernel, any M up to 128, no conversion",
-          "[dispatch][planner]") {
-  if (!backends::contiguous_grouped::built()) {
-    WARN("SKIPPED: the sm_90a kernels are not built here (no CUTLASS headers or no sm_90 architecture)");
-    return;
-  }
-  const auto h200 = DeviceTarget::simulated(90, 130100);
-  for (int64_t m : {1, 3, 64, 128, 129, 4096}) {
-    for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt}) {
-      GemmProblem pr = problem(Recipe::kBlock1x128, Recipe::kBlock128x128, m, 7168, 2048);
-      pr.a_format = pr.b_format = f;
-      const Plan p = plan(pr, h200);
-      CAPTURE(m, to_string(f), p.explain());
-      CHECK(p.own_kernel == (m <= backends::contiguous_grouped::kDenseMaxM));
-      if (p.own_kernel) {
-        CHECK(p.backend == Backend::kNative);
-        CHECK_THAT(p.explain(), Catch::Contains("scalemm's sm_90a blockwise kernel"));
-        CHECK(p.conversions.empty());  // either scale layout is read in place
-        CHECK(p.workspace_bytes == 0);
-      }
-    }
-  }
-  // Not the kernel's: a bias, f32 output, a 1x128 B, another architecture.
-  GemmProblem bias = problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 64, 7168, 2048);
-  bias.has_bias = true;
-  GemmProblem f32 = problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 64, 7168, 2048);
-  f32.d_dtype = DType::kF32;
-  for (const GemmProblem& pr : {bias, f32, problem(Recipe::kBlock1x128, Recipe::kBlock1x128, 64, 7168, 2048)})
-    CHECK_FALSE(plan(pr, h200).own_kernel);
-  CHECK_FALSE(plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 64, 7168, 2048), DeviceTarget::simulated(100, 130100)).own_kernel);
-}
-
 TEST_CASE("blockwise decoding (M = 1..3) runs natively on A padded to 4 rows", "[dispatch][planner]") {
-  // block1x128 x block1x128 (block128x128 B goes to scalemm's kernel, above, where it is built).
   const auto h200 = DeviceTarget::simulated(90, 130100);
   for (int64_t m : {1, 2, 3}) {
-    const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock1x128, m, 7168, 2048), h200);
+    const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, m, 7168, 2048), h200);
     CAPTURE(m, p.explain());
     CHECK(p.backend == Backend::kConvertNative);
     CHECK(p.padded_m == 4);
