@@ -441,8 +441,11 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     the groups are not large (host sizes averaging >= 2048 rows blockwise or > 512 rowwise measured
     faster per group), else "per-group", where
     each group runs the dense planner (`backend` forces it as in scaled_mm), so a group's rows are
-    bit-identical to scaled_mm on that group. "cutlass" or "per-group" insist (UnsupportedError when
-    the chosen one cannot run the call).
+    bit-identical to scaled_mm on that group. "contiguous" runs scalemm's own Hopper kernel (m-grouped
+    block1x128 x block128x128, compact scales, e4m3, bf16 out, sm_90; no set-up launch, no workspace),
+    bit-identical to the CUTLASS kernel but measured slower on large groups, so "auto" does not pick it.
+    "cutlass", "contiguous" or "per-group" insist (UnsupportedError when the chosen one cannot run the
+    call).
     fast_accum: as for scaled_mm (rowwise on the CUTLASS kernel: its fast-accumulation mainloop; on the
     per-group backend: cuBLASLt's FAST_ACCUM).
     """

@@ -190,6 +190,18 @@ def test_out_dtypes_and_backend_forcing():
         scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, backend="native", **kw)
 
 
+def test_a_one_launch_kernel_asked_for_by_name_refuses_host_arrays_with_the_reason():
+    rng = np.random.default_rng(seed("grouped kernels by name"))
+    sizes = [2, 0, 5]
+    a, b, sa, sb, _, _ = m_grouped_inputs(rng, "block1x128", "block128x128", sizes, 8, 256)
+    kw = dict(recipe_a="block1x128", recipe_b="block128x128")
+    for name, kernel in (("cutlass", "CUTLASS grouped kernel"), ("contiguous", "contiguous grouped kernel")):
+        with pytest.raises(scalemm.UnsupportedError, match=f"{kernel} cannot run this call"):
+            scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, grouped_backend=name, **kw)
+    with pytest.raises(scalemm.InvalidArgumentError, match="grouped_backend"):
+        scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, grouped_backend="deepgemm", **kw)
+
+
 def test_explain_grouped():
     rng = np.random.default_rng(seed("grouped explain"))
     sizes = [2, 0, 5, 2]
