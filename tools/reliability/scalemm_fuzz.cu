@@ -291,7 +291,10 @@ GroupedConfig draw_grouped(uint64_t seed, uint64_t id) {
   c.regime = r < 0.45 ? Regime::kNormal : r < 0.6 ? Regime::kTiny : r < 0.75 ? Regime::kNearMax
            : r < 0.9 ? Regime::kZeroBlocks : Regime::kNonFinite;
   const double b = unif(g);
-  c.backend = b < 0.6 ? GroupedBackend::kAuto : b < 0.8 ? GroupedBackend::kPerGroup : GroupedBackend::kCutlass;
+  c.backend = b < 0.6    ? GroupedBackend::kAuto
+              : b < 0.75 ? GroupedBackend::kPerGroup
+              : b < 0.9  ? GroupedBackend::kCutlass
+                         : GroupedBackend::kContiguous;
   // Device-side sizes where A's scales do not depend on them: m-grouped A needs a per-row recipe in
   // compact format (grouped.hpp); k-grouped scales are whole-tensor ones.
   const bool per_row_a = c.fa == ScaleFormat::kCompact && (c.ra == Recipe::kRowwise || c.ra == Recipe::kBlock1x128 ||
@@ -530,7 +533,7 @@ struct Stats {
   int64_t by_regime[kRegimeCount] = {};
   std::map<std::string, int64_t> by_out;
   std::map<std::string, int64_t> agreement;
-  std::map<std::string, int64_t> grouped_paths;  // --grouped: "cutlass" / "per-group", m or k, size source
+  std::map<std::string, int64_t> grouped_paths;  // --grouped: "cutlass" / "contiguous" / "per-group", m or k, size source
 };
 
 class Fuzzer {
@@ -1057,7 +1060,11 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
     fail(c, st, std::string("explain() threw on valid input: ") + e.what());
     return true;
   }
-  const bool cutlass_ran = how.find("CUTLASS grouped backend") != std::string::npos;
+  // A one-launch kernel ran (CUTLASS's or the contiguous one): it is compared with the per-group backend.
+  const char* kernel = how.find("CUTLASS grouped backend") != std::string::npos      ? "cutlass"
+                       : how.find("contiguous grouped backend") != std::string::npos ? "contiguous"
+                                                                                      : nullptr;
+  const bool cutlass_ran = kernel != nullptr;
   if (verbose_) std::printf("plan: %s\n", how.c_str());
 
   auto call = [&](GroupedGemmArgs x, void* d) -> bool {
@@ -1092,7 +1099,7 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
 
   ++st.by_regime[int(c.regime)];
   ++st.by_out[std::string(to_string(c.out))];
-  ++st.grouped_paths[std::string(cutlass_ran ? "cutlass" : "per-group") + (mg ? " m" : " k") +
+  ++st.grouped_paths[std::string(cutlass_ran ? kernel : "per-group") + (mg ? " m" : " k") +
                      (c.device_sizes ? " device-sizes" : "")];
   if (status && status1 != 0) fail(c, st, "device_status " + std::to_string(status1) + " after valid device-side sizes");
   ++st.determinism_checks;
@@ -1147,7 +1154,7 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
     if (!cmp.within_tolerance()) {
       const int64_t w = cmp.nonfinite_mismatches ? -1 : cmp.first_violation;
       std::ostringstream os;
-      os << "group " << gi << " (" << (cutlass_ran ? "CUTLASS kernel" : to_string(plan.backend)) << ") vs reference: "
+      os << "group " << gi << " (" << (cutlass_ran ? std::string(kernel) + " kernel" : std::string(to_string(plan.backend))) << ") vs reference: "
          << cmp.violations << " outside tolerance " << tol.to_string() << ", " << cmp.nonfinite_mismatches
          << " NaN/Inf mismatches (ref nan " << cmp.nan_ref << " inf " << cmp.inf_ref << ", got nan " << cmp.nan_test
          << " inf " << cmp.inf_test << ")";
