@@ -478,13 +478,22 @@ TEST_CASE("m-grouped groups that start off 16-byte alignment run on aligned copi
 
 // ---- the CUTLASS grouped kernel ----------------------------------------------------------------------
 
+namespace {
+// G = 16, uneven with empty groups and groups past a 128-row tile.
+std::vector<int64_t> uneven16() { return {3, 0, 5, 1, 0, 0, 128, 200, 1, 1, 9, 0, 4, 4, 7, 129}; }
+// G = 64 decode-like: 8 rows each, one empty group, two short ones.
+std::vector<int64_t> decode64() {
+  std::vector<int64_t> d(64, 8);
+  d[3] = 0, d[17] = 1, d[40] = 7;
+  return d;
+}
+}  // namespace
+
 TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 4, 16, 64; m- and k-grouped; rowwise)",
           "[gpu][dispatch][grouped][cutlass]") {
   auto rng = scalemm::testing::rng(0x6C0);
   Handle h;
-  std::vector<int64_t> g16 = {3, 0, 5, 1, 0, 0, 128, 200, 1, 1, 9, 0, 4, 4, 7, 129};
-  std::vector<int64_t> decode(64, 8);
-  decode[3] = 0, decode[17] = 1, decode[40] = 7;
+  const std::vector<int64_t> g16 = uneven16(), decode = decode64();
   struct Case {
     GroupDim dim;
     Recipe rb;
@@ -527,9 +536,7 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
           "[gpu][dispatch][grouped][contiguous]") {
   auto rng = scalemm::testing::rng(0x6C8);
   Handle h;
-  std::vector<int64_t> g16 = {3, 0, 5, 1, 0, 0, 128, 200, 1, 1, 9, 0, 4, 4, 7, 129};
-  std::vector<int64_t> decode(64, 8);
-  decode[3] = 0, decode[17] = 1, decode[40] = 7;
+  const std::vector<int64_t> g16 = uneven16(), decode = decode64();
   struct Case {
     std::vector<int64_t> sizes;
     int64_t k, n;
