@@ -3,11 +3,11 @@
 // Structure, and why:
 //  * 384 threads, one CTA per SM, persistent: warpgroup 0 is the producer (one thread issues TMA
 //    loads, its registers given back with setmaxnreg), warpgroups 1 and 2 compute rows 0-63 and
-//    64-127 of each 128 x 128 tile. Both walk the same tile sequence (tile t, t + gridDim, ...), so
-//    the stage ring's phases agree without any other hand-off.
+//    64-127 of each 128 x 128 tile. Producer and consumers walk the same unit sequence (unit u,
+//    u + clusters, ...), so the stage ring's phases agree without any other hand-off.
 //  * Clusters of two CTAs take two N tiles of one M tile: each loads half of the A tile and multicasts
-//    it to both, so A crosses from L2 once per pair (without it: 1.22-1.31x CUTLASS's time, against
-//    1.25-1.38x with it before the scale loads below moved ahead; with both, 1.03-1.29x). A consumer
+//    it to both, so A crosses from L2 once per pair (measured alone it did not pay: 1.25-1.38x
+//    CUTLASS's time against 1.22-1.31x without; with the scale loads below, it did). A consumer
 //    hands a stage back to both CTAs' producers, and a producer leaves only when every stage it
 //    filled has been handed back, so no CTA exits while its peer may still write into it.
 //  * Units (an M tile and a pair of N tiles) are numbered M tile by M tile: the clusters running at one
