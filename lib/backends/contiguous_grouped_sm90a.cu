@@ -101,7 +101,7 @@ struct ParamsWith : Params {
   int32_t host_sizes[kCap];
 };
 
-// Warp 0: the groups' prefix sums into shared memory, and whether the sizes are valid (non-negative,
+// Warp 1: the groups' prefix sums into shared memory, and whether the sizes are valid (non-negative,
 // summing to m). CTA 0 reports to device_status as the CUTLASS set-up kernel does.
 template <int kCap>
 __device__ void scan_groups(const ParamsWith<kCap>& p, SharedStorage& s, int lane) {
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       float a0, a1, b;
     };
     auto load = [&](int kb) { return Scales{__ldg(sa0 + kb * p.sa_kb), __ldg(sa1 + kb * p.sa_kb), __ldg(sb + kb)}; };
-    // Waits for the next stage and issues its K block's four WGMMAs into `part`, from zero.
+    // Waits for the next stage and issues its K block's four WGMMAs into `frag`, from zero.
     auto issue = [&](auto& frag) {
       Full::wait(&s.full[read], read_phase);
       warpgroup_fence_operand(frag);
@@ -276,33 +276,31 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       warpgroup_fence_operand(accum);
     };
     clear(accum);
+    // Two fragments: block k+1's WGMMAs run while block k is promoted. The loop body covers two
+    // blocks so that each fragment stays in fixed registers.
     Scales sc0 = load(0);
-    {
-      // Two fragments: block k+1's WGMMAs run while block k is promoted. The loop body covers two
-      // blocks so that each fragment stays in fixed registers.
+    issue(part);
+    int k = 1;
+    for (; k + 1 < p.kb; k += 2) {
+      issue(part2);
+      const Scales sc1 = load(k);
+      warpgroup_wait<1>();
+      promote(part, sc0);
       issue(part);
-      int k = 1;
-      for (; k + 1 < p.kb; k += 2) {
-        issue(part2);
-        const Scales sc1 = load(k);
-        warpgroup_wait<1>();
-        promote(part, sc0);
-        issue(part);
-        sc0 = load(k + 1);
-        warpgroup_wait<1>();
-        promote(part2, sc1);
-      }
-      if (k < p.kb) {
-        issue(part2);
-        const Scales sc1 = load(k);
-        warpgroup_wait<1>();
-        promote(part, sc0);
-        warpgroup_wait<0>();
-        promote(part2, sc1);
-      } else {
-        warpgroup_wait<0>();
-        promote(part, sc0);
-      }
+      sc0 = load(k + 1);
+      warpgroup_wait<1>();
+      promote(part2, sc1);
+    }
+    if (k < p.kb) {
+      issue(part2);
+      const Scales sc1 = load(k);
+      warpgroup_wait<1>();
+      promote(part, sc0);
+      warpgroup_wait<0>();
+      promote(part2, sc1);
+    } else {
+      warpgroup_wait<0>();
+      promote(part, sc0);
     }
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
     __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + tile.nt * kBlockN;
@@ -317,8 +315,6 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   }
 #endif
 }
-
-int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
 CUtensorMap tensor_map(const void* base, int64_t rows, int64_t k, int box_rows) {
   CUtensorMap map;
@@ -390,8 +386,8 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   p.sa_row = la.offset(1, 0) - la.offset(0, 0), p.sa_kb = la.offset(0, 1) - la.offset(0, 0);
   p.sb_row = lb.offset(kBlockN, 0) - lb.offset(0, 0);
   p.sb_group = grouped_b_scale_stride(a) / int64_t(sizeof(float));
-  p.m = int(a.m), p.n = int(a.n), p.kb = ceil_div(a.k, kBlockK), p.groups = int(a.groups);
-  p.n_tiles = ceil_div(a.n, kBlockN);
+  p.m = int(a.m), p.n = int(a.n), p.kb = int(layouts::ceil_div(a.k, kBlockK)), p.groups = int(a.groups);
+  p.n_tiles = int(layouts::ceil_div(a.n, kBlockN));
   p.alpha = a.alpha;
   p.device_sizes = a.group_sizes_device;
   p.sizes_int64 = a.group_sizes_int64;
@@ -437,8 +433,6 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
   if (a.a.scale_format != ScaleFormat::kCompact || a.b.scale_format != ScaleFormat::kCompact)
     return "the contiguous grouped kernel reads compact scales (pass scale_format compact)";
   if (a.k % 16 != 0 || a.n % 8 != 0) return "the contiguous grouped kernel needs K % 16 == 0 and N % 8 == 0 (TMA row alignment)";
-  if (reinterpret_cast<uintptr_t>(a.a.data) % 16 != 0 || reinterpret_cast<uintptr_t>(a.b.data) % 16 != 0)
-    return "A or B not 16-byte aligned (TMA)";
   if (a.groups > kMaxGroups) return "more than " + std::to_string(kMaxGroups) + " groups";
   if (a.m > INT32_MAX || a.k > INT32_MAX || a.groups * a.n > INT32_MAX) return "an extent beyond 2^31";
   return {};
