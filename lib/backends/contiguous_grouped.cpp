@@ -7,6 +7,14 @@
 #include "backends/grouped_backend.hpp"
 
 namespace scalemm::backends {
+
+// H100, interleaved with the CUTLASS kernel in one process (bench_grouped, docs/benchmarks.md): at K
+// 7168 and N 4096, 64 groups of 8 or 32 rows 0.95-0.97x its time, and 16 groups of 64 rows with the
+// wide tile 180 against 191 us; at K 2048 (32 x 16 rows, N 7168) the 128-wide tile is the faster one.
+bool contiguous_grouped::decode_like(const GroupedGemmArgs& a) {
+  return a.groups > 0 && a.m <= 64 * a.groups && a.k >= 4096 && a.n >= 2048;
+}
+
 namespace {
 
 class ContiguousGrouped final : public GroupedBackendImpl {
@@ -19,8 +27,9 @@ class ContiguousGrouped final : public GroupedBackendImpl {
     if (options.force && *options.force != Backend::kNative)
       return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
     std::string why = contiguous_grouped::blocker(a, t);
-    if (why.empty() && a.backend == GroupedBackend::kAuto)
-      why = "auto does not choose it: not measured faster than the CUTLASS kernel (pass it by name)";
+    if (why.empty() && a.backend == GroupedBackend::kAuto && !contiguous_grouped::decode_like(a))
+      why = "auto takes it for few rows per group over a long K only (average rows per group <= 64, K >= 4096, "
+            "N >= 2048); elsewhere the CUTLASS kernel measured faster (pass it by name)";
     return why;
   }
 

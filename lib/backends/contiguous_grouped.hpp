@@ -12,8 +12,9 @@
 //    the block's partial sums into the fp32 accumulator with the row's and the block's scales,
 //    CUTLASS's expressions in CUTLASS's order, so the output is bit-identical to the CUTLASS grouped
 //    kernel's.
-// Measured slower than the CUTLASS kernel on the large MoE shapes (1.03-1.29x its time, H100), equal
-// on the small ones: `auto` does not choose it; GroupedBackend::kContiguous asks for it by name.
+// Against the CUTLASS kernel (H100, interleaved timing, bit-identical outputs): 1.16-1.23x its time on
+// the large MoE shapes, 0.95-0.97x on few rows per group over a long K (decode_like()), where `auto`
+// takes it; GroupedBackend::kContiguous asks for it by name anywhere it can run.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
 // why a call is not taken.
 #pragma once
@@ -33,6 +34,11 @@ std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 
 /// Enqueues the whole grouped GEMM on `stream` (blocker() was empty). Needs no workspace.
 void run(const GroupedGemmArgs& args, Stream stream);
+
+/// Few rows per group over a long K (average rows per group <= 64, K >= 4096, N >= 2048): the kernel
+/// then streams B, runs 128 x 192 tiles without clusters, and is what `auto` takes (measured faster
+/// than the CUTLASS kernel there). A host-side rule, defined whether or not the kernel is built.
+bool decode_like(const GroupedGemmArgs& args);
 
 /// A one-line description for explain().
 std::string describe(const GroupedGemmArgs& args);

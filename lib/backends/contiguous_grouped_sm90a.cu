@@ -3,25 +3,25 @@
 // Structure, and why:
 //  * 384 threads, one CTA per SM, persistent: warpgroup 0 is the producer (one thread issues TMA
 //    loads, its registers given back with setmaxnreg), warpgroups 1 and 2 compute rows 0-63 and
-//    64-127 of each 128 x 128 tile. Producer and consumers walk the same unit sequence (unit u,
-//    u + clusters, ...), so the stage ring's phases agree without any other hand-off.
+//    64-127 of each tile. Producer and consumers walk the same unit sequence (unit u, u + clusters,
+//    ...), so the stage ring's phases agree without any other hand-off.
+//  * Two tile configurations (Config): 128 x 128 tiles in clusters of two, and 128 x 192 tiles
+//    without clusters for few rows per group over a long K (decode_like() says where each measured
+//    faster). A 192-wide tile spans two 128-column scale blocks, split at column 128 or 64.
 //  * Clusters of two CTAs take two N tiles of one M tile: each loads half of the A tile and multicasts
-//    it to both, so A crosses from L2 once per pair (measured alone it did not pay: 1.25-1.38x
-//    CUTLASS's time against 1.22-1.31x without; with the scale loads below, it did). A consumer
-//    hands a stage back to both CTAs' producers, and a producer leaves only when every stage it
-//    filled has been handed back, so no CTA exits while its peer may still write into it.
-//  * Units (an M tile and a pair of N tiles) are numbered M tile by M tile: the clusters running at one
-//    time share a few A tiles and one expert's B, which stay in L2.
-//  * A tile's K loop keeps two partial-sum fragments per thread: block k+1's four 64x128x32 WGMMAs are
-//    issued before block k is waited for; then block k's stage is handed back (one arrive per warp)
-//    and its partial sums promoted: accum += part * (scale_a[row] * scale_b[block]), CUTLASS's
-//    expressions in its order. The scales come from global memory (L2), loaded one block ahead: a
-//    load still in flight at the next WGMMA issue held it back (that alone cost 15% of the time).
+//    it to both, so A crosses from L2 once per pair. A consumer hands a stage back to both CTAs'
+//    producers, and a producer leaves only when every stage it filled has been handed back, so no
+//    CTA exits while its peer may still write into it.
+//  * With 128-wide tiles a tile's K loop keeps two partial-sum fragments per thread: block k+1's
+//    four WGMMAs are issued before block k is waited for; then block k's stage is handed back (one
+//    arrive per warp) and its partial sums promoted: accum += part * (scale_a[row] * scale_b[block]),
+//    CUTLASS's expressions in its order, so the output is bit-identical to the CUTLASS kernel's. A
+//    192-wide tile leaves registers for one fragment only (96 + 96 per thread): there the other
+//    warpgroup's WGMMAs run while one promotes. The scales come from global memory (L2), loaded one
+//    block ahead of their use.
 //  * Stores go straight from registers (bf16 pairs), predicated on the group's last row and on N, so
 //    a tile that straddles two groups writes only its own group's rows.
-// Where the time goes (H100, G = 8 x 2048, 4096, 7168, variants timed in one process): without the
-// promotion's multiply-adds the kernel runs 15% faster, without the stores another 10%; both are
-// what a next version would hide (stores through shared memory and TMA, as CUTLASS does).
+// docs/history/performance-notes.md has what each choice measured, and what did not pay.
 #include "backends/contiguous_grouped.hpp"
 
 #include <cuda.h>
@@ -55,26 +55,36 @@ namespace {
 using namespace cute;
 using detail::cuda_check;
 
-constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 128;
-constexpr int kStages = 6;
+constexpr int kBlockM = 128, kBlockK = 128;
 constexpr int kMathWarpgroups = 2;
-constexpr int kCluster = 2;  // CTAs sharing one A tile (multicast)
 constexpr int kThreads = 128 * (1 + kMathWarpgroups);
 constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memory
-constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
 
 using Fp8 = cutlass::float_e4m3_t;
-using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
-                                           Shape<Int<kBlockM>, Int<kBlockK>, Int<kStages>>{}));
-using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
-                                           Shape<Int<kBlockN>, Int<kBlockK>, Int<kStages>>{}));
-using TiledMma = decltype(make_tiled_mma(SM90_64x128x32_F32E4M3E4M3_SS_TN<>{}, Layout<Shape<_2, _1, _1>>{}));
 
+// A tile configuration: kBlockN columns per tile (128, or 192 = one and a half scale blocks),
+// kCluster CTAs sharing one A tile by multicast (1 or 2).
+template <int kBlockN_, int kCluster_, bool kTwoFragments_ = kBlockN_ == 128>
+struct Config {
+  static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
+  static constexpr bool kTwoFragments = kTwoFragments_;
+  static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
+  static constexpr int kStages = (200 * 1024) / kStageBytes;  // 6 stages of 32 KB, or 5 of 40 KB
+  using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
+                                             Shape<Int<kBlockM>, Int<kBlockK>, Int<kStages>>{}));
+  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
+                                             Shape<Int<kBlockN>, Int<kBlockK>, Int<kStages>>{}));
+  using Atom = std::conditional_t<kBlockN == 128, SM90_64x128x32_F32E4M3E4M3_SS_TN<>, SM90_64x192x32_F32E4M3E4M3_SS_TN<>>;
+  using TiledMma = decltype(make_tiled_mma(Atom{}, Layout<Shape<_2, _1, _1>>{}));
+  static_assert(kBlockN == 128 || kBlockN == 192, "a tile spans at most two 128-column scale blocks");
+};
+
+template <class C>
 struct alignas(1024) SharedStorage {
-  Fp8 a[kStages * kBlockM * kBlockK];  // each stage 1024-byte aligned, as the 128-byte swizzle needs
-  Fp8 b[kStages * kBlockN * kBlockK];
-  uint64_t full[kStages];   // TMA bytes landed
-  uint64_t empty[kStages];  // every consumer warp done reading
+  Fp8 a[C::kStages * kBlockM * kBlockK];  // each stage 1024-byte aligned, as the 128-byte swizzle needs
+  Fp8 b[C::kStages * C::kBlockN * kBlockK];
+  uint64_t full[C::kStages];   // TMA bytes landed
+  uint64_t empty[C::kStages];  // every consumer warp done reading
   int32_t tile_start[kMaxGroups + 1];  // exclusive prefix of the groups' M tiles
   int32_t row_start[kMaxGroups + 1];   // exclusive prefix of the groups' rows
   int32_t valid;
@@ -82,7 +92,7 @@ struct alignas(1024) SharedStorage {
 
 struct Params {
   CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (128 / cluster) rows, 128-byte swizzle
-  CUtensorMap b;  // B (groups * n, k)
+  CUtensorMap b;  // B (groups * n, k); box 128 x kBlockN rows
   // Scales, as their layouts' offset functions place them (a row term plus a K-block term):
   // A's row r, K block kb at sa[r * sa_row + kb * sa_kb]; expert g's block (r / 128, kb) at
   // sb[g * sb_group + (r / 128) * sb_row + kb].
@@ -103,8 +113,8 @@ struct ParamsWith : Params {
 
 // Warp 1: the groups' prefix sums into shared memory, and whether the sizes are valid (non-negative,
 // summing to m). CTA 0 reports to device_status as the CUTLASS set-up kernel does.
-template <int kCap>
-__device__ void scan_groups(const ParamsWith<kCap>& p, SharedStorage& s, int lane) {
+template <int kCap, class S>
+__device__ void scan_groups(const ParamsWith<kCap>& p, S& s, int lane) {
   int64_t rows = 0;
   int32_t tiles = 0;
   int bad = INT_MAX;
@@ -143,25 +153,132 @@ __device__ void scan_groups(const ParamsWith<kCap>& p, SharedStorage& s, int lan
 }
 
 // The tile a CTA computes for unit u (an M tile and kCluster consecutive N tiles): its group (g
-// advances monotonically along a CTA's units), first row, row count and N tile. The N tile of a
-// cluster's last unit may lie past N (odd tile count): that CTA loads and computes for its peer's
-// sake and stores nothing.
+// advances monotonically along a CTA's units), first row, row count and N tile. Units are numbered
+// M tile by M tile: the clusters running at one time share a few A tiles and one expert's B (bands
+// of 8 or 16 M tiles, M fastest, measured no better). The N tile of a cluster's last unit may lie
+// past N (odd tile count): that CTA loads and computes for its peer's sake and stores nothing.
 struct Tile {
   int g = 0, row0 = 0, rows = 0, nt = 0;
-  __device__ void seek(const SharedStorage& s, int64_t u, int n_units, int rank) {
+  template <class S>
+  __device__ void seek(const S& s, int64_t u, int n_units, int rank, int cluster) {
     const int mt = int(u / n_units);
-    nt = int(u % n_units) * kCluster + rank;
+    nt = int(u % n_units) * cluster + rank;
     while (s.tile_start[g + 1] <= mt) ++g;
     row0 = s.row_start[g] + (mt - s.tile_start[g]) * kBlockM;
     rows = s.row_start[g + 1] - row0;
   }
 };
 
-template <int kCap>
+// A read-only global load that keeps its place among the (volatile) WGMMA and barrier instructions.
+__device__ __forceinline__ float ld_scale(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+
+// One tile's K loop for a consumer warpgroup: for each K block, wait for its stage, issue its four
+// WGMMAs into `part` from zero, wait for them, hand the stage back, and promote: accum += part *
+// (scale_a[row] * scale_b[block]), CUTLASS's expressions in its order, so the output is bit-identical
+// to the CUTLASS kernel's whatever the tile width. While one warpgroup promotes, the other's WGMMAs
+// keep the tensor cores busy. Columns [0, 8 kSplit) of the tile take the first scale block's
+// scale, the rest the second's (a 192-wide tile starts at 0 or 64 within a scale block).
+template <class C, int kSplit, class Ring, class Mma, class FragA, class FragB, class Accum>
+__device__ __forceinline__ void k_loop(const Params& p, Ring& ring, Mma& mma, const FragA& tCrA, const FragB& tCrB,
+                                       Accum& accum, Accum& part, Accum& part2, const float* sa0, const float* sa1,
+                                       const float* sb0, const float* sb1, int lane) {
+  using Full = cutlass::arch::ClusterTransactionBarrier;
+  using Empty = cutlass::arch::ClusterBarrier;
+  struct Scales {
+    float a0, a1, b0, b1;
+  };
+  // A K block's scales, loaded from L2 while the tensor cores run and used one WGMMA batch later.
+  // In the one-fragment loop the loads are volatile: the compiler otherwise sinks them below the
+  // wait, and each K block then waits out an L2 round trip (-8% measured on the decode shape). In
+  // the two-fragment loop the compiler's own placement measured faster (8-12%).
+  auto ld = [](const float* q) { return C::kTwoFragments ? __ldg(q) : ld_scale(q); };
+  auto load = [&](int kb) {
+    return Scales{ld(sa0 + kb * p.sa_kb), ld(sa1 + kb * p.sa_kb), ld(sb0 + kb), kSplit < C::kBlockN / 8 ? ld(sb1 + kb) : 0.0f};
+  };
+  // Waits for the next stage and issues its K block's four WGMMAs into `frag`, from zero.
+  auto issue = [&](auto& frag) {
+    Full::wait(&ring.full[ring.read], ring.read_phase);
+    warpgroup_fence_operand(frag);
+    warpgroup_arrive();
+    mma.accumulate_ = GMMA::ScaleOut::Zero;
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < size<2>(tCrA); ++k) {
+      cute::gemm(mma, tCrA(_, _, k, ring.read), tCrB(_, _, k, ring.read), frag);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(frag);
+    if (++ring.read == C::kStages) ring.read = 0, ring.read_phase ^= 1;
+  };
+  // The oldest issued block's WGMMAs are complete: hand its stage back to every producer that
+  // writes into it, then promote its partial sums.
+  auto promote = [&](auto& frag, const Scales& sc) {
+    warpgroup_fence_operand(frag);
+    if (lane == 0)
+      for (int c = 0; c < C::kCluster; ++c) Empty::arrive(&ring.empty[ring.done], uint32_t(c), 1u);
+    if (++ring.done == C::kStages) ring.done = 0;
+    const float s00 = sc.a0 * sc.b0, s10 = sc.a1 * sc.b0, s01 = sc.a0 * sc.b1, s11 = sc.a1 * sc.b1;
+    warpgroup_fence_operand(accum);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(accum); ++i) {
+      const bool hi = (i >> 1) & 1;
+      accum(i) += frag(i) * ((i >> 2) < kSplit ? (hi ? s10 : s00) : (hi ? s11 : s01));
+    }
+    warpgroup_fence_operand(accum);
+  };
+  clear(accum);
+  if constexpr (C::kTwoFragments) {
+    // Block k+1's WGMMAs are issued before block k is waited for and promoted; the loop body covers
+    // two blocks so that each fragment stays in fixed registers.
+    Scales sc0 = load(0);
+    issue(part);
+    int k = 1;
+    for (; k + 1 < p.kb; k += 2) {
+      issue(part2);
+      const Scales sc1 = load(k);
+      warpgroup_wait<1>();
+      promote(part, sc0);
+      issue(part);
+      sc0 = load(k + 1);
+      warpgroup_wait<1>();
+      promote(part2, sc1);
+    }
+    if (k < p.kb) {
+      issue(part2);
+      const Scales sc1 = load(k);
+      warpgroup_wait<1>();
+      promote(part, sc0);
+      warpgroup_wait<0>();
+      promote(part2, sc1);
+    } else {
+      warpgroup_wait<0>();
+      promote(part, sc0);
+    }
+  } else {
+    // One fragment (a 192-wide tile leaves no registers for a second): while this warpgroup
+    // promotes, the other one's WGMMAs keep the tensor cores busy.
+    Scales sc = load(0);
+    for (int kb = 0; kb < p.kb; ++kb) {
+      const Scales next = load(kb + 1 < p.kb ? kb + 1 : kb);
+      issue(part);
+      warpgroup_wait<0>();
+      promote(part, sc);
+      sc = next;
+    }
+  }
+}
+
+template <int kCap, class C>
 __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const __grid_constant__ ParamsWith<kCap> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kBlockN = C::kBlockN, kCluster = C::kCluster, kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
-  SharedStorage& s = *reinterpret_cast<SharedStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  using Storage = SharedStorage<C>;
+  Storage& s = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
   using Full = cutlass::arch::ClusterTransactionBarrier;
   using Empty = cutlass::arch::ClusterBarrier;
@@ -193,23 +310,27 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       constexpr uint64_t hint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
       constexpr int kSliceM = kBlockM / kCluster;  // the rows of A this CTA loads for the cluster
       for (int64_t u = first; u < units; u += step) {
-        tile.seek(s, u, n_units, rank);
+        tile.seek(s, u, n_units, rank, kCluster);
         const int brow0 = tile.g * p.n + tile.nt * kBlockN;
         for (int kb = 0; kb < p.kb; ++kb) {
           Empty::wait(&s.empty[stage], phase ^ 1);
-          Full::arrive_and_expect_tx(&s.full[stage], kStageBytes);
+          Full::arrive_and_expect_tx(&s.full[stage], C::kStageBytes);
           Fp8* a_dst = s.a + stage * kBlockM * kBlockK + rank * kSliceM * kBlockK;
-          SM90_TMA_LOAD_MULTICAST_2D::copy(&p.a, &s.full[stage], uint16_t((1 << kCluster) - 1), hint, a_dst,
-                                           kb * kBlockK, tile.row0 + rank * kSliceM);
+          if constexpr (kCluster > 1)
+            SM90_TMA_LOAD_MULTICAST_2D::copy(&p.a, &s.full[stage], uint16_t((1 << kCluster) - 1), hint, a_dst,
+                                             kb * kBlockK, tile.row0 + rank * kSliceM);
+          else
+            SM90_TMA_LOAD_2D::copy(&p.a, &s.full[stage], hint, a_dst, kb * kBlockK, tile.row0);
           SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, s.b + stage * kBlockN * kBlockK, kb * kBlockK, brow0);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
       // Every stage handed back by every consumer of the cluster: after this no peer arrives here.
-      for (int i = 0; i < kStages; ++i) {
-        Empty::wait(&s.empty[stage], phase ^ 1);
-        if (++stage == kStages) stage = 0, phase ^= 1;
-      }
+      if constexpr (kCluster > 1)
+        for (int i = 0; i < kStages; ++i) {
+          Empty::wait(&s.empty[stage], phase ^ 1);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
     }
     return;
   }
@@ -217,94 +338,46 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   // Consumers: warpgroup mw computes rows [64 mw, 64 mw + 64) of each tile.
   cutlass::arch::warpgroup_reg_alloc<232>();
   const int mw = wg - 1;
-  TiledMma mma;
-  Tensor sA = make_tensor(make_smem_ptr(s.a), SmemLayoutA{});
-  Tensor sB = make_tensor(make_smem_ptr(s.b), SmemLayoutB{});
+  typename C::TiledMma mma;
+  Tensor sA = make_tensor(make_smem_ptr(s.a), typename C::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(s.b), typename C::SmemLayoutB{});
   auto wg_mma = mma.get_slice(mw * 128);
   Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
   Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));
   Tensor accum = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
   Tensor part = make_fragment_like(accum);
-  Tensor part2 = make_fragment_like(accum);
-  static_assert(decltype(size(accum))::value == 64, "one 64x128 WGMMA accumulator per thread");
-  // The m64n128 accumulator: value i of a thread is at row r0 + 8 ((i >> 1) & 1), column c0 + (i & 1) + 8 (i >> 2).
+  Tensor part2 = make_fragment_like(C::kTwoFragments ? accum : part);  // unused with one fragment
+  static_assert(decltype(size(accum))::value == kBlockN / 2, "one 64 x kBlockN WGMMA accumulator per thread");
+  // The m64nN accumulator: value i of a thread is at row r0 + 8 ((i >> 1) & 1), column c0 + (i & 1) + 8 (i >> 2).
   const int r0 = mw * 64 + (warp % 4) * 16 + lane / 4;
   const int c0 = (lane % 4) * 2;
+  const int n_blocks = (p.n + 127) / 128;  // scale blocks along N
 
   // The consumer's stage ring: `read` is the next stage to wait for, `done` the next to hand back.
-  int read = 0, done = 0;
-  uint32_t read_phase = 0;
+  struct Ring {
+    uint64_t* full;
+    uint64_t* empty;
+    int read = 0, done = 0;
+    uint32_t read_phase = 0;
+  } ring{s.full, s.empty};
   Tile tile;
   for (int64_t u = first; u < units; u += step) {
-    tile.seek(s, u, n_units, rank);
+    tile.seek(s, u, n_units, rank, kCluster);
     const float* sa0 = p.sa + int64_t(min(tile.row0 + r0, p.m - 1)) * p.sa_row;
     const float* sa1 = p.sa + int64_t(min(tile.row0 + r0 + 8, p.m - 1)) * p.sa_row;
-    const float* sb = p.sb + tile.g * p.sb_group + int64_t(min(tile.nt, p.n_tiles - 1)) * p.sb_row;
-    // A K block's scales: its two rows' and the expert block's, loaded from L2 one block ahead of
-    // their use, while the tensor cores run (a load still in flight would hold the next WGMMA issue).
-    struct Scales {
-      float a0, a1, b;
-    };
-    auto load = [&](int kb) { return Scales{__ldg(sa0 + kb * p.sa_kb), __ldg(sa1 + kb * p.sa_kb), __ldg(sb + kb)}; };
-    // Waits for the next stage and issues its K block's four WGMMAs into `frag`, from zero.
-    auto issue = [&](auto& frag) {
-      Full::wait(&s.full[read], read_phase);
-      warpgroup_fence_operand(frag);
-      warpgroup_arrive();
-      mma.accumulate_ = GMMA::ScaleOut::Zero;
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < size<2>(tCrA); ++k) {
-        cute::gemm(mma, tCrA(_, _, k, read), tCrB(_, _, k, read), frag);
-        mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(frag);
-      if (++read == kStages) read = 0, read_phase ^= 1;
-    };
-    // The oldest issued block's WGMMAs are complete: hand its stage back to every producer that
-    // writes into it, then promote its partial sums (CUTLASS's expressions: the row's scale times
-    // the block's, then one fused multiply-add).
-    auto promote = [&](auto& frag, Scales sc) {
-      warpgroup_fence_operand(frag);
-      if (lane == 0)
-        for (int c = 0; c < kCluster; ++c) Empty::arrive(&s.empty[done], uint32_t(c), 1u);
-      if (++done == kStages) done = 0;
-      const float s0 = sc.a0 * sc.b, s1 = sc.a1 * sc.b;
-      warpgroup_fence_operand(accum);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) += frag(i) * (((i >> 1) & 1) ? s1 : s0);
-      warpgroup_fence_operand(accum);
-    };
-    clear(accum);
-    // Two fragments: block k+1's WGMMAs run while block k is promoted. The loop body covers two
-    // blocks so that each fragment stays in fixed registers.
-    Scales sc0 = load(0);
-    issue(part);
-    int k = 1;
-    for (; k + 1 < p.kb; k += 2) {
-      issue(part2);
-      const Scales sc1 = load(k);
-      warpgroup_wait<1>();
-      promote(part, sc0);
-      issue(part);
-      sc0 = load(k + 1);
-      warpgroup_wait<1>();
-      promote(part2, sc1);
-    }
-    if (k < p.kb) {
-      issue(part2);
-      const Scales sc1 = load(k);
-      warpgroup_wait<1>();
-      promote(part, sc0);
-      warpgroup_wait<0>();
-      promote(part2, sc1);
-    } else {
-      warpgroup_wait<0>();
-      promote(part, sc0);
-    }
+    const int col0 = tile.nt * kBlockN;
+    const int blk = min(col0 / 128, n_blocks - 1);
+    const float* sb0 = p.sb + tile.g * p.sb_group + int64_t(blk) * p.sb_row;
+    const float* sb1 = p.sb + tile.g * p.sb_group + int64_t(min(blk + 1, n_blocks - 1)) * p.sb_row;
+    if constexpr (kBlockN == 128)
+      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, sa0, sa1, sb0, sb1, lane);
+    else if (col0 % 128 == 0)
+      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, sa0, sa1, sb0, sb1, lane);
+    else
+      k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, sa0, sa1, sb0, sb1, lane);
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
-    __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + tile.nt * kBlockN;
-    const int cols = p.n - tile.nt * kBlockN;
+    __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + col0;
+    const int cols = p.n - col0;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(accum); i += 2) {
       const int r = r0 + 8 * ((i >> 1) & 1), c = c0 + 8 * (i >> 2);
@@ -338,7 +411,10 @@ struct MapCache {
     const void* a;
     const void* b;
     int64_t m, n, k, groups;
-    bool operator<(const Key& o) const { return std::tie(a, b, m, n, k, groups) < std::tie(o.a, o.b, o.m, o.n, o.k, o.groups); }
+    int box_a, box_b;
+    bool operator<(const Key& o) const {
+      return std::tie(a, b, m, n, k, groups, box_a, box_b) < std::tie(o.a, o.b, o.m, o.n, o.k, o.groups, o.box_a, o.box_b);
+    }
   };
   std::mutex mu;
   std::map<Key, std::pair<CUtensorMap, CUtensorMap>> maps;
@@ -361,11 +437,12 @@ struct ResidentClusters {  // (a lambda here trips nvcc 13.0's front end)
   int operator()(int d) const { return resident_clusters(kernel, config, d); }
 };
 
-template <int kCap>
+template <int kCap, class C>
 void launch(const GroupedGemmArgs& a, Stream stream) {
+  constexpr int kBlockN = C::kBlockN, kCluster = C::kCluster;
   static MapCache* cache = new MapCache;  // never destroyed: calls may come from static destructors
   ParamsWith<kCap> p;
-  const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups};
+  const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups, kBlockM / kCluster, kBlockN};
   {
     std::lock_guard<std::mutex> lock(cache->mu);
     auto it = cache->maps.find(key);
@@ -384,7 +461,7 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   p.d = static_cast<__nv_bfloat16*>(a.d);
   const layouts::ScaleLayout la(a.a.recipe, a.m, a.k, a.a.scale_format), lb(a.b.recipe, a.n, a.k, a.b.scale_format);
   p.sa_row = la.offset(1, 0) - la.offset(0, 0), p.sa_kb = la.offset(0, 1) - la.offset(0, 0);
-  p.sb_row = lb.offset(kBlockN, 0) - lb.offset(0, 0);
+  p.sb_row = lb.offset(128, 0) - lb.offset(0, 0);
   p.sb_group = grouped_b_scale_stride(a) / int64_t(sizeof(float));
   p.m = int(a.m), p.n = int(a.n), p.kb = int(layouts::ceil_div(a.k, kBlockK)), p.groups = int(a.groups);
   p.n_tiles = int(layouts::ceil_div(a.n, kBlockN));
@@ -396,8 +473,8 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
     for (int64_t g = 0; g < a.groups; ++g) p.host_sizes[g] = int32_t(a.group_sizes[g]);
 
   const int device = detail::current_device();
-  constexpr int smem = int(sizeof(SharedStorage)) + 1024;
-  void (*kernel)(const ParamsWith<kCap>) = contiguous_grouped_kernel<kCap>;
+  constexpr int smem = int(sizeof(SharedStorage<C>)) + 1024;
+  void (*kernel)(const ParamsWith<kCap>) = contiguous_grouped_kernel<kCap, C>;
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -439,16 +516,18 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream) {
-  if (a.group_sizes_device || a.groups <= 64) launch<64>(a, stream);
-  else launch<kMaxGroups>(a, stream);
+  const bool small = a.group_sizes_device || a.groups <= 64;
+  if (decode_like(a)) small ? launch<64, Config<192, 1>>(a, stream) : launch<kMaxGroups, Config<192, 1>>(a, stream);
+  else small ? launch<64, Config<128, 2>>(a, stream) : launch<kMaxGroups, Config<128, 2>>(a, stream);
 }
 
 std::string describe(const GroupedGemmArgs& a) {
   std::ostringstream os;
   os << "contiguous grouped kernel (sm_90a, ours), one launch for all " << a.groups
-     << " groups: FP8 blockwise 1x128 x 128x128, 128x128x128 tiles, persistent, clusters of 2 (A multicast), "
-        "TMA producer warp and two WGMMA warpgroups with overlapped promotion; one tensor map for A over all "
-        "rows and one for B over all experts; group prefix scanned in each CTA from "
+     << " groups: FP8 blockwise 1x128 x 128x128, persistent, TMA producer warp and two WGMMA warpgroups, "
+     << (decode_like(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (few rows per group over a long K)"
+                        : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
+     << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();
 }

@@ -183,8 +183,8 @@ namespace {
 // The grouped backends in the order the handle tries them (grouped_backend.hpp): the first with no
 // blocker runs the call. The per-group backend takes every call that validates.
 const backends::GroupedBackendImpl* const kGroupedTable[] = {
-    &backends::cutlass_grouped_backend(),
     &backends::contiguous_grouped_backend(),
+    &backends::cutlass_grouped_backend(),
     &backends::per_group_backend(),
 };
 

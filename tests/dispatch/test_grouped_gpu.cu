@@ -549,6 +549,9 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       {{0, 300, 0}, 256, 8},              // empty first and last groups, N = 8
       {{1}, 16, 8},                       // smallest
       {{1000, 24, 0, 513}, 1024, 1024},   // several tiles per group, more tiles than SMs
+      // Few rows per group over a long K: 192-wide tiles; K tail, N = 10.7 tiles (tiles starting at
+      // 0 and 64 within a scale block, the last one's second block past N)
+      {{64, 0, 1, 17, 63, 40}, 4112, 2056},
   };
   for (const Case& c : cases) {
     auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,

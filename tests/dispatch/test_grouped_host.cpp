@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/contiguous_grouped.hpp"
 #include "dispatch/devices.hpp"
 #include "grouped_inputs.hpp"
 #include "support/test_support.hpp"
@@ -257,7 +258,7 @@ TEST_CASE("a grouped call that insists on the CUTLASS kernel it cannot have is r
   CHECK(to_string(GroupedBackend::kContiguous) == "contiguous");
 }
 
-TEST_CASE("the contiguous grouped kernel names why it does not take a call, and auto never picks it",
+TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto picks it for decode only",
           "[dispatch][grouped][host]") {
   auto rng = scalemm::testing::rng(0x6A8);
   auto machine = [](int sm) {
@@ -300,8 +301,19 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call, and 
   const std::string text = h90.explain(a);
   CHECK_THAT(text, Catch::Contains("contiguous grouped backend") && Catch::Contains("one launch for all 3 groups") &&
                        Catch::Contains("from host sizes"));
-  a.backend = GroupedBackend::kAuto;  // measured slower than the CUTLASS kernel: auto keeps that one
+  a.backend = GroupedBackend::kAuto;  // measured slower than the CUTLASS kernel here: auto keeps that one
   CHECK_THAT(h90.explain(a), Catch::Contains("CUTLASS grouped backend") && !Catch::Contains("contiguous grouped backend"));
+  {  // few rows per group over a long K (decode): measured faster than the CUTLASS kernel, auto takes it
+    const GroupedInputs dec = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                             ScaleFormat::kCompact, ScaleFormat::kCompact,
+                                                             {8, 0, 64, 1}, 4096, 2048, rng);
+    GroupedGemmArgs da = args(dec);
+    da.backend = GroupedBackend::kAuto;
+    CHECK(backends::contiguous_grouped::decode_like(da));
+    CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles"));
+    da.n = 1024;  // N below 2048: not decode-like
+    CHECK_FALSE(backends::contiguous_grouped::decode_like(da));
+  }
   a.backend = GroupedBackend::kContiguous;
   CHECK_THAT(refusal(h100, a), Catch::Contains("built for sm_90a; this device is sm_100"));
   a.d_dtype = DType::kF32;
