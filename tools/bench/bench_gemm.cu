@@ -1,7 +1,8 @@
 // GEMM benchmark: scalemm against raw cuBLASLt (same problem, same algorithm) and against a BF16
 // cuBLASLt GEMM, in one run on one GPU, with the same-run ceilings printed next to every result.
 //
-//   bench_gemm [--quick] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]
+//   bench_gemm [--quick | --small-m] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]
+//   (--small-m: only blockwise at M <= 256, with the contiguous grouped kernel as one group)
 //
 // Sections (each prints a Markdown table on stdout as it goes; --json writes everything, rewritten
 // after every section so a killed run still leaves what it measured):
@@ -13,7 +14,8 @@
 //              cuBLASLt format: same descriptors, same heuristic query, so the same algorithm (the
 //              outputs are compared bit for bit to confirm it). Blockwise is timed twice through
 //              scalemm: with compact scales (the library converts them per call) and with scales
-//              already in cuBLASLt format. The variants of one case are timed interleaved, call by call.
+//              already in cuBLASLt format. The variants of one case are timed interleaved, call by call;
+//              blockwise at M <= 256 also times the contiguous grouped kernel as one group (a note).
 //   emulated   MXFP8 and NVFP4 through the planner (on sm_90: exact dequantization to BF16 + cuBLASLt
 //              BF16) vs a BF16 cuBLASLt GEMM of the same shape; the output is compared bit for bit
 //              with the BF16 GEMM of the dequantized operands.
@@ -52,6 +54,7 @@
 #include "base/capabilities.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
+#include "scalemm/grouped.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
 #include "scalemm/version.hpp"
@@ -75,6 +78,7 @@ int g_iters = 30;
 int g_warm = 5;
 int g_ref_reps = 5;
 bool g_quick = false;
+bool g_small_m = false;  // --small-m: blockwise at M <= 256 only (with the contiguous kernel), then stop
 bool g_autotune = false;  // --autotune: scalemm and the raw calls share the tuned algorithm
 size_t g_l2 = 50u << 20;
 std::string g_json_path;
@@ -457,6 +461,15 @@ std::string shape_str(const Shape& s) {
 }
 
 std::vector<Shape> shapes(bool quick) {
+  if (g_small_m) {
+    std::vector<Shape> v;
+    for (int64_t m : {1, 16, 64, 128, 256}) {
+      v.push_back({"dsv3 expert down", m, 7168, 2048});
+      v.push_back({"dsv3 expert gate+up", m, 4096, 7168});
+      v.push_back({"llama3-70b qkv", m, 10240, 8192});
+    }
+    return v;
+  }
   std::vector<Shape> v = {{"anchor", 4096, 4096, 4096},
                           {"anchor", 8192, 8192, 8192},
                           {"anchor", 16384, 7168, 2048},
@@ -577,6 +590,9 @@ std::vector<Row> g_rows;
 
 
 std::vector<std::string> g_plan_notes;
+// Blockwise at M <= 256: the contiguous grouped kernel at G = 1 on the same bytes, timed interleaved
+// with the other variants (the measurement before dense small-M calls could be routed to it).
+std::vector<std::string> g_small_m_notes;
 
 void print_native_header() {
   std::printf("\n## Native recipes: scalemm vs raw cuBLASLt (same problem, same algorithm)\n\n"
@@ -680,9 +696,50 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     }
     std::vector<std::function<void(int)>> fns = {lib, raw};
     if (with_lt) fns.push_back(lib_lt);
+    // The contiguous grouped kernel as one group, compact scales (what it reads).
+    std::vector<int64_t> one_group = {M};
+    auto grouped_into = [&](int s, void* out) {
+      GroupedGemmArgs g;
+      g.group_dim = GroupDim::kM;
+      g.groups = 1;
+      g.group_sizes = one_group.data();
+      g.m = M, g.n = N, g.k = K;
+      g.a = a[size_t(s)].op(false);
+      g.b = b[size_t(s)].op(false);
+      g.d = out;
+      g.d_dtype = DType::kBF16;
+      g.backend = GroupedBackend::kContiguous;
+      cx.handle->grouped_gemm(g, cx.st);
+    };
+    auto grouped = [&](int s) { grouped_into(s, d[size_t(s)].p); };
+    bool with_grouped = rc.a == Recipe::kBlock1x128 && M <= 256;
+    if (with_grouped) {
+      try {
+        grouped(0);
+        SCALEMM_CUDA_CHECK(cudaStreamSynchronize(cx.st));
+        fns.push_back(grouped);
+      } catch (const Error& e) {
+        g_small_m_notes.push_back(what + ": the contiguous kernel does not take it: " + e.what());
+        with_grouped = false;
+      }
+    }
     const std::vector<Stat> t = time_interleaved(cx.st, nsets, g_warm, g_iters, fns);
     t_s = t[0], t_raw = t[1];
     if (with_lt) t_slt = t[2];
+    if (with_grouped) {
+      const Stat& tg = t.back();
+      Dev d3(size_t(M * N) * 2);
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d3.p, 0xFF, size_t(M * N) * 2, cx.st));
+      cx.lt->matmul(scaled_call(M, N, K, a[0], b[0], d[0].p), cx.lt_ws.p, kLtWorkspace, cx.st);
+      grouped_into(0, d3.p);
+      char line[256];
+      std::snprintf(line, sizeof line, "%s: contiguous kernel (G = 1) %.1f us, raw cuBLASLt %.1f us, scalemm %.1f us: "
+                    "cuBLASLt / kernel time %.2f; output against cuBLASLt's: %s",
+                    what.c_str(), tg.med_us, t_raw.med_us, t_s.med_us, t_raw.med_us / tg.med_us,
+                    compare(d3.p, d[0].p, M * N, cx.st).text().c_str());
+      g_small_m_notes.push_back(line);
+    }
     // Same algorithm check: both outputs of set 0, poisoned first (0xFFFF is a bf16 NaN).
     Dev d2(size_t(M * N) * 2);
     SCALEMM_CUDA_CHECK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
@@ -1237,12 +1294,13 @@ void print_targets() {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) g_quick = true;
+    else if (!std::strcmp(argv[i], "--small-m")) g_small_m = true;
     else if (!std::strcmp(argv[i], "--autotune")) g_autotune = true;
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(30, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--ref-reps") && i + 1 < argc) g_ref_reps = std::max(5, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick | --small-m] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]\n", argv[0]);
       return 2;
     }
   }
@@ -1303,6 +1361,12 @@ int main(int argc, char** argv) {
   print_native_header();
   g_in_table = true;
   for (const Shape& sh : shp) {
+    if (g_small_m) {
+      for (const RecipeCase& rc : kNative)
+        if (rc.a == Recipe::kBlock1x128) native_case(cx, sh, rc);
+      write_json();
+      continue;
+    }
     try {
       bf16_case(cx, sh, emu_lines);
     } catch (const std::exception& e) {
@@ -1334,26 +1398,31 @@ int main(int argc, char** argv) {
     std::printf("\nPlanner choices other than the recipe's expected backend:\n\n");
     for (const auto& n : g_plan_notes) std::printf("- %s\n", n.c_str());
   }
+  if (!g_small_m_notes.empty()) {
+    std::printf("\nBlockwise at M <= 256, the contiguous grouped kernel as one group (interleaved with the above):\n\n");
+    for (const auto& n : g_small_m_notes) std::printf("- %s\n", n.c_str());
+  }
   std::fflush(stdout);
-
-  try {
-    host_overhead(cx);
-  } catch (const std::exception& e) {
-    skipped("host overhead", e.what());
+  if (!g_small_m) {
+    try {
+      host_overhead(cx);
+    } catch (const std::exception& e) {
+      skipped("host overhead", e.what());
+      sticky();
+    }
+    write_json();
+    verify_overhead(cx);
     sticky();
+    write_json();
+    try {
+      reference(cx);
+    } catch (const std::exception& e) {
+      skipped("reference emulator", e.what());
+      sticky();
+    }
+    gemm_targets();
+    print_targets();
   }
-  write_json();
-  verify_overhead(cx);
-  sticky();
-  write_json();
-  try {
-    reference(cx);
-  } catch (const std::exception& e) {
-    skipped("reference emulator", e.what());
-    sticky();
-  }
-  gemm_targets();
-  print_targets();
   write_json();
   cx.handle.reset();
   cx.lt.reset();
