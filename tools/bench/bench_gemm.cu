@@ -679,6 +679,32 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
   auto raw = [&](int s) {
     cx.lt->matmul(scaled_call(M, N, K, a[size_t(s)], b[size_t(s)], d[size_t(s)].p), cx.lt_ws.p, kLtWorkspace, cx.st);
   };
+  // The contiguous grouped kernel as one group, compact scales (what it reads).
+  std::vector<int64_t> one_group = {M};
+  auto grouped_into = [&](int s, void* out) {
+    GroupedGemmArgs g;
+    g.group_dim = GroupDim::kM;
+    g.groups = 1;
+    g.group_sizes = one_group.data();
+    g.m = M, g.n = N, g.k = K;
+    g.a = a[size_t(s)].op(false);
+    g.b = b[size_t(s)].op(false);
+    g.d = out;
+    g.d_dtype = DType::kBF16;
+    g.backend = GroupedBackend::kContiguous;
+    cx.handle->grouped_gemm(g, cx.st);
+  };
+  auto grouped = [&](int s) { grouped_into(s, d[size_t(s)].p); };
+  bool with_grouped = rc.a == Recipe::kBlock1x128 && M <= 256;
+  if (with_grouped) {
+    try {
+      grouped(0);
+      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(cx.st));
+    } catch (const Error& e) {
+      g_small_m_notes.push_back(what + ": the contiguous kernel does not take it: " + e.what());
+      with_grouped = false;
+    }
+  }
   const bool block_scales = a[0].scales_lt.p || b[0].scales_lt.p;
   Stat t_s, t_slt, t_raw;
   std::string check = "-", lt_scales_error;
@@ -696,33 +722,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     }
     std::vector<std::function<void(int)>> fns = {lib, raw};
     if (with_lt) fns.push_back(lib_lt);
-    // The contiguous grouped kernel as one group, compact scales (what it reads).
-    std::vector<int64_t> one_group = {M};
-    auto grouped_into = [&](int s, void* out) {
-      GroupedGemmArgs g;
-      g.group_dim = GroupDim::kM;
-      g.groups = 1;
-      g.group_sizes = one_group.data();
-      g.m = M, g.n = N, g.k = K;
-      g.a = a[size_t(s)].op(false);
-      g.b = b[size_t(s)].op(false);
-      g.d = out;
-      g.d_dtype = DType::kBF16;
-      g.backend = GroupedBackend::kContiguous;
-      cx.handle->grouped_gemm(g, cx.st);
-    };
-    auto grouped = [&](int s) { grouped_into(s, d[size_t(s)].p); };
-    bool with_grouped = rc.a == Recipe::kBlock1x128 && M <= 256;
-    if (with_grouped) {
-      try {
-        grouped(0);
-        SCALEMM_CUDA_CHECK(cudaStreamSynchronize(cx.st));
-        fns.push_back(grouped);
-      } catch (const Error& e) {
-        g_small_m_notes.push_back(what + ": the contiguous kernel does not take it: " + e.what());
-        with_grouped = false;
-      }
-    }
+    if (with_grouped) fns.push_back(grouped);
     const std::vector<Stat> t = time_interleaved(cx.st, nsets, g_warm, g_iters, fns);
     t_s = t[0], t_raw = t[1];
     if (with_lt) t_slt = t[2];
@@ -749,7 +749,23 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     check = compare(d[0].p, d2.p, M * N, cx.st).text();
   } else {
     // Not native: no raw cuBLASLt call exists for this problem; still check the output is written.
-    t_s = time_calls(cx.st, nsets, g_warm, g_iters, lib);
+    if (with_grouped) {
+      const std::vector<Stat> t = time_interleaved(cx.st, nsets, g_warm, g_iters, {lib, grouped});
+      t_s = t[0];
+      Dev d3(size_t(M * N) * 2);
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
+      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d3.p, 0xFF, size_t(M * N) * 2, cx.st));
+      cx.handle->gemm(args(0, false), cx.st);
+      grouped_into(0, d3.p);
+      char line[256];
+      std::snprintf(line, sizeof line, "%s: contiguous kernel (G = 1) %.1f us, scalemm (%s) %.1f us: scalemm / kernel "
+                    "time %.2f; output against scalemm's: %s",
+                    what.c_str(), t[1].med_us, backend.c_str(), t_s.med_us, t_s.med_us / t[1].med_us,
+                    compare(d3.p, d[0].p, M * N, cx.st).text().c_str());
+      g_small_m_notes.push_back(line);
+    } else {
+      t_s = time_calls(cx.st, nsets, g_warm, g_iters, lib);
+    }
     SCALEMM_CUDA_CHECK(cudaMemsetAsync(d[0].p, 0xFF, size_t(M * N) * 2, cx.st));
     cx.handle->gemm(args(0, false), cx.st);
     Check c = compare(d[0].p, d[0].p, M * N, cx.st);
