@@ -2,8 +2,9 @@
 
 For each MoE shape (G experts, M_g tokens each, N, K), with equal sizes and with the same total split
 unevenly (Dirichlet, each size a multiple of 16 as torch requires), CUDA-event medians of:
-  scalemm blockwise   scalemm.scaled_grouped_mm, block1x128 x block128x128 (auto: the CUTLASS grouped
-                      kernel, or per-group for large groups), host sizes and device-side sizes
+  scalemm blockwise   scalemm.scaled_grouped_mm, block1x128 x block128x128 (auto: the contiguous
+                      kernel at decode, else the CUTLASS grouped kernel, or per-group for large
+                      groups), host sizes and device-side sizes
   scalemm per-group   the same call on the per-group backend (one cuBLASLt call per group)
   naive loop          a Python loop of scalemm.scaled_mm over the groups (what a user writes first)
   scalemm rowwise     scalemm.scaled_grouped_mm, rowwise x rowwise (auto: the CUTLASS rowwise grouped
