@@ -19,8 +19,12 @@
 //    192-wide tile leaves registers for one fragment only (96 + 96 per thread): there the other
 //    warpgroup's WGMMAs run while one promotes. The scales come from global memory (L2), loaded one
 //    block ahead of their use.
-//  * Stores go straight from registers (bf16 pairs), predicated on the group's last row and on N, so
-//    a tile that straddles two groups writes only its own group's rows.
+//  * 128-wide tiles that lie within one group are stored through shared memory (128-byte swizzled,
+//    conflict-free) and TMA, which clips N; the consumers go on to the next tile while it drains.
+//    Other tiles, and the 192-wide configuration, store straight from registers (bf16 pairs),
+//    predicated on the group's last row and on N, so a tile that straddles two groups writes only
+//    its own group's rows. (The TMA store measured 10% faster at 16 x 256 x 2048 x 2048 and even
+//    on the long-K shapes, where the epilogue is a small share of a tile.)
 // docs/history/performance-notes.md has what each choice measured, and what did not pay.
 #include "backends/contiguous_grouped.hpp"
 
@@ -64,12 +68,15 @@ using Fp8 = cutlass::float_e4m3_t;
 
 // A tile configuration: kBlockN columns per tile (128, or 192 = one and a half scale blocks),
 // kCluster CTAs sharing one A tile by multicast (1 or 2).
-template <int kBlockN_, int kCluster_, bool kTwoFragments_ = kBlockN_ == 128>
+// kTmaStore: whole tiles stored through shared memory and TMA (its 32 KB cost a pipeline stage).
+template <int kBlockN_, int kCluster_, bool kTwoFragments_ = kBlockN_ == 128, bool kTmaStore_ = kBlockN_ == 128>
 struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
-  static constexpr bool kTwoFragments = kTwoFragments_;
+  static constexpr bool kTwoFragments = kTwoFragments_, kTmaStore = kTmaStore_;
   static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
-  static constexpr int kStages = (200 * 1024) / kStageBytes;  // 6 stages of 32 KB, or 5 of 40 KB
+  // 5 stages of 32 KB beside the staged D tile, or 5 of 40 KB (192-wide, no staging)
+  static constexpr int kStages = ((kTmaStore ? 168 : 200) * 1024) / kStageBytes;
+  static_assert(!kTmaStore || kBlockN % 64 == 0, "D is staged in 64-column boxes");
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
                                              Shape<Int<kBlockM>, Int<kBlockK>, Int<kStages>>{}));
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
@@ -83,6 +90,7 @@ template <class C>
 struct alignas(1024) SharedStorage {
   Fp8 a[C::kStages * kBlockM * kBlockK];  // each stage 1024-byte aligned, as the 128-byte swizzle needs
   Fp8 b[C::kStages * C::kBlockN * kBlockK];
+  alignas(1024) uint8_t d[C::kTmaStore ? kBlockM * C::kBlockN * 2 : 16];  // bf16, 64-column boxes of 128 x 128 B
   uint64_t full[C::kStages];   // TMA bytes landed
   uint64_t empty[C::kStages];  // every consumer warp done reading
   int32_t tile_start[kMaxGroups + 1];  // exclusive prefix of the groups' M tiles
@@ -93,6 +101,7 @@ struct alignas(1024) SharedStorage {
 struct Params {
   CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (128 / cluster) rows, 128-byte swizzle
   CUtensorMap b;  // B (groups * n, k); box 128 x kBlockN rows
+  CUtensorMap dmap;  // D (m, n) bf16; box 64 columns x 128 rows, 128-byte swizzle (when tma_store)
   // Scales, as their layouts' offset functions place them (a row term plus a K-block term):
   // A's row r, K block kb at sa[r * sa_row + kb * sa_kb]; expert g's block (r / 128, kb) at
   // sb[g * sb_group + (r / 128) * sb_row + kb].
@@ -104,6 +113,7 @@ struct Params {
   float alpha;
   const void* device_sizes;  // or host_sizes below
   bool sizes_int64;
+  bool tma_store;  // Config::kTmaStore, and D 16-byte aligned with at least one whole tile
   int32_t* device_status;
 };
 template <int kCap>
@@ -292,6 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     cutlass::arch::fence_barrier_init();
     prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.a));
     prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.b));
+    if (C::kTmaStore && p.tma_store) prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.dmap));
   }
   if (warp == 1) scan_groups(p, s, lane);
   __syncthreads();
@@ -376,29 +387,55 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     else
       k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, sa0, sa1, sb0, sb1, lane);
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
-    __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + col0;
-    const int cols = p.n - col0;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(accum); i += 2) {
-      const int r = r0 + 8 * ((i >> 1) & 1), c = c0 + 8 * (i >> 2);
-      if (r < tile.rows && c < cols)
-        *reinterpret_cast<__nv_bfloat162*>(dt + int64_t(r) * p.n + c) =
-            __floats2bfloat162_rn(p.alpha * accum(i), p.alpha * accum(i + 1));
+    if (C::kTmaStore && p.tma_store && tile.rows >= kBlockM) {
+      // Thread 128 issues the stores: once the previous tile's have read the staging tile, both
+      // warpgroups write it (each row's 16-byte chunks XOR-swizzled by row, as the map's 128-byte
+      // swizzle reads them), then it is stored box by box.
+      if (threadIdx.x == 128) tma_store_wait<0>();
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); i += 2) {
+        const int r = r0 + 8 * ((i >> 1) & 1), c = c0 + 8 * (i >> 2);
+        const int byte = (c % 64) * 2;
+        const int off = (c / 64) * (kBlockM * 128) + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
+        *reinterpret_cast<__nv_bfloat162*>(s.d + off) = __floats2bfloat162_rn(p.alpha * accum(i), p.alpha * accum(i + 1));
+      }
+      tma_store_fence();
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      if (threadIdx.x == 128) {
+        for (int box = 0; box < kBlockN / 64; ++box)
+          if (col0 + 64 * box < p.n) SM90_TMA_STORE_2D::copy(&p.dmap, s.d + box * kBlockM * 128, col0 + 64 * box, tile.row0);
+        tma_store_arrive();
+      }
+    } else {
+      __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + col0;
+      const int cols = p.n - col0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accum); i += 2) {
+        const int r = r0 + 8 * ((i >> 1) & 1), c = c0 + 8 * (i >> 2);
+        if (r < tile.rows && c < cols)
+          *reinterpret_cast<__nv_bfloat162*>(dt + int64_t(r) * p.n + c) =
+              __floats2bfloat162_rn(p.alpha * accum(i), p.alpha * accum(i + 1));
+      }
     }
   }
+  if (C::kTmaStore && threadIdx.x == 128) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // stores complete
 #endif
 }
 
-CUtensorMap tensor_map(const void* base, int64_t rows, int64_t k, int box_rows) {
+// A row-major (rows, cols) map with 128-byte rows of its box swizzled: the operands (bytes, box 128
+// columns) and the staged output (bf16, box 64 columns).
+CUtensorMap tensor_map(const void* base, int64_t rows, int64_t cols, int box_rows, bool bf16 = false) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(k)};  // bytes between rows
-  const cuuint32_t box[2] = {kBlockK, cuuint32_t(box_rows)};
+  const int elem_bytes = bf16 ? 2 : 1;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(cols * elem_bytes)};  // bytes between rows
+  const cuuint32_t box[2] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = cutlass::call_cuTensorMapEncodeTiled(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims,
+      strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      bf16 ? CU_TENSOR_MAP_L2_PROMOTION_NONE : CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw Error(StatusCode::kInternal, "contiguous_grouped: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
   return map;
@@ -410,11 +447,17 @@ struct MapCache {
   struct Key {
     const void* a;
     const void* b;
+    const void* d;  // null where D is not stored through TMA
     int64_t m, n, k, groups;
-    bool operator<(const Key& o) const { return std::tie(a, b, m, n, k, groups) < std::tie(o.a, o.b, o.m, o.n, o.k, o.groups); }
+    bool operator<(const Key& o) const {
+      return std::tie(a, b, d, m, n, k, groups) < std::tie(o.a, o.b, o.d, o.m, o.n, o.k, o.groups);
+    }
+  };
+  struct Maps {
+    CUtensorMap a, b, d;
   };
   std::mutex mu;
-  std::map<Key, std::pair<CUtensorMap, CUtensorMap>> maps;
+  std::map<Key, Maps> maps;
 };
 
 // Sets the kernel's shared memory limit and returns how many of its clusters fit on device `d` at once.
@@ -440,19 +483,22 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   // One cache per configuration (its boxes are fixed); never destroyed: calls may come from static destructors.
   static MapCache* cache = new MapCache;
   ParamsWith<kCap> p;
-  const MapCache::Key key{a.a.data, a.b.data, a.m, a.n, a.k, a.groups};
+  // TMA needs D 16-byte aligned (its rows are: N % 8 == 0); without a whole tile nothing goes through it.
+  p.tma_store = C::kTmaStore && reinterpret_cast<uintptr_t>(a.d) % 16 == 0 && a.m >= kBlockM;
+  const MapCache::Key key{a.a.data, a.b.data, p.tma_store ? a.d : nullptr, a.m, a.n, a.k, a.groups};
   {
     std::lock_guard<std::mutex> lock(cache->mu);
     auto it = cache->maps.find(key);
     if (it == cache->maps.end()) {
       if (cache->maps.size() >= 256) cache->maps.clear();
-      it = cache->maps
-               .emplace(key, std::make_pair(tensor_map(a.a.data, a.m, a.k, kBlockM / kCluster),
-                                            tensor_map(a.b.data, a.groups * a.n, a.k, kBlockN)))
-               .first;
+      MapCache::Maps maps{tensor_map(a.a.data, a.m, a.k, kBlockM / kCluster),
+                          tensor_map(a.b.data, a.groups * a.n, a.k, kBlockN), {}};
+      if (p.tma_store) maps.d = tensor_map(a.d, a.m, a.n, kBlockM, /*bf16=*/true);
+      it = cache->maps.emplace(key, maps).first;
     }
-    p.a = it->second.first;
-    p.b = it->second.second;
+    p.a = it->second.a;
+    p.b = it->second.b;
+    p.dmap = it->second.d;
   }
   p.sa = static_cast<const float*>(a.a.scale);
   p.sb = static_cast<const float*>(a.b.scale);
@@ -525,6 +571,7 @@ std::string describe(const GroupedGemmArgs& a) {
      << " groups: FP8 blockwise 1x128 x 128x128, persistent, TMA producer warp and two WGMMA warpgroups, "
      << (decode_like(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (few rows per group over a long K)"
                         : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
+     << (!decode_like(a) && reinterpret_cast<uintptr_t>(a.d) % 16 == 0 ? ", whole tiles stored through shared memory and TMA" : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();
