@@ -15,6 +15,16 @@ bool contiguous_grouped::decode_like(const GroupedGemmArgs& a) {
   return a.groups > 0 && a.m <= 64 * a.groups && a.k >= 4096 && a.n >= 2048;
 }
 
+bool contiguous_grouped::whole_tiles(const GroupedGemmArgs& a) { return a.groups > 0 && a.m >= 128 * a.groups; }
+
+// bench_grouped, interleaved with the CUTLASS kernel: 16 groups of 256 rows, N 2048, K 2048 0.91x
+// (equal) and 0.95x (uneven) its time with the TMA store on an H100 (run FZ; 0.90x / 0.97x on an H200,
+// run FY; 1.01-1.04x before it). More rows per group at K 2048 measured slower (8 x 1024, N 4096:
+// 1.02x; 32 x 512 uneven, N 7168: 1.09x), so the rule stops at 256.
+bool contiguous_grouped::short_k(const GroupedGemmArgs& a) {
+  return whole_tiles(a) && a.m <= 256 * a.groups && a.k <= 2048;
+}
+
 namespace {
 
 class ContiguousGrouped final : public GroupedBackendImpl {
@@ -27,9 +37,11 @@ class ContiguousGrouped final : public GroupedBackendImpl {
     if (options.force && *options.force != Backend::kNative)
       return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
     std::string why = contiguous_grouped::blocker(a, t);
-    if (why.empty() && a.backend == GroupedBackend::kAuto && !contiguous_grouped::decode_like(a))
-      why = "auto takes it for few rows per group over a long K only (average rows per group <= 64, K >= 4096, "
-            "N >= 2048); elsewhere the CUTLASS kernel measured faster (pass it by name)";
+    if (why.empty() && a.backend == GroupedBackend::kAuto && !contiguous_grouped::decode_like(a) &&
+        !contiguous_grouped::short_k(a))
+      why = "auto takes it for few rows per group over a long K (average rows per group <= 64, K >= 4096, "
+            "N >= 2048) and for a short K over whole tiles (average rows per group 128 to 256, K <= 2048); "
+            "elsewhere the CUTLASS kernel measured faster (pass it by name)";
     return why;
   }
 

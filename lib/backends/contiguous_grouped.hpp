@@ -7,14 +7,17 @@
 //    (host or device) into shared memory itself and walks its tiles from that prefix;
 //  * a tile of a group that ends inside it is loaded whole (the next group's rows ride along) and
 //    stored only up to the group's last row, so groups need no padding;
-//  * one producer warp issues TMA loads into a 6-stage ring, A multicast across clusters of two; two
+//  * one producer warp issues TMA loads into a 5- or 6-stage ring, A multicast across clusters of two; two
 //    consumer warpgroups each run the WGMMAs of 64 rows x 128 columns per 128-deep K block and promote
 //    the block's partial sums into the fp32 accumulator with the row's and the block's scales,
 //    CUTLASS's expressions in CUTLASS's order, so the output is bit-identical to the CUTLASS grouped
-//    kernel's.
-// Against the CUTLASS kernel (H100, interleaved timing, bit-identical outputs): 1.16-1.23x its time on
-// the large MoE shapes, 0.95-0.97x on few rows per group over a long K (decode_like()), where `auto`
-// takes it; GroupedBackend::kContiguous asks for it by name anywhere it can run.
+//    kernel's;
+//  * where groups average a whole tile or more (whole_tiles()), whole tiles are stored through shared
+//    memory and TMA.
+// Against the CUTLASS kernel (interleaved timing, bit-identical outputs): 1.15-1.23x its time on the
+// large MoE shapes (K 7168); 0.90-0.97x at K 2048 with groups of 256 rows (short_k()) and, on an H100,
+// 0.95-0.97x on few rows per group over a long K (decode_like()): `auto` takes it in those two places;
+// GroupedBackend::kContiguous asks for it by name anywhere it can run.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
 // why a call is not taken.
 #pragma once
@@ -39,6 +42,15 @@ void run(const GroupedGemmArgs& args, Stream stream);
 /// then streams B, runs 128 x 192 tiles without clusters, and is what `auto` takes (measured faster
 /// than the CUTLASS kernel there). A host-side rule, defined whether or not the kernel is built.
 bool decode_like(const GroupedGemmArgs& args);
+
+/// Groups of a whole 128-row tile or more on average: the kernel then keeps one pipeline stage fewer
+/// and stores whole tiles through shared memory and TMA.
+bool whole_tiles(const GroupedGemmArgs& args);
+
+/// A short K (<= 2048) over whole tiles of few groups' rows (average rows per group 128 to 256): the
+/// epilogue is a larger share of each tile, the TMA store pays, and `auto` takes the kernel (measured
+/// faster than the CUTLASS kernel at 256 rows per group, slower at 512 and 1024).
+bool short_k(const GroupedGemmArgs& args);
 
 /// A one-line description for explain().
 std::string describe(const GroupedGemmArgs& args);

@@ -5,9 +5,10 @@
 //    loads, its registers given back with setmaxnreg), warpgroups 1 and 2 compute rows 0-63 and
 //    64-127 of each tile. Producer and consumers walk the same unit sequence (unit u, u + clusters,
 //    ...), so the stage ring's phases agree without any other hand-off.
-//  * Two tile configurations (Config): 128 x 128 tiles in clusters of two, and 128 x 192 tiles
-//    without clusters for few rows per group over a long K (decode_like() says where each measured
-//    faster). A 192-wide tile spans two 128-column scale blocks, split at column 128 or 64.
+//  * Tile configurations (Config): 128 x 128 tiles in clusters of two (with or without the TMA store
+//    below), and 128 x 192 tiles without clusters for few rows per group over a long K (decode_like()
+//    says where it measured faster). A 192-wide tile spans two 128-column scale blocks, split at
+//    column 128 or 64.
 //  * Clusters of two CTAs take two N tiles of one M tile: each loads half of the A tile and multicasts
 //    it to both, so A crosses from L2 once per pair. A consumer hands a stage back to both CTAs'
 //    producers, and a producer leaves only when every stage it filled has been handed back, so no
@@ -19,12 +20,13 @@
 //    192-wide tile leaves registers for one fragment only (96 + 96 per thread): there the other
 //    warpgroup's WGMMAs run while one promotes. The scales come from global memory (L2), loaded one
 //    block ahead of their use.
-//  * 128-wide tiles that lie within one group are stored through shared memory (128-byte swizzled,
-//    conflict-free) and TMA, which clips N; the consumers go on to the next tile while it drains.
-//    Other tiles, and the 192-wide configuration, store straight from registers (bf16 pairs),
-//    predicated on the group's last row and on N, so a tile that straddles two groups writes only
-//    its own group's rows. (The TMA store measured 10% faster at 16 x 256 x 2048 x 2048 and even
-//    on the long-K shapes, where the epilogue is a small share of a tile.)
+//  * Where groups average a whole tile (whole_tiles()), 128-wide tiles that lie within one group are
+//    stored through shared memory (128-byte swizzled, conflict-free) and TMA, which clips N; the
+//    consumers go on to the next tile while it drains. Other tiles, and the other configurations,
+//    store straight from registers (bf16 pairs), predicated on the group's last row and on N, so a
+//    tile that straddles two groups writes only its own group's rows. (The TMA store measured 11%
+//    faster at 16 x 256 x 2048 x 2048 and even on the long-K shapes, where the epilogue is a small
+//    share of a tile; its 32 KB cost a pipeline stage, 2-4.5% where no tile is whole.)
 // docs/history/performance-notes.md has what each choice measured, and what did not pay.
 #include "backends/contiguous_grouped.hpp"
 
@@ -69,7 +71,7 @@ using Fp8 = cutlass::float_e4m3_t;
 // A tile configuration: kBlockN columns per tile (128, or 192 = one and a half scale blocks),
 // kCluster CTAs sharing one A tile by multicast (1 or 2).
 // kTmaStore: whole tiles stored through shared memory and TMA (its 32 KB cost a pipeline stage).
-template <int kBlockN_, int kCluster_, bool kTwoFragments_ = kBlockN_ == 128, bool kTmaStore_ = kBlockN_ == 128>
+template <int kBlockN_, int kCluster_, bool kTwoFragments_ = kBlockN_ == 128, bool kTmaStore_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
   static constexpr bool kTwoFragments = kTwoFragments_, kTmaStore = kTmaStore_;
@@ -559,10 +561,16 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
   return {};
 }
 
+template <class C>
+void launch_for(const GroupedGemmArgs& a, Stream stream) {
+  a.group_sizes_device || a.groups <= 64 ? launch<64, C>(a, stream) : launch<kMaxGroups, C>(a, stream);
+}
+
 void run(const GroupedGemmArgs& a, Stream stream) {
-  const bool small = a.group_sizes_device || a.groups <= 64;
-  if (decode_like(a)) small ? launch<64, Config<192, 1>>(a, stream) : launch<kMaxGroups, Config<192, 1>>(a, stream);
-  else small ? launch<64, Config<128, 2>>(a, stream) : launch<kMaxGroups, Config<128, 2>>(a, stream);
+  // Without whole tiles the TMA store would only cost a stage (4.5% at 32 x 16 rows, K 2048, run FY).
+  if (decode_like(a)) launch_for<Config<192, 1>>(a, stream);
+  else if (whole_tiles(a)) launch_for<Config<128, 2, true, true>>(a, stream);
+  else launch_for<Config<128, 2, true, false>>(a, stream);
 }
 
 std::string describe(const GroupedGemmArgs& a) {
@@ -571,7 +579,7 @@ std::string describe(const GroupedGemmArgs& a) {
      << " groups: FP8 blockwise 1x128 x 128x128, persistent, TMA producer warp and two WGMMA warpgroups, "
      << (decode_like(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (few rows per group over a long K)"
                         : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
-     << (!decode_like(a) && reinterpret_cast<uintptr_t>(a.d) % 16 == 0 ? ", whole tiles stored through shared memory and TMA" : "")
+     << (whole_tiles(a) && reinterpret_cast<uintptr_t>(a.d) % 16 == 0 ? ", whole tiles stored through shared memory and TMA" : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();

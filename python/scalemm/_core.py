@@ -443,9 +443,9 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     each group runs the dense planner (`backend` forces it as in scaled_mm), so a group's rows are
     bit-identical to scaled_mm on that group. "contiguous" runs scalemm's own Hopper kernel (m-grouped
     block1x128 x block128x128, compact scales, e4m3, bf16 out, sm_90; no set-up launch, no workspace),
-    bit-identical to the CUTLASS kernel; "auto" takes it for few rows per group over a long K (average
-    rows per group <= 64, K >= 4096, N >= 2048), where it measured faster, and the CUTLASS kernel
-    elsewhere.
+    bit-identical to the CUTLASS kernel; "auto" takes it where it measured faster: few rows per group
+    over a long K (average rows per group <= 64, K >= 4096, N >= 2048) and a short K over whole tiles
+    (128 to 256 rows per group, K <= 2048), and the CUTLASS kernel elsewhere.
     "cutlass", "contiguous" or "per-group" insist (UnsupportedError when the chosen one cannot run the
     call).
     fast_accum: as for scaled_mm (rowwise on the CUTLASS kernel: its fast-accumulation mainloop; on the

@@ -258,7 +258,7 @@ TEST_CASE("a grouped call that insists on the CUTLASS kernel it cannot have is r
   CHECK(to_string(GroupedBackend::kContiguous) == "contiguous");
 }
 
-TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto picks it for decode only",
+TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto picks it for decode and short K",
           "[dispatch][grouped][host]") {
   auto rng = scalemm::testing::rng(0x6A8);
   auto machine = [](int sm) {
@@ -313,6 +313,28 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles"));
     da.n = 1024;  // N below 2048: not decode-like
     CHECK_FALSE(backends::contiguous_grouped::decode_like(da));
+  }
+  {  // a short K over whole tiles (the TMA store pays): auto takes it; with a long K it does not
+    const GroupedInputs sk = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                            ScaleFormat::kCompact, ScaleFormat::kCompact,
+                                                            {256, 0, 300, 200}, 2048, 256, rng);
+    GroupedGemmArgs sa = args(sk);
+    sa.backend = GroupedBackend::kAuto;
+    CHECK(backends::contiguous_grouped::whole_tiles(sa));
+    CHECK(backends::contiguous_grouped::short_k(sa));
+    CHECK_FALSE(backends::contiguous_grouped::decode_like(sa));
+    CHECK_THAT(h90.explain(sa), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x128x128 tiles"));
+    sa.k = 2176;  // one K block more: the CUTLASS kernel
+    CHECK_FALSE(backends::contiguous_grouped::short_k(sa));
+    CHECK_THAT(h90.explain(sa), Catch::Contains("CUTLASS grouped backend") && !Catch::Contains("contiguous grouped backend"));
+    sa.k = 2048;
+    sa.groups = 2, sa.m = 2 * 257;  // more than 256 rows per group: measured slower there
+    CHECK_FALSE(backends::contiguous_grouped::short_k(sa));
+    sa.m = 2 * 256;
+    CHECK(backends::contiguous_grouped::short_k(sa));
+    CHECK(backends::contiguous_grouped::whole_tiles(sa));
+    sa.m = 255;  // less than a tile per group
+    CHECK_FALSE(backends::contiguous_grouped::whole_tiles(sa));
   }
   a.backend = GroupedBackend::kContiguous;
   CHECK_THAT(refusal(h100, a), Catch::Contains("built for sm_90a; this device is sm_100"));

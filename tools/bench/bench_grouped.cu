@@ -5,7 +5,8 @@
 // exceeds the GPU's), median of 9 samples. The two one-launch kernels are timed interleaved (a
 // sample of one, then of the other) after two seconds of calls: timed one after the other, whichever
 // ran first on a cool GPU read up to 12% faster (H100).
-// Usage: bench_grouped [--quick] | --one G M_g N K (each one-launch kernel called twice, untimed: for a profiler)
+// Usage: bench_grouped [--quick | --short-k] | --one G M_g N K (each one-launch kernel called twice,
+// untimed: for a profiler). --short-k runs the shapes with K <= 2048 only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -175,6 +176,7 @@ void run_shape(const Shape& sh, std::mt19937_64& rng, bool once = false) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const bool short_k = argc > 1 && std::strcmp(argv[1], "--short-k") == 0;
   std::mt19937_64 rng(0x9E0);
   if (argc == 6 && std::strcmp(argv[1], "--one") == 0) {
     run_shape({std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]), false}, rng, true);
@@ -187,8 +189,10 @@ int main(int argc, char** argv) {
                                {32, 1024, 2048, 7168, false}, {32, 1024, 2048, 7168, true},
                                {16, 256, 2048, 2048, false}, {16, 256, 2048, 2048, true},
                                {64, 8, 4096, 7168, false},   {64, 8, 4096, 7168, true},
-                               {64, 32, 4096, 7168, false},  {32, 16, 7168, 2048, false}};
+                               {64, 32, 4096, 7168, false},  {32, 16, 7168, 2048, false},
+                               {8, 1024, 4096, 2048, false}, {32, 512, 7168, 2048, true}};
   if (quick) shapes = {shapes[4], shapes[5], shapes[6]};
+  if (short_k) shapes.erase(std::remove_if(shapes.begin(), shapes.end(), [](const Shape& s) { return s.k > 2048; }), shapes.end());
   try {
     for (const Shape& s : shapes) run_shape(s, rng);
   } catch (const std::exception& e) {
