@@ -303,23 +303,25 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
                        Catch::Contains("from host sizes"));
   a.backend = GroupedBackend::kAuto;  // measured slower than the CUTLASS kernel here: auto keeps that one
   CHECK_THAT(h90.explain(a), Catch::Contains("CUTLASS grouped backend") && !Catch::Contains("contiguous grouped backend"));
+  // An auto call over compact blockwise inputs of these sizes, K and N.
+  std::vector<GroupedInputs> kept;  // the args point into them
+  auto auto_args = [&](std::vector<int64_t> sizes, int64_t k, int64_t n) {
+    kept.push_back(scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                  ScaleFormat::kCompact, ScaleFormat::kCompact, sizes, k, n, rng));
+    GroupedGemmArgs x = args(kept.back());
+    x.backend = GroupedBackend::kAuto;
+    return x;
+  };
+  kept.reserve(2);
   {  // few rows per group over a long K (decode): measured faster than the CUTLASS kernel, auto takes it
-    const GroupedInputs dec = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
-                                                             ScaleFormat::kCompact, ScaleFormat::kCompact,
-                                                             {8, 0, 64, 1}, 4096, 2048, rng);
-    GroupedGemmArgs da = args(dec);
-    da.backend = GroupedBackend::kAuto;
+    GroupedGemmArgs da = auto_args({8, 0, 64, 1}, 4096, 2048);
     CHECK(backends::contiguous_grouped::decode_like(da));
     CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles"));
     da.n = 1024;  // N below 2048: not decode-like
     CHECK_FALSE(backends::contiguous_grouped::decode_like(da));
   }
   {  // a short K over whole tiles (the TMA store pays): auto takes it; with a long K it does not
-    const GroupedInputs sk = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
-                                                            ScaleFormat::kCompact, ScaleFormat::kCompact,
-                                                            {256, 0, 300, 200}, 2048, 256, rng);
-    GroupedGemmArgs sa = args(sk);
-    sa.backend = GroupedBackend::kAuto;
+    GroupedGemmArgs sa = auto_args({256, 0, 300, 200}, 2048, 256);
     CHECK(backends::contiguous_grouped::whole_tiles(sa));
     CHECK(backends::contiguous_grouped::short_k(sa));
     CHECK_FALSE(backends::contiguous_grouped::decode_like(sa));
