@@ -20,7 +20,8 @@ unevenly (Dirichlet, each size a multiple of 16 as torch requires), CUDA-event m
                       tools/build-deepgemm.sh). Its output is checked against scalemm's.
 and the memory floor: A, B and D bytes at this run's device-to-device copy bandwidth. scalemm blockwise
 and DeepGEMM are also timed interleaved after a two-second warm-up (bench_interleaved): the ratio to
-quote, as a GEMM timed alone after an idle moment reads fast.
+quote, as a GEMM timed alone after an idle moment reads fast. scalemm's contiguous kernel joins them by
+name where auto runs another backend (scalemm_contiguous_interleaved_us).
 Then the dense blockwise anchors: the grouped kernel at G = 1 and DeepGEMM's dense GEMM against
 scalemm.scaled_mm (cuBLASLt). Every column is timed the same way (bench()).
 
@@ -227,9 +228,15 @@ def run(args):
                 fn, layout, output = dg_call
                 row.update(deepgemm_us=ms(fn), deepgemm_layout=layout,
                            deepgemm_max_rel_vs_scalemm=max_rel(torch, output(), blockwise()))
-                # The same two calls interleaved after a warm-up: the ratio the comparison quotes.
-                pair = bench_interleaved(torch, [blockwise, fn], iters)
-                row.update(scalemm_blockwise_interleaved_us=pair[0], deepgemm_interleaved_us=pair[1])
+                # The same calls interleaved after a warm-up: the ratio the comparison quotes. scalemm's own
+                # kernel by name too, wherever auto runs another backend, so that it meets DeepGEMM on
+                # every shape.
+                fns = [blockwise, fn]
+                if "contiguous grouped backend" not in row["plan"]:
+                    fns.append(lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, sizes, grouped_backend="contiguous", **kw))
+                got = bench_interleaved(torch, fns, iters)
+                row.update(scalemm_blockwise_interleaved_us=got[0], deepgemm_interleaved_us=got[1])
+                row["scalemm_contiguous_interleaved_us"] = got[2] if len(got) > 2 else got[0]
             row["scalemm_blockwise_device_sizes_us"] = ms(
                 lambda: scalemm.scaled_grouped_mm(a, b, sa, sb, dev_sizes, **kw))
             row["scalemm_per_group_us"] = ms(
@@ -285,7 +292,9 @@ def run(args):
                       f"{row['scalemm_blockwise_us'] / row['deepgemm_us']:.3f}, max rel diff "
                       f"{row['deepgemm_max_rel_vs_scalemm']:.1e}; interleaved: scalemm "
                       f"{row['scalemm_blockwise_interleaved_us']:.1f} us, DeepGEMM {row['deepgemm_interleaved_us']:.1f} us, "
-                      f"ratio {row['scalemm_blockwise_interleaved_us'] / row['deepgemm_interleaved_us']:.3f}")
+                      f"ratio {row['scalemm_blockwise_interleaved_us'] / row['deepgemm_interleaved_us']:.3f}; "
+                      f"contiguous kernel {row['scalemm_contiguous_interleaved_us']:.1f} us, ratio "
+                      f"{row['scalemm_contiguous_interleaved_us'] / row['deepgemm_interleaved_us']:.3f}")
             elif "deepgemm_error" in row:
                 print(f"    DeepGEMM failed: {row['deepgemm_error']}")
             if "torch_rowwise_fast_accum_us" in row:
