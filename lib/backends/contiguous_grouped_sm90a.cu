@@ -25,8 +25,8 @@
 //    consumers go on to the next tile while it drains. Other tiles, and the other configurations,
 //    store straight from registers (bf16 pairs), predicated on the group's last row and on N, so a
 //    tile that straddles two groups writes only its own group's rows. (The TMA store measured 11%
-//    faster at 16 x 256 x 2048 x 2048 and even on the long-K shapes, where the epilogue is a small
-//    share of a tile; its 32 KB cost a pipeline stage, 2-4.5% where no tile is whole.)
+//    faster at 16 x 256 x 2048 x 2048 and no different on the long-K shapes, where the epilogue is a
+//    small share of a tile; its 32 KB cost a pipeline stage, 2-4.5% where no tile is whole.)
 // docs/history/performance-notes.md has what each choice measured, and what did not pay.
 #include "backends/contiguous_grouped.hpp"
 
@@ -76,7 +76,7 @@ struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
   static constexpr bool kTwoFragments = kTwoFragments_, kTmaStore = kTmaStore_;
   static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
-  // 5 stages of 32 KB beside the staged D tile, or 5 of 40 KB (192-wide, no staging)
+  // 6 stages of 32 KB, 5 beside the staged D tile, or 5 of 40 KB (192-wide)
   static constexpr int kStages = ((kTmaStore ? 168 : 200) * 1024) / kStageBytes;
   static_assert(!kTmaStore || kBlockN % 64 == 0, "D is staged in 64-column boxes");
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
