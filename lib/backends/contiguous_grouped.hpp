@@ -16,7 +16,8 @@
 //    memory and TMA.
 // Against the CUTLASS kernel (interleaved timing, bit-identical outputs): 1.15-1.23x its time on the
 // large MoE shapes (K 7168); 0.90-0.97x at K 2048 with groups of 256 rows (short_k()) and, on an H100,
-// 0.95-0.97x on few rows per group over a long K (decode_like()): `auto` takes it in those two places;
+// 0.95-0.97x on few rows per group over a long K (decode_like(); 1.05-1.07x on an H200): `auto` takes
+// it in those two places (decode on an H100 only);
 // GroupedBackend::kContiguous asks for it by name anywhere it can run.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
 // why a call is not taken.

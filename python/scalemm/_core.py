@@ -444,8 +444,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     bit-identical to scaled_mm on that group. "contiguous" runs scalemm's own Hopper kernel (m-grouped
     block1x128 x block128x128, compact scales, e4m3, bf16 out, sm_90; no set-up launch, no workspace),
     bit-identical to the CUTLASS kernel; "auto" takes it where it measured faster: few rows per group
-    over a long K (average rows per group <= 64, K >= 4096, N >= 2048) and a short K over whole tiles
-    (128 to 256 rows per group, K <= 2048), and the CUTLASS kernel elsewhere.
+    over a long K (average rows per group <= 64, K >= 4096, N >= 2048; on an H100, not an H200) and a
+    short K over whole tiles (128 to 256 rows per group, K <= 2048), and the CUTLASS kernel elsewhere.
     "cutlass", "contiguous" or "per-group" insist (UnsupportedError when the chosen one cannot run the
     call).
     fast_accum: as for scaled_mm (rowwise on the CUTLASS kernel: its fast-accumulation mainloop; on the

@@ -317,6 +317,16 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     GroupedGemmArgs da = auto_args({8, 0, 64, 1}, 4096, 2048);
     CHECK(backends::contiguous_grouped::decode_like(da));
     CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles"));
+    {  // on an H200 the CUTLASS kernel measured faster there
+      dispatch::SimulatedDevices sim = machine(90);
+      sim.devices[0].name = "NVIDIA H200";
+      Handle h200;
+      dispatch::simulate_devices(h200, sim);
+      CHECK_THAT(h200.explain(da), Catch::Contains("CUTLASS grouped backend") && !Catch::Contains("contiguous grouped backend"));
+      da.backend = GroupedBackend::kContiguous;  // by name it still runs there
+      CHECK_THAT(h200.explain(da), Catch::Contains("contiguous grouped backend"));
+      da.backend = GroupedBackend::kAuto;
+    }
     da.n = 1024;  // N below 2048: not decode-like
     CHECK_FALSE(backends::contiguous_grouped::decode_like(da));
   }
