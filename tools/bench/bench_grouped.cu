@@ -2,9 +2,9 @@
 // bit-identical), the per-group backend, and the per-group backend replaying its whole-call graph
 // (graph_replay), on the MoE shapes of docs/benchmarks.md. block1x128 x block128x128 compact scales,
 // bf16 out. CUDA events around 20 back-to-back calls on one stream (host time counts where it
-// exceeds the GPU's), median of 9 samples. The two one-launch kernels are timed interleaved (a
-// sample of one, then of the other) after two seconds of calls: timed one after the other, whichever
-// ran first on a cool GPU read up to 12% faster (H100).
+// exceeds the GPU's), median of 9 samples. All four are timed interleaved (a sample of each in turn)
+// after two seconds of calls: timed one after the other, whichever ran first on a cool GPU read up to
+// 12% faster (H100).
 // Usage: bench_grouped [--quick | --short-k] | --one G M_g N K (each one-launch kernel called twice,
 // untimed: for a profiler). --short-k runs the shapes with K <= 2048 only.
 #include <cuda_runtime.h>
@@ -68,10 +68,6 @@ std::vector<double> interleaved_us_per_call(cudaStream_t s, const std::vector<st
   return out;
 }
 
-double median_us_per_call(cudaStream_t s, const std::function<void()>& call) {
-  return interleaved_us_per_call(s, {call})[0];
-}
-
 using DevMem = scalemm::detail::DeviceBuffer;
 
 struct Shape {
@@ -129,7 +125,6 @@ void run_shape(const Shape& sh, std::mt19937_64& rng, bool once = false) {
     c.graph_replay = graph;
     return [&h, c, s] { h.grouped_gemm(c, s); };
   };
-  auto time = [&](GroupedBackend backend, bool graph) { return median_us_per_call(s, call(backend, graph)); };
   if (once) {
     for (GroupedBackend backend : {GroupedBackend::kContiguous, GroupedBackend::kCutlass})
       for (int i = 0; i < 2; ++i) {
@@ -141,9 +136,10 @@ void run_shape(const Shape& sh, std::mt19937_64& rng, bool once = false) {
     SCALEMM_CUDA_CHECK(cudaStreamDestroy(s));
     return;
   }
-  const std::vector<double> pair = interleaved_us_per_call(
-      s, {call(GroupedBackend::kContiguous, false), call(GroupedBackend::kCutlass, false)}, 2.0);
-  const double contiguous = pair[0], cutlass = pair[1];
+  const std::vector<double> us = interleaved_us_per_call(
+      s, {call(GroupedBackend::kContiguous, false), call(GroupedBackend::kCutlass, false),
+          call(GroupedBackend::kPerGroup, false), call(GroupedBackend::kPerGroup, true)}, 2.0);
+  const double contiguous = us[0], cutlass = us[1], per_group = us[2], replay = us[3];
   bool same = true;
   {  // the two kernels' outputs, bit for bit
     std::vector<uint8_t> x(size_t(m * n * 2)), y(x.size());
@@ -157,8 +153,6 @@ void run_shape(const Shape& sh, std::mt19937_64& rng, bool once = false) {
     }
     same = x == y;
   }
-  const double per_group = time(GroupedBackend::kPerGroup, false);
-  const double replay = time(GroupedBackend::kPerGroup, true);
   const double flops = 2.0 * double(m) * double(n) * double(k);
   int64_t empty = 0;
   for (int64_t x : sizes) empty += x == 0;
