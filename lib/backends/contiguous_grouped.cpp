@@ -17,10 +17,10 @@ bool contiguous_grouped::decode_like(const GroupedGemmArgs& a) {
 
 bool contiguous_grouped::whole_tiles(const GroupedGemmArgs& a) { return a.groups > 0 && a.m >= 128 * a.groups; }
 
-// bench_grouped, interleaved with the CUTLASS kernel: 16 groups of 256 rows, N 2048, K 2048 0.91x
-// (equal) and 0.95x (uneven) its time with the TMA store on an H100 (run FZ; 0.90x / 0.97x on an H200,
-// run FY; 1.01-1.04x before it). More rows per group at K 2048 measured slower (8 x 1024, N 4096:
-// 1.02x; 32 x 512 uneven, N 7168: 1.09x), so the rule stops at 256.
+// bench_grouped on an H100, interleaved with the CUTLASS kernel (run GE, scales in shared memory):
+// at K 2048, 16 groups of 256 rows (N 2048) 0.85x its time (equal sizes) and 0.88x (uneven); more
+// rows per group measured about even (8 x 1024, N 4096: 0.96x; 32 x 512 uneven, N 7168: 1.03x), so
+// the rule stops at 256.
 bool contiguous_grouped::short_k(const GroupedGemmArgs& a) {
   return whole_tiles(a) && a.m <= 256 * a.groups && a.k <= 2048;
 }

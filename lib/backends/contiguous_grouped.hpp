@@ -7,17 +7,16 @@
 //    (host or device) into shared memory itself and walks its tiles from that prefix;
 //  * a tile of a group that ends inside it is loaded whole (the next group's rows ride along) and
 //    stored only up to the group's last row, so groups need no padding;
-//  * one producer warp issues TMA loads into a 5- or 6-stage ring, A multicast across clusters of two; two
-//    consumer warpgroups each run the WGMMAs of 64 rows x 128 columns per 128-deep K block and promote
-//    the block's partial sums into the fp32 accumulator with the row's and the block's scales,
-//    CUTLASS's expressions in CUTLASS's order, so the output is bit-identical to the CUTLASS grouped
-//    kernel's;
-//  * where groups average a whole tile or more (whole_tiles()), whole tiles are stored through shared
-//    memory and TMA.
-// Against the CUTLASS kernel (interleaved timing, bit-identical outputs): 1.15-1.23x its time on the
-// large MoE shapes (K 7168); 0.90-0.97x at K 2048 with groups of 256 rows (short_k()) and, on an H100,
-// 0.95-0.97x on few rows per group over a long K (decode_like(); 1.05-1.07x on an H200): `auto` takes
-// it in those two places (decode on an H100 only);
+//  * one producer warp issues TMA loads into a 5-stage ring, A multicast across clusters of two, and
+//    a second copies each stage's scales into shared memory; two consumer warpgroups each run the
+//    WGMMAs of 64 rows x 128 columns per 128-deep K block and promote the block's partial sums into
+//    the fp32 accumulator with the row's and the block's scales, CUTLASS's expressions in CUTLASS's
+//    order, so the output is bit-identical to the CUTLASS grouped kernel's;
+//  * tiles that lie within one group are stored through shared memory and TMA.
+// Against the CUTLASS kernel (H100, interleaved timing, bit-identical outputs): 1.13-1.17x its time
+// on the large MoE shapes (K 7168); 0.85-0.93x at K 2048 with up to 256 rows per group (short_k())
+// and 0.92-0.95x on few rows per group over a long K (decode_like(); on an H200 1.05-1.07x before
+// the scales moved to shared memory): `auto` takes it in those two places (decode on an H100 only);
 // GroupedBackend::kContiguous asks for it by name anywhere it can run.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
 // why a call is not taken.
@@ -44,13 +43,12 @@ void run(const GroupedGemmArgs& args, Stream stream);
 /// than the CUTLASS kernel there). A host-side rule, defined whether or not the kernel is built.
 bool decode_like(const GroupedGemmArgs& args);
 
-/// Groups of a whole 128-row tile or more on average: the kernel then keeps one pipeline stage fewer
-/// and stores whole tiles through shared memory and TMA.
+/// Groups of a whole 128-row tile or more on average.
 bool whole_tiles(const GroupedGemmArgs& args);
 
 /// A short K (<= 2048) over whole tiles of few groups' rows (average rows per group 128 to 256): the
-/// epilogue is a larger share of each tile, the TMA store pays, and `auto` takes the kernel (measured
-/// faster than the CUTLASS kernel at 256 rows per group, slower at 512 and 1024).
+/// epilogue and each tile's start are a larger share of the time, and `auto` takes the kernel
+/// (measured faster than the CUTLASS kernel at 256 rows per group, about even at 512 and 1024).
 bool short_k(const GroupedGemmArgs& args);
 
 /// A one-line description for explain().

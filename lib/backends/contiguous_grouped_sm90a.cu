@@ -5,10 +5,9 @@
 //    loads, its registers given back with setmaxnreg), warpgroups 1 and 2 compute rows 0-63 and
 //    64-127 of each tile. Producer and consumers walk the same unit sequence (unit u, u + clusters,
 //    ...), so the stage ring's phases agree without any other hand-off.
-//  * Tile configurations (Config): 128 x 128 tiles in clusters of two (with or without the TMA store
-//    below), and 128 x 192 tiles without clusters for few rows per group over a long K (decode_like()
-//    says where it measured faster). A 192-wide tile spans two 128-column scale blocks, split at
-//    column 128 or 64.
+//  * Tile configurations (Config): 128 x 128 tiles in clusters of two, and 128 x 192 tiles without
+//    clusters for few rows per group over a long K (decode_like() says where it measured faster). A
+//    192-wide tile spans two 128-column scale blocks, split at column 128 or 64.
 //  * Clusters of two CTAs take two N tiles of one M tile: each loads half of the A tile and multicasts
 //    it to both, so A crosses from L2 once per pair. A consumer hands a stage back to both CTAs'
 //    producers, and a producer leaves only when every stage it filled has been handed back, so no
@@ -18,15 +17,22 @@
 //    arrive per warp) and its partial sums promoted: accum += part * (scale_a[row] * scale_b[block]),
 //    CUTLASS's expressions in its order, so the output is bit-identical to the CUTLASS kernel's. A
 //    192-wide tile leaves registers for one fragment only (96 + 96 per thread): there the other
-//    warpgroup's WGMMAs run while one promotes. The scales come from global memory (L2), loaded one
-//    block ahead of their use.
-//  * Where groups average a whole tile (whole_tiles()), 128-wide tiles that lie within one group are
-//    stored through shared memory (128-byte swizzled, conflict-free) and TMA, which clips N; the
-//    consumers go on to the next tile while it drains. Other tiles, and the other configurations,
-//    store straight from registers (bf16 pairs), predicated on the group's last row and on N, so a
-//    tile that straddles two groups writes only its own group's rows. (The TMA store measured 11%
-//    faster at 16 x 256 x 2048 x 2048 and no different on the long-K shapes, where the epilogue is a
-//    small share of a tile; its 32 KB cost a pipeline stage, 2-4.5% where no tile is whole.)
+//    warpgroup's WGMMAs run while one promotes.
+//  * The scales travel with the stages: a second producer warp copies each stage's scales (the
+//    tile's 128 A rows, its one or two B blocks) into shared memory with cp.async, arriving on the
+//    stage's full barrier, and the consumers read them there once the stage is full, as DeepGEMM
+//    does. Loaded from L2 by each consumer thread instead, a load still in flight held the next
+//    block's last WGMMA back (the SASS places the scale product between the WGMMAs; Nsight Compute
+//    put 9% of all stall samples on it), and each tile's first loads were not hidden at all. The
+//    copies measured 1-8% faster on eleven of twelve shapes (H100, interleaved, the same bits) and
+//    1.4% slower on the smallest (5 groups of 77 rows, 14.2 against 14.0 us).
+//  * 128-wide tiles that lie within one group are stored through shared memory (128-byte swizzled,
+//    conflict-free) and TMA, which clips N; the consumers go on to the next tile while it drains.
+//    Tiles that straddle two groups, and 192-wide tiles, store straight from registers (bf16 pairs),
+//    predicated on the group's last row and on N, so a tile writes only its own group's rows. (The
+//    TMA store measured 11% faster at 16 x 256 x 2048 x 2048 and no different on the long-K shapes,
+//    where the epilogue is a small share of a tile; its 32 KB cost a pipeline stage, which with the
+//    scales in shared memory no longer measured slower where no tile is whole.)
 // docs/history/performance-notes.md has what each choice measured, and what did not pay.
 #include "backends/contiguous_grouped.hpp"
 
@@ -69,14 +75,14 @@ constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memo
 using Fp8 = cutlass::float_e4m3_t;
 
 // A tile configuration: kBlockN columns per tile (128, or 192 = one and a half scale blocks),
-// kCluster CTAs sharing one A tile by multicast (1 or 2).
-// kTmaStore: whole tiles stored through shared memory and TMA (its 32 KB cost a pipeline stage).
-template <int kBlockN_, int kCluster_, bool kTwoFragments_ = kBlockN_ == 128, bool kTmaStore_ = false>
+// kCluster CTAs sharing one A tile by multicast (1 or 2). 128-wide tiles keep two partial-sum
+// fragments and store whole tiles through shared memory and TMA (its 32 KB cost a pipeline stage).
+template <int kBlockN_, int kCluster_>
 struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
-  static constexpr bool kTwoFragments = kTwoFragments_, kTmaStore = kTmaStore_;
+  static constexpr bool kTwoFragments = kBlockN == 128, kTmaStore = kBlockN == 128;
   static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
-  // 6 stages of 32 KB, 5 beside the staged D tile, or 5 of 40 KB (192-wide)
+  // 5 stages: of 32 KB beside the staged D tile (128-wide), of 40 KB (192-wide)
   static constexpr int kStages = ((kTmaStore ? 168 : 200) * 1024) / kStageBytes;
   static_assert(!kTmaStore || kBlockN % 64 == 0, "D is staged in 64-column boxes");
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
@@ -93,7 +99,9 @@ struct alignas(1024) SharedStorage {
   Fp8 a[C::kStages * kBlockM * kBlockK];  // each stage 1024-byte aligned, as the 128-byte swizzle needs
   Fp8 b[C::kStages * C::kBlockN * kBlockK];
   alignas(1024) uint8_t d[C::kTmaStore ? kBlockM * C::kBlockN * 2 : 16];  // bf16, 64-column boxes of 128 x 128 B
-  uint64_t full[C::kStages];   // TMA bytes landed
+  float sfa[C::kStages * kBlockM];  // each stage's A scales, by tile row
+  float sfb[C::kStages * 2];        // each stage's one or two B scales
+  uint64_t full[C::kStages];   // TMA bytes landed and the scale warp's copies
   uint64_t empty[C::kStages];  // every consumer warp done reading
   int32_t tile_start[kMaxGroups + 1];  // exclusive prefix of the groups' M tiles
   int32_t row_start[kMaxGroups + 1];   // exclusive prefix of the groups' rows
@@ -181,39 +189,42 @@ struct Tile {
   }
 };
 
-// A read-only global load that keeps its place among the (volatile) WGMMA and barrier instructions.
-__device__ __forceinline__ float ld_scale(const float* p) {
+// One 4-byte cp.async (global to shared, through L1).
+__device__ __forceinline__ void cp_async_4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(cute::cast_smem_ptr_to_uint(dst)), "l"(src) : "memory");
+}
+
+// A scale from its stage's shared-memory copy, read after the stage's barrier wait (volatile, so the
+// compiler keeps it there).
+__device__ __forceinline__ float ld_shared(const float* q) {
   float v;
-  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(cute::cast_smem_ptr_to_uint(q)) : "memory");
   return v;
 }
 
-// One tile's K loop for a consumer warpgroup: for each K block, wait for its stage, issue its four
-// WGMMAs into `part` from zero, wait for them, hand the stage back, and promote: accum += part *
+// One tile's K loop for a consumer warpgroup: for each K block, wait for its stage, read its scales
+// (sfa: the thread's first row's A scale in stage 0), issue its four WGMMAs into `part` from zero,
+// wait for them, hand the stage back, and promote: accum += part *
 // (scale_a[row] * scale_b[block]), CUTLASS's expressions in its order, so the output is bit-identical
 // to the CUTLASS kernel's whatever the tile width. While one warpgroup promotes, the other's WGMMAs
 // keep the tensor cores busy. Columns [0, 8 kSplit) of the tile take the first scale block's
 // scale, the rest the second's (a 192-wide tile starts at 0 or 64 within a scale block).
 template <class C, int kSplit, class Ring, class Mma, class FragA, class FragB, class Accum>
 __device__ __forceinline__ void k_loop(const Params& p, Ring& ring, Mma& mma, const FragA& tCrA, const FragB& tCrB,
-                                       Accum& accum, Accum& part, Accum& part2, const float* sa0, const float* sa1,
-                                       const float* sb0, const float* sb1, int lane) {
+                                       Accum& accum, Accum& part, Accum& part2, int lane, const float* sfa,
+                                       const float* sfb) {
   using Full = cutlass::arch::ClusterTransactionBarrier;
   using Empty = cutlass::arch::ClusterBarrier;
   struct Scales {
     float a0, a1, b0, b1;
   };
-  // A K block's scales, loaded from L2 while the tensor cores run and used one WGMMA batch later.
-  // In the one-fragment loop the loads are volatile: the compiler otherwise sinks them below the
-  // wait (seen in the SASS), and each K block then waits out an L2 round trip. The two-fragment loop
-  // keeps the plain loads it was measured and tested with (the compiler places them early there).
-  auto ld = [](const float* q) { return C::kTwoFragments ? __ldg(q) : ld_scale(q); };
-  auto load = [&](int kb) {
-    return Scales{ld(sa0 + kb * p.sa_kb), ld(sa1 + kb * p.sa_kb), ld(sb0 + kb), kSplit < C::kBlockN / 8 ? ld(sb1 + kb) : 0.0f};
-  };
-  // Waits for the next stage and issues its K block's four WGMMAs into `frag`, from zero.
+  // Waits for the next stage, reads its K block's scales, issues the block's four WGMMAs into
+  // `frag`, from zero, and returns the scales.
   auto issue = [&](auto& frag) {
     Full::wait(&ring.full[ring.read], ring.read_phase);
+    const int st = ring.read;
+    const Scales sc{ld_shared(sfa + st * kBlockM), ld_shared(sfa + st * kBlockM + 8), ld_shared(sfb + st * 2),
+                    kSplit < C::kBlockN / 8 ? ld_shared(sfb + st * 2 + 1) : 0.0f};
     warpgroup_fence_operand(frag);
     warpgroup_arrive();
     mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -225,6 +236,7 @@ __device__ __forceinline__ void k_loop(const Params& p, Ring& ring, Mma& mma, co
     warpgroup_commit_batch();
     warpgroup_fence_operand(frag);
     if (++ring.read == C::kStages) ring.read = 0, ring.read_phase ^= 1;
+    return sc;
   };
   // The oldest issued block's WGMMAs are complete: hand its stage back to every producer that
   // writes into it, then promote its partial sums.
@@ -246,22 +258,18 @@ __device__ __forceinline__ void k_loop(const Params& p, Ring& ring, Mma& mma, co
   if constexpr (C::kTwoFragments) {
     // Block k+1's WGMMAs are issued before block k is waited for and promoted; the loop body covers
     // two blocks so that each fragment stays in fixed registers.
-    Scales sc0 = load(0);
-    issue(part);
+    Scales sc0 = issue(part);
     int k = 1;
     for (; k + 1 < p.kb; k += 2) {
-      issue(part2);
-      const Scales sc1 = load(k);
+      const Scales sc1 = issue(part2);
       warpgroup_wait<1>();
       promote(part, sc0);
-      issue(part);
-      sc0 = load(k + 1);
+      sc0 = issue(part);
       warpgroup_wait<1>();
       promote(part2, sc1);
     }
     if (k < p.kb) {
-      issue(part2);
-      const Scales sc1 = load(k);
+      const Scales sc1 = issue(part2);
       warpgroup_wait<1>();
       promote(part, sc0);
       warpgroup_wait<0>();
@@ -273,13 +281,10 @@ __device__ __forceinline__ void k_loop(const Params& p, Ring& ring, Mma& mma, co
   } else {
     // One fragment (a 192-wide tile leaves no registers for a second): while this warpgroup
     // promotes, the other one's WGMMAs keep the tensor cores busy.
-    Scales sc = load(0);
     for (int kb = 0; kb < p.kb; ++kb) {
-      const Scales next = load(kb + 1 < p.kb ? kb + 1 : kb);
-      issue(part);
+      const Scales sc = issue(part);
       warpgroup_wait<0>();
       promote(part, sc);
-      sc = next;
     }
   }
 }
@@ -298,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      Full::init(&s.full[i], 1);
+      Full::init(&s.full[i], 1 + 32);  // the TMA thread and each lane of the scale warp
       Empty::init(&s.empty[i], kCluster * kMathWarpgroups * 4);  // every consumer warp of the cluster
     }
     cutlass::arch::fence_barrier_init();
@@ -344,6 +349,33 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
           Empty::wait(&s.empty[stage], phase ^ 1);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
+    } else if (warp == 1) {
+      // The scale warp: each stage's scales (the tile's 128 rows of A, clamped to the last row, and
+      // one or two B blocks) copied into shared memory; each lane's copies arrive on the stage's full
+      // barrier when they land. It walks the same units as the TMA thread.
+      int stage = 0;
+      uint32_t phase = 0;
+      Tile tile;
+      const int n_blocks = (p.n + 127) / 128;
+      for (int64_t u = first; u < units; u += step) {
+        tile.seek(s, u, n_units, rank, kCluster);
+        const int blk = min(tile.nt * kBlockN / 128, n_blocks - 1);
+        const float* sb = p.sb + tile.g * p.sb_group + int64_t(min(blk + lane, n_blocks - 1)) * p.sb_row;
+        const float* sa[4];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) sa[j] = p.sa + int64_t(min(tile.row0 + lane + 32 * j, p.m - 1)) * p.sa_row;
+        for (int kb = 0; kb < p.kb; ++kb) {
+          Empty::wait(&s.empty[stage], phase ^ 1);
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 4; ++j)
+            cp_async_4(&s.sfa[stage * kBlockM + lane + 32 * j], sa[j] + int64_t(kb) * p.sa_kb);
+          if (lane < 2) cp_async_4(&s.sfb[stage * 2 + lane], sb + kb);
+          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cast_smem_ptr_to_uint(&s.full[stage]))
+                       : "memory");
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+      }
+      asm volatile("cp.async.wait_all;" ::: "memory");
     }
     return;
   }
@@ -364,7 +396,6 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   // The m64nN accumulator: value i of a thread is at row r0 + 8 ((i >> 1) & 1), column c0 + (i & 1) + 8 (i >> 2).
   const int r0 = mw * 64 + (warp % 4) * 16 + lane / 4;
   const int c0 = (lane % 4) * 2;
-  const int n_blocks = (p.n + 127) / 128;  // scale blocks along N
 
   // The consumer's stage ring: `read` is the next stage to wait for, `done` the next to hand back.
   struct Ring {
@@ -376,18 +407,13 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   Tile tile;
   for (int64_t u = first; u < units; u += step) {
     tile.seek(s, u, n_units, rank, kCluster);
-    const float* sa0 = p.sa + int64_t(min(tile.row0 + r0, p.m - 1)) * p.sa_row;
-    const float* sa1 = p.sa + int64_t(min(tile.row0 + r0 + 8, p.m - 1)) * p.sa_row;
     const int col0 = tile.nt * kBlockN;
-    const int blk = min(col0 / 128, n_blocks - 1);
-    const float* sb0 = p.sb + tile.g * p.sb_group + int64_t(blk) * p.sb_row;
-    const float* sb1 = p.sb + tile.g * p.sb_group + int64_t(min(blk + 1, n_blocks - 1)) * p.sb_row;
     if constexpr (kBlockN == 128)
-      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, sa0, sa1, sb0, sb1, lane);
+      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
     else if (col0 % 128 == 0)
-      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, sa0, sa1, sb0, sb1, lane);
+      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
     else
-      k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, sa0, sa1, sb0, sb1, lane);
+      k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
     if (C::kTmaStore && p.tma_store && tile.rows >= kBlockM) {
       // Thread 128 issues the stores: once the previous tile's have read the staging tile, both
@@ -567,19 +593,20 @@ void launch_for(const GroupedGemmArgs& a, Stream stream) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream) {
-  // Without whole tiles the TMA store would only cost a stage (4.5% at 32 x 16 rows, K 2048, run FY).
   if (decode_like(a)) launch_for<Config<192, 1>>(a, stream);
-  else if (whole_tiles(a)) launch_for<Config<128, 2, true, true>>(a, stream);
-  else launch_for<Config<128, 2, true, false>>(a, stream);
+  else launch_for<Config<128, 2>>(a, stream);
 }
 
 std::string describe(const GroupedGemmArgs& a) {
   std::ostringstream os;
   os << "contiguous grouped kernel (sm_90a, ours), one launch for all " << a.groups
-     << " groups: FP8 blockwise 1x128 x 128x128, persistent, TMA producer warp and two WGMMA warpgroups, "
+     << " groups: FP8 blockwise 1x128 x 128x128, persistent, a TMA producer warp, a scale warp "
+        "copying each stage's scales into shared memory and two WGMMA warpgroups, "
      << (decode_like(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (few rows per group over a long K)"
                         : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
-     << (whole_tiles(a) && reinterpret_cast<uintptr_t>(a.d) % 16 == 0 ? ", whole tiles stored through shared memory and TMA" : "")
+     << (!decode_like(a) && a.m >= 128 && reinterpret_cast<uintptr_t>(a.d) % 16 == 0
+             ? ", tiles within one group stored through shared memory and TMA"
+             : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();
