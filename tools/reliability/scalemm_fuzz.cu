@@ -1064,7 +1064,6 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
   const char* kernel = how.find("CUTLASS grouped backend") != std::string::npos      ? "cutlass"
                        : how.find("contiguous grouped backend") != std::string::npos ? "contiguous"
                                                                                       : nullptr;
-  const bool cutlass_ran = kernel != nullptr;
   if (verbose_) std::printf("plan: %s\n", how.c_str());
 
   auto call = [&](GroupedGemmArgs x, void* d) -> bool {
@@ -1084,7 +1083,7 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
   if (status) copy_async(&status1, status, 4, cudaMemcpyDeviceToHost, s);
   if (!call(ga, d2)) return true;
   void* d3 = nullptr;
-  if (cutlass_ran) {  // the same inputs on the per-group backend (cuBLASLt or the dense plans)
+  if (kernel) {  // the same inputs on the per-group backend (cuBLASLt or the dense plans)
     GroupedGemmArgs x = ga;
     x.backend = GroupedBackend::kPerGroup;
     d3 = d3_.need(out_bytes);
@@ -1099,7 +1098,7 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
 
   ++st.by_regime[int(c.regime)];
   ++st.by_out[std::string(to_string(c.out))];
-  ++st.grouped_paths[std::string(cutlass_ran ? kernel : "per-group") + (mg ? " m" : " k") +
+  ++st.grouped_paths[std::string(kernel ? kernel : "per-group") + (mg ? " m" : " k") +
                      (c.device_sizes ? " device-sizes" : "")];
   if (status && status1 != 0) fail(c, st, "device_status " + std::to_string(status1) + " after valid device-side sizes");
   ++st.determinism_checks;
@@ -1133,7 +1132,7 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
     probe.space = ga.space;
     Plan plan;
     plan.backend = Backend::kNative;
-    if (!cutlass_ran) {
+    if (!kernel) {
       try {
         plan = auto_->plan(probe);
       } catch (const Error& e) {
@@ -1154,7 +1153,7 @@ bool Fuzzer::run_grouped(const GroupedConfig& c, Stats& st) {
     if (!cmp.within_tolerance()) {
       const int64_t w = cmp.nonfinite_mismatches ? -1 : cmp.first_violation;
       std::ostringstream os;
-      os << "group " << gi << " (" << (cutlass_ran ? std::string(kernel) + " kernel" : std::string(to_string(plan.backend))) << ") vs reference: "
+      os << "group " << gi << " (" << (kernel ? std::string(kernel) + " kernel" : std::string(to_string(plan.backend))) << ") vs reference: "
          << cmp.violations << " outside tolerance " << tol.to_string() << ", " << cmp.nonfinite_mismatches
          << " NaN/Inf mismatches (ref nan " << cmp.nan_ref << " inf " << cmp.inf_ref << ", got nan " << cmp.nan_test
          << " inf " << cmp.inf_test << ")";
