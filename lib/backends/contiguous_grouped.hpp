@@ -9,7 +9,7 @@
 //    stored only up to the group's last row, so groups need no padding;
 //  * one producer warp issues TMA loads into a 5-stage ring, A multicast across clusters of two, and
 //    a second copies each stage's scales into shared memory; two consumer warpgroups each run the
-//    WGMMAs of 64 rows x 128 columns per 128-deep K block and promote the block's partial sums into
+//    WGMMAs of 64 rows x 128 columns (192 at decode) per 128-deep K block and promote the block's partial sums into
 //    the fp32 accumulator with the row's and the block's scales, CUTLASS's expressions in CUTLASS's
 //    order, so the output is bit-identical to the CUTLASS grouped kernel's;
 //  * tiles that lie within one group are stored through shared memory and TMA.
