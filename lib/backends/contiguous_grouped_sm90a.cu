@@ -6,8 +6,8 @@
 //    64-127 of each tile. Producer and consumers walk the same unit sequence (unit u, u + clusters,
 //    ...), so the stage ring's phases agree without any other hand-off.
 //  * Tile configurations (Config): 128 x 128 tiles in clusters of two, and 128 x 192 tiles without
-//    clusters for few rows per group over a long K (decode_like() says where it measured faster). A
-//    192-wide tile spans two 128-column scale blocks, split at column 128 or 64.
+//    clusters over a long K with few or many rows per group (wide_tiles() says where they measured
+//    faster). A 192-wide tile spans two 128-column scale blocks, split at column 128 or 64.
 //  * Clusters of two CTAs take two N tiles of one M tile: each loads half of the A tile and multicasts
 //    it to both, so A crosses from L2 once per pair. A consumer hands a stage back to both CTAs'
 //    producers, and a producer leaves only when every stage it filled has been handed back, so no
@@ -26,13 +26,18 @@
 //    put 9% of all stall samples on it), and each tile's first loads were not hidden at all. The
 //    copies measured 1-8% faster on eleven of twelve shapes (H100, interleaved, the same bits) and
 //    1.4% slower on the smallest (5 groups of 77 rows, 14.2 against 14.0 us).
-//  * 128-wide tiles that lie within one group are stored through shared memory (128-byte swizzled,
+//  * Tiles that lie within one group are stored through shared memory (128-byte swizzled,
 //    conflict-free) and TMA, which clips N; the consumers go on to the next tile while it drains.
-//    Tiles that straddle two groups, and 192-wide tiles, store straight from registers (bf16 pairs),
-//    predicated on the group's last row and on N, so a tile writes only its own group's rows. (The
-//    TMA store measured 11% faster at 16 x 256 x 2048 x 2048 and no different on the long-K shapes,
-//    where the epilogue is a small share of a tile; its 32 KB cost a pipeline stage, which with the
-//    scales in shared memory no longer measured slower where no tile is whole.)
+//    Tiles that straddle two groups store straight from registers (bf16 pairs), predicated on the
+//    group's last row and on N, so a tile writes only its own group's rows. (The TMA store measured
+//    11% faster at 16 x 256 x 2048 x 2048, and with 192-wide tiles 5-9% faster on the long-K shapes;
+//    the staged tile costs a pipeline stage, which with the scales in shared memory no longer
+//    measured slower anywhere.)
+//  * The role branches and the unit loop read their warp index, validity and tile count through
+//    lane 0 (__shfl_sync), so the compiler knows they are warp-uniform, as DeepGEMM and CUTLASS do:
+//    the consumers' stage indices and WGMMA descriptors then live in uniform registers. Without it
+//    each descriptor took an add and a register-to-uniform move before every WGMMA (133 instructions
+//    per K block and warp against 118); 128 x 192 tiles measured 5-9% faster (H100, the same bits).
 // docs/history/performance-notes.md has what each choice measured, and what did not pay.
 #include "backends/contiguous_grouped.hpp"
 
@@ -76,15 +81,15 @@ using Fp8 = cutlass::float_e4m3_t;
 
 // A tile configuration: kBlockN columns per tile (128, or 192 = one and a half scale blocks),
 // kCluster CTAs sharing one A tile by multicast (1 or 2). 128-wide tiles keep two partial-sum
-// fragments and store whole tiles through shared memory and TMA (its 32 KB cost a pipeline stage).
+// fragments. Whole tiles are stored through shared memory and TMA: the staged D tile costs a
+// pipeline stage (5 stages of 32 KB with 128-wide tiles, 4 of 40 KB with 192-wide ones).
 template <int kBlockN_, int kCluster_>
 struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
-  static constexpr bool kTwoFragments = kBlockN == 128, kTmaStore = kBlockN == 128;
+  static constexpr bool kTwoFragments = kBlockN == 128;
   static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
-  // 5 stages: of 32 KB beside the staged D tile (128-wide), of 40 KB (192-wide)
-  static constexpr int kStages = ((kTmaStore ? 168 : 200) * 1024) / kStageBytes;
-  static_assert(!kTmaStore || kBlockN % 64 == 0, "D is staged in 64-column boxes");
+  static constexpr int kStages = (208 * 1024 - kBlockM * kBlockN * 2) / kStageBytes;
+  static_assert(kBlockN % 64 == 0, "D is staged in 64-column boxes");
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
                                              Shape<Int<kBlockM>, Int<kBlockK>, Int<kStages>>{}));
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
@@ -98,7 +103,7 @@ template <class C>
 struct alignas(1024) SharedStorage {
   Fp8 a[C::kStages * kBlockM * kBlockK];  // each stage 1024-byte aligned, as the 128-byte swizzle needs
   Fp8 b[C::kStages * C::kBlockN * kBlockK];
-  alignas(1024) uint8_t d[C::kTmaStore ? kBlockM * C::kBlockN * 2 : 16];  // bf16, 64-column boxes of 128 x 128 B
+  alignas(1024) uint8_t d[kBlockM * C::kBlockN * 2];  // bf16, 64-column boxes of 128 x 128 B
   float sfa[C::kStages * kBlockM];  // each stage's A scales, by tile row
   float sfb[C::kStages * 2];        // each stage's one or two B scales
   uint64_t full[C::kStages];   // TMA bytes landed and the scale warp's copies
@@ -123,7 +128,7 @@ struct Params {
   float alpha;
   const void* device_sizes;  // or host_sizes below
   bool sizes_int64;
-  bool tma_store;  // Config::kTmaStore, and D 16-byte aligned with at least one whole tile
+  bool tma_store;  // D 16-byte aligned, with at least one whole tile
   int32_t* device_status;
 };
 template <int kCap>
@@ -296,7 +301,10 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   extern __shared__ uint8_t smem_raw[];
   using Storage = SharedStorage<C>;
   Storage& s = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+  // The warp index through a shuffle, so that the compiler knows it is warp-uniform: the role branches
+  // below are then uniform, and the consumers' stage indices, barrier addresses and WGMMA descriptors
+  // stay in uniform registers (without it every descriptor took a register-to-uniform move).
+  const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x) / 32, 0), lane = threadIdx.x % 32, wg = warp / 4;
   using Full = cutlass::arch::ClusterTransactionBarrier;
   using Empty = cutlass::arch::ClusterBarrier;
   const int rank = int(cute::block_rank_in_cluster());
@@ -309,14 +317,16 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     cutlass::arch::fence_barrier_init();
     prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.a));
     prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.b));
-    if (C::kTmaStore && p.tma_store) prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.dmap));
+    if (p.tma_store) prefetch_tma_descriptor(reinterpret_cast<const TmaDescriptor*>(&p.dmap));
   }
   if (warp == 1) scan_groups(p, s, lane);
   __syncthreads();
   cute::cluster_sync();  // the peer's barriers exist before anything reaches them
-  if (!s.valid) return;  // both CTAs of a cluster read the same sizes
+  // Read from shared memory through lane 0, so that the compiler knows the unit loops below are
+  // warp-uniform (and with them the stage ring the consumers carry across tiles).
+  if (!__shfl_sync(0xffffffffu, s.valid, 0)) return;  // both CTAs of a cluster read the same sizes
   const int n_units = (p.n_tiles + kCluster - 1) / kCluster;
-  const int64_t units = int64_t(s.tile_start[p.groups]) * n_units;
+  const int64_t units = int64_t(__shfl_sync(0xffffffffu, s.tile_start[p.groups], 0)) * n_units;
   const int64_t first = blockIdx.x / kCluster, step = gridDim.x / kCluster;
 
   if (wg == 0) {  // producer
@@ -387,8 +397,17 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   Tensor sA = make_tensor(make_smem_ptr(s.a), typename C::SmemLayoutA{});
   Tensor sB = make_tensor(make_smem_ptr(s.b), typename C::SmemLayoutB{});
   auto wg_mma = mma.get_slice(mw * 128);
-  Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
-  Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));
+  // The operands' shared-memory descriptors, their base shuffled from lane 0 so that the compiler
+  // knows it is warp-uniform (as DeepGEMM does): each stage's and K step's descriptor is then an add
+  // in uniform registers, not an add and a register-to-uniform move before every WGMMA.
+  auto uniform = [](auto t) {
+    cute::GmmaDescriptor d = t.data().desc_;
+    d.reg32_[0] = __shfl_sync(0xffffffffu, d.reg32_[0], 0);
+    d.reg32_[1] = __shfl_sync(0xffffffffu, d.reg32_[1], 0);
+    return make_tensor(GMMA::DescriptorIterator{d}, t.layout());
+  };
+  Tensor tCrA = uniform(wg_mma.make_fragment_A(wg_mma.partition_A(sA)));  // (MMA, MMA_M, MMA_K, PIPE)
+  Tensor tCrB = uniform(wg_mma.make_fragment_B(wg_mma.partition_B(sB)));
   Tensor accum = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
   Tensor part = make_fragment_like(accum);
   Tensor part2 = make_fragment_like(accum);  // unused (so never allocated) with one fragment
@@ -415,7 +434,8 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     else
       k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
-    if (C::kTmaStore && p.tma_store && tile.rows >= kBlockM) {
+    // (the tile's row count through lane 0: a branch the compiler knows is uniform)
+    if (p.tma_store && __shfl_sync(0xffffffffu, tile.rows, 0) >= kBlockM) {
       // Thread 128 issues the stores: once the previous tile's have read the staging tile, both
       // warpgroups write it (each row's 16-byte chunks XOR-swizzled by row, as the map's 128-byte
       // swizzle reads them), then it is stored box by box.
@@ -447,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       }
     }
   }
-  if (C::kTmaStore && threadIdx.x == 128) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // stores complete
+  if (threadIdx.x == 128) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");  // stores complete
 #endif
 }
 
@@ -512,7 +532,7 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   static MapCache* cache = new MapCache;
   ParamsWith<kCap> p;
   // TMA needs D 16-byte aligned (its rows are: N % 8 == 0); without a whole tile nothing goes through it.
-  p.tma_store = C::kTmaStore && reinterpret_cast<uintptr_t>(a.d) % 16 == 0 && a.m >= kBlockM;
+  p.tma_store = reinterpret_cast<uintptr_t>(a.d) % 16 == 0 && a.m >= kBlockM;
   const MapCache::Key key{a.a.data, a.b.data, p.tma_store ? a.d : nullptr, a.m, a.n, a.k, a.groups};
   {
     std::lock_guard<std::mutex> lock(cache->mu);
@@ -593,7 +613,7 @@ void launch_for(const GroupedGemmArgs& a, Stream stream) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream) {
-  if (decode_like(a)) launch_for<Config<192, 1>>(a, stream);
+  if (wide_tiles(a)) launch_for<Config<192, 1>>(a, stream);
   else launch_for<Config<128, 2>>(a, stream);
 }
 
@@ -602,9 +622,9 @@ std::string describe(const GroupedGemmArgs& a) {
   os << "contiguous grouped kernel (sm_90a, ours), one launch for all " << a.groups
      << " groups: FP8 blockwise 1x128 x 128x128, persistent, a TMA producer warp, a scale warp "
         "copying each stage's scales into shared memory and two WGMMA warpgroups, "
-     << (decode_like(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (few rows per group over a long K)"
-                        : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
-     << (!decode_like(a) && a.m >= 128 && reinterpret_cast<uintptr_t>(a.d) % 16 == 0
+     << (wide_tiles(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few or many rows per group)"
+                       : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
+     << (a.m >= 128 && reinterpret_cast<uintptr_t>(a.d) % 16 == 0
              ? ", tiles within one group stored through shared memory and TMA"
              : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "

@@ -312,10 +312,11 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     x.backend = GroupedBackend::kAuto;
     return x;
   };
-  kept.reserve(2);
+  kept.reserve(3);
   {  // few rows per group over a long K (decode): measured faster than the CUTLASS kernel, auto takes it
     GroupedGemmArgs da = auto_args({8, 0, 64, 1}, 4096, 2048);
     CHECK(backends::contiguous_grouped::decode_like(da));
+    CHECK(backends::contiguous_grouped::wide_tiles(da));
     CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles"));
     {  // on an H200 the CUTLASS kernel measured faster there
       dispatch::SimulatedDevices sim = machine(90);
@@ -347,6 +348,22 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     CHECK(backends::contiguous_grouped::whole_tiles(sa));
     sa.m = 255;  // less than a tile per group
     CHECK_FALSE(backends::contiguous_grouped::whole_tiles(sa));
+    CHECK_FALSE(backends::contiguous_grouped::wide_tiles(sa));
+  }
+  {  // many rows per group over a long K: by name, the kernel's 128 x 192 tiles; auto keeps the CUTLASS kernel
+    GroupedGemmArgs wa = auto_args({1024, 0, 700, 324}, 4096, 512);
+    CHECK(backends::contiguous_grouped::wide_tiles(wa));
+    CHECK_FALSE(backends::contiguous_grouped::decode_like(wa));
+    CHECK_THAT(h90.explain(wa), Catch::Contains("CUTLASS grouped backend") && !Catch::Contains("contiguous grouped backend"));
+    wa.backend = GroupedBackend::kContiguous;
+    CHECK_THAT(h90.explain(wa), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles") &&
+                                   Catch::Contains("a long K with few or many rows per group"));
+    wa.m = 4 * 512 - 1;  // fewer than 512 rows per group on average (4 groups): 128 x 128 tiles
+    CHECK_FALSE(backends::contiguous_grouped::wide_tiles(wa));
+    wa.m = 4 * 512;
+    CHECK(backends::contiguous_grouped::wide_tiles(wa));
+    wa.k = 3968;  // a K below 4096
+    CHECK_FALSE(backends::contiguous_grouped::wide_tiles(wa));
   }
   a.backend = GroupedBackend::kContiguous;
   CHECK_THAT(refusal(h100, a), Catch::Contains("built for sm_90a; this device is sm_100"));
