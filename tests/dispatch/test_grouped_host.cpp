@@ -303,7 +303,8 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
                        Catch::Contains("from host sizes"));
   a.backend = GroupedBackend::kAuto;  // measured slower than the CUTLASS kernel here: auto keeps that one
   CHECK_THAT(h90.explain(a), Catch::Contains("CUTLASS grouped backend") && !Catch::Contains("contiguous grouped backend"));
-  // An auto call over compact blockwise inputs of these sizes, K and N.
+  // An auto call over compact blockwise inputs of these sizes, K and N. Only planned: the cases below
+  // build small operands (their exact product is computed on the host) and then set the K and N planned.
   std::vector<GroupedInputs> kept;  // the args point into them
   auto auto_args = [&](std::vector<int64_t> sizes, int64_t k, int64_t n) {
     kept.push_back(scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
@@ -314,7 +315,8 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
   };
   kept.reserve(3);
   {  // few rows per group over a long K (decode): measured faster than the CUTLASS kernel, auto takes it
-    GroupedGemmArgs da = auto_args({8, 0, 64, 1}, 4096, 2048);
+    GroupedGemmArgs da = auto_args({8, 0, 64, 1}, 128, 16);
+    da.k = 4096, da.n = 2048;
     CHECK(backends::contiguous_grouped::decode_like(da));
     CHECK(backends::contiguous_grouped::wide_tiles(da));
     CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles"));
@@ -332,7 +334,8 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     CHECK_FALSE(backends::contiguous_grouped::decode_like(da));
   }
   {  // a short K over whole tiles (the TMA store pays): auto takes it; with a long K it does not
-    GroupedGemmArgs sa = auto_args({256, 0, 300, 200}, 2048, 256);
+    GroupedGemmArgs sa = auto_args({256, 0, 300, 200}, 128, 16);
+    sa.k = 2048, sa.n = 256;
     CHECK(backends::contiguous_grouped::whole_tiles(sa));
     CHECK(backends::contiguous_grouped::short_k(sa));
     CHECK_FALSE(backends::contiguous_grouped::decode_like(sa));
@@ -351,7 +354,8 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     CHECK_FALSE(backends::contiguous_grouped::wide_tiles(sa));
   }
   {  // many rows per group over a long K: by name, the kernel's 128 x 192 tiles; auto keeps the CUTLASS kernel
-    GroupedGemmArgs wa = auto_args({1024, 0, 700, 324}, 4096, 512);
+    GroupedGemmArgs wa = auto_args({1024, 0, 700, 324}, 128, 16);
+    wa.k = 4096;
     CHECK(backends::contiguous_grouped::wide_tiles(wa));
     CHECK_FALSE(backends::contiguous_grouped::decode_like(wa));
     CHECK_THAT(h90.explain(wa), Catch::Contains("CUTLASS grouped backend") && !Catch::Contains("contiguous grouped backend"));
