@@ -7,16 +7,18 @@
 //    (host or device) into shared memory itself and walks its tiles from that prefix;
 //  * a tile of a group that ends inside it is loaded whole (the next group's rows ride along) and
 //    stored only up to the group's last row, so groups need no padding;
-//  * one producer warp issues TMA loads into a 5-stage ring, A multicast across clusters of two, and
-//    a second copies each stage's scales into shared memory; two consumer warpgroups each run the
-//    WGMMAs of 64 rows x 128 columns (192 at decode) per 128-deep K block and promote the block's partial sums into
-//    the fp32 accumulator with the row's and the block's scales, CUTLASS's expressions in CUTLASS's
-//    order, so the output is bit-identical to the CUTLASS grouped kernel's;
+//  * one producer warp issues TMA loads into a 4- or 5-stage ring, A multicast across clusters of two
+//    with 128-wide tiles, and a second copies each stage's scales into shared memory; two consumer
+//    warpgroups each run the WGMMAs of 64 rows x 128 columns (192 over a long K: wide_tiles()) per
+//    128-deep K block and promote the block's partial sums into the fp32 accumulator with the row's
+//    and the block's scales, CUTLASS's expressions in CUTLASS's order, so the output is
+//    bit-identical to the CUTLASS grouped kernel's;
 //  * tiles that lie within one group are stored through shared memory and TMA.
-// Against the CUTLASS kernel (H100, interleaved timing, bit-identical outputs): 1.13-1.17x its time
-// on the large MoE shapes (K 7168); 0.85-0.93x at K 2048 with up to 256 rows per group (short_k())
-// and 0.92-0.95x on few rows per group over a long K (decode_like(); on an H200 1.05-1.07x before
-// the scales moved to shared memory): `auto` takes it in those two places (decode on an H100 only);
+// Against the CUTLASS kernel (H100, interleaved timing, bit-identical outputs): 0.98-1.02x its time
+// on the large MoE shapes (K 7168, about even: `auto` keeps CUTLASS's); 0.83-0.92x at K 2048 with
+// up to 256 rows per group (short_k()) and 0.92-0.96x on few rows per group over a long K
+// (decode_like(); on an H200 1.05-1.07x before the scales moved to shared memory): `auto` takes it
+// in those two places (decode on an H100 only);
 // GroupedBackend::kContiguous asks for it by name anywhere it can run.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
 // why a call is not taken.

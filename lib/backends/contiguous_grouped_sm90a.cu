@@ -30,14 +30,15 @@
 //    conflict-free) and TMA, which clips N; the consumers go on to the next tile while it drains.
 //    Tiles that straddle two groups store straight from registers (bf16 pairs), predicated on the
 //    group's last row and on N, so a tile writes only its own group's rows. (The TMA store measured
-//    11% faster at 16 x 256 x 2048 x 2048, and with 192-wide tiles 5-9% faster on the long-K shapes;
+//    11% faster at 16 x 256 x 2048 x 2048, and with 192-wide tiles 6-7% faster on the long-K shapes;
 //    the staged tile costs a pipeline stage, which with the scales in shared memory no longer
 //    measured slower anywhere.)
 //  * The role branches and the unit loop read their warp index, validity and tile count through
 //    lane 0 (__shfl_sync), so the compiler knows they are warp-uniform, as DeepGEMM and CUTLASS do:
 //    the consumers' stage indices and WGMMA descriptors then live in uniform registers. Without it
 //    each descriptor took an add and a register-to-uniform move before every WGMMA (133 instructions
-//    per K block and warp against 118); 128 x 192 tiles measured 5-9% faster (H100, the same bits).
+//    per K block and warp against 118); 128 x 192 tiles measured 6% faster on the long-K shapes (H100,
+//    the same bits).
 // docs/history/performance-notes.md has what each choice measured, and what did not pay.
 #include "backends/contiguous_grouped.hpp"
 
