@@ -71,12 +71,9 @@ inline GroupedInputs make_grouped(GroupDim dim, Recipe ra, Recipe rb, ScaleForma
       HostOperand a = exact_operand(ra, mg, in.k, fa, rng);
       append(in.a_data, a.data);
       append(in.a_scale, a.scales, fa == ScaleFormat::kCublasLt);
+      const std::vector<double> av = dequant_rows(a), bv = dequant_rows(b);
       for (int64_t i = 0; i < mg; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          double acc = 0.0;
-          for (int64_t kk = 0; kk < in.k; ++kk) acc += dequant(a, i, kk) * dequant(b, j, kk);
-          in.expected[size_t((r0 + i) * n + j)] = acc;
-        }
+        for (int64_t j = 0; j < n; ++j) in.expected[size_t((r0 + i) * n + j)] = exact_dot(av, bv, in.k, i, j, 0, in.k);
       r0 += mg;
     }
   } else {
@@ -84,14 +81,12 @@ inline GroupedInputs make_grouped(GroupDim dim, Recipe ra, Recipe rb, ScaleForma
     HostOperand a = exact_operand(ra, in.m, in.k, fa, rng), b = exact_operand(rb, n, in.k, fb, rng);
     in.a_data = a.data, in.a_scale = a.scales, in.b_data = b.data, in.b_scale = b.scales;
     in.expected.assign(size_t(G * in.m * n), 0.0);
+    const std::vector<double> av = dequant_rows(a), bv = dequant_rows(b);
     int64_t k0 = 0;
     for (int64_t g = 0; g < G; ++g) {
       for (int64_t i = 0; i < in.m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          double acc = 0.0;
-          for (int64_t kk = k0; kk < k0 + sizes[size_t(g)]; ++kk) acc += dequant(a, i, kk) * dequant(b, j, kk);
-          in.expected[size_t((g * in.m + i) * n + j)] = acc;
-        }
+        for (int64_t j = 0; j < n; ++j)
+          in.expected[size_t((g * in.m + i) * n + j)] = exact_dot(av, bv, in.k, i, j, k0, k0 + sizes[size_t(g)]);
       k0 += sizes[size_t(g)];
     }
   }

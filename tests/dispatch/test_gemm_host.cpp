@@ -12,7 +12,8 @@
 using namespace scalemm;
 using scalemm::testing::HostOperand;
 
-using scalemm::testing::dequant;
+using scalemm::testing::dequant_rows;
+using scalemm::testing::exact_dot;
 
 TEST_CASE("host GEMMs through the handle equal the exact product for every recipe pair", "[dispatch][host]") {
   auto rng = scalemm::testing::rng(0xD15A);
@@ -38,10 +39,10 @@ TEST_CASE("host GEMMs through the handle equal the exact product for every recip
       args.space = MemorySpace::kHost;
       h.gemm(args);
       int64_t mismatches = 0;
+      const std::vector<double> av = dequant_rows(a), bv = dequant_rows(b);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-          double acc = 0.0;
-          for (int64_t kk = 0; kk < k; ++kk) acc += dequant(a, i, kk) * dequant(b, j, kk);
+          const double acc = exact_dot(av, bv, k, i, j, 0, k);
           const double want = 0.5 * acc + formats::decode_bf16(bias[size_t(j)]);
           mismatches += d[size_t(i * n + j)] != float(want);
         }
@@ -109,12 +110,9 @@ TEST_CASE("fast accumulation: refused for block recipes, planned as cuBLASLt's F
     CHECK_THAT(h.plan(args).explain(), Catch::Contains("accumulates exactly"));
     h.gemm(args);
     int64_t mismatches = 0;
+    const std::vector<double> av = dequant_rows(a), bv = dequant_rows(b);
     for (int64_t i = 0; i < 8; ++i)
-      for (int64_t j = 0; j < 16; ++j) {
-        double acc = 0.0;
-        for (int64_t kk = 0; kk < 256; ++kk) acc += dequant(a, i, kk) * dequant(b, j, kk);
-        mismatches += d[size_t(i * 16 + j)] != float(acc);
-      }
+      for (int64_t j = 0; j < 16; ++j) mismatches += d[size_t(i * 16 + j)] != float(exact_dot(av, bv, 256, i, j, 0, 256));
     CHECK(mismatches == 0);
   }
 }

@@ -136,4 +136,24 @@ inline double dequant(const HostOperand& op, int64_t r, int64_t kk) {
   return v * s * op.global_scale;
 }
 
+/// Every element's dequant() value, row-major (rows, k): decoded once, so that an fp64 oracle over
+/// large operands is one dot product per output instead of two decodes per product.
+inline std::vector<double> dequant_rows(const HostOperand& op) {
+  std::vector<double> out(static_cast<size_t>(op.rows * op.k));
+  for (int64_t r = 0; r < op.rows; ++r)
+    for (int64_t kk = 0; kk < op.k; ++kk) out[static_cast<size_t>(r * op.k + kk)] = dequant(op, r, kk);
+  return out;
+}
+
+/// The sum over kk in [k0, k1) of a(i, kk) * b(j, kk) in kk order, for dequant_rows() values of two
+/// operands of k columns: the same products in the same order as summing dequant() directly.
+inline double exact_dot(const std::vector<double>& a, const std::vector<double>& b, int64_t k, int64_t i, int64_t j,
+                        int64_t k0, int64_t k1) {
+  const double* x = a.data() + i * k;
+  const double* y = b.data() + j * k;
+  double acc = 0.0;
+  for (int64_t kk = k0; kk < k1; ++kk) acc += x[kk] * y[kk];
+  return acc;
+}
+
 }  // namespace scalemm::testing
