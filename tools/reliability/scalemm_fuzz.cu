@@ -26,7 +26,9 @@
 //
 // --grouped draws grouped calls instead (Handle::grouped_gemm): m- or k-grouped, G in {1, ..., 64} with
 // empty and odd-sized groups, any recipe pair (weighted to the CUTLASS kernel's), host or device-side
-// sizes, the automatic choice or a forced grouped backend. Each group's rows are checked against a
+// sizes, the automatic choice or a forced grouped backend; on a GPU, 2% of the m-grouped draws take a
+// long K (4096 and tails) with 512-600 rows per group over blockwise operands, the contiguous
+// kernel's 128 x 192 tiles. Each group's rows are checked against a
 // float64 product of the dequantized operands within the tolerance of the dense plan that group runs
 // (the native tier's for the CUTLASS kernel), an empty k-group's D[g] must be exactly zero, two calls
 // must give the same bytes, device_status must say 0, and a CUTLASS result must agree with the
@@ -254,12 +256,25 @@ GroupedConfig draw_grouped(uint64_t seed, uint64_t id) {
   std::pair<Recipe, Recipe> pr = p < 0.55 ? pick(g, kernel_pairs) : p < 0.85 ? pick(g, accelerated)
                                  : std::pair<Recipe, Recipe>{kAllRecipes[size_t(uni(g, 0, 6))], kAllRecipes[size_t(uni(g, 0, 6))]};
   c.ra = pr.first, c.rb = pr.second;
+  // 2% of m-grouped draws: a long K over blockwise 1x128 x 128x128 with 512 rows or more per group,
+  // where the contiguous kernel runs 128 x 192 tiles (contiguous_grouped.hpp, wide_tiles); about 1100
+  // rows x 264 columns at most, so that the float64 reference stays near a second (GPU runs only:
+  // under --host the reference backend's own GEMM takes seconds more, and no kernel is under test).
+  const bool long_k = !g_host && c.dim == GroupDim::kM && unif(g) < 0.02;
+  if (long_k) c.ra = Recipe::kBlock1x128, c.rb = Recipe::kBlock128x128;
   draw_types(g, c, 0.8, 0.75);
   static const int64_t dims[] = {1, 2, 3, 7, 8, 16, 17, 31, 32, 33, 64, 65, 96, 127, 128, 129, 192, 256, 264};
   static const int64_t aligned[] = {16, 32, 64, 96, 128, 192, 256};
   c.n = unif(g) < 0.6 ? pick(g, aligned) : pick(g, dims);
   const bool fp4 = c.ra == Recipe::kNvfp4 || c.rb == Recipe::kNvfp4;
-  if (c.dim == GroupDim::kM) {
+  if (long_k) {
+    // N 136 and 200 end inside a 192-wide tile; 200's second tile starts 64 columns into a scale block.
+    static const int64_t wide_n[] = {64, 136, 200, 264}, wide_rows[] = {512, 520, 600}, k_tails[] = {0, 16, 128, 144};
+    c.n = pick(g, wide_n);
+    const int64_t G = uni(g, 1, 2);
+    for (int64_t i = 0; i < G; ++i) c.sizes.push_back(pick(g, wide_rows));
+    c.m_or_k = 4096 + pick(g, k_tails);
+  } else if (c.dim == GroupDim::kM) {
     static const int64_t groups[] = {1, 2, 3, 4, 7, 16, 64};
     const int64_t G = pick(g, groups);
     // Totals stay near 1024 rows at most (the float64 reference runs on the host).
@@ -295,6 +310,7 @@ GroupedConfig draw_grouped(uint64_t seed, uint64_t id) {
               : b < 0.75 ? GroupedBackend::kPerGroup
               : b < 0.9  ? GroupedBackend::kCutlass
                          : GroupedBackend::kContiguous;
+  if (long_k && unif(g) < 0.5) c.backend = GroupedBackend::kContiguous, c.out = DType::kBF16;
   // Device-side sizes where A's scales do not depend on them: m-grouped A needs a per-row recipe in
   // compact format (grouped.hpp); k-grouped scales are whole-tensor ones.
   const bool per_row_a = c.fa == ScaleFormat::kCompact && (c.ra == Recipe::kRowwise || c.ra == Recipe::kBlock1x128 ||
