@@ -17,11 +17,12 @@ bool contiguous_grouped::decode_like(const GroupedGemmArgs& a) {
 
 bool contiguous_grouped::whole_tiles(const GroupedGemmArgs& a) { return a.groups > 0 && a.m >= 128 * a.groups; }
 
-// The kernel against itself on an H100 (interleaved, the same bits): 128 x 192 tiles took 0.87-0.88x
-// the time of 128 x 128 ones at K 7168 with 1000-2048 rows per group (N 2048 and 4096) and 0.98x at
-// 64 x 32 rows; 1.03-1.08x at K 2048 with 256 rows per group, and more on one group of 16-200 rows.
+// The kernel against itself on an H100 (interleaved, the same bits, run GO): at K 4096-7168, 128 x 192
+// tiles took 0.89-0.96x the time of 128 x 128 ones with 256-2048 rows per group (N 4096-7168; even at
+// 256 rows and N 2048) and 0.99x at 64 x 8-32 rows; 1.04x at K 2048 with 256 rows per group, and
+// 1.15-1.2x on one group of 16-200 rows.
 bool contiguous_grouped::wide_tiles(const GroupedGemmArgs& a) {
-  return decode_like(a) || (a.groups > 0 && a.k >= 4096 && a.m >= 512 * a.groups);
+  return decode_like(a) || (a.groups > 0 && a.k >= 4096 && a.m >= 256 * a.groups);
 }
 
 // bench_grouped on an H100, interleaved with the CUTLASS kernel (run GE, scales in shared memory):

@@ -46,7 +46,7 @@ void run(const GroupedGemmArgs& args, Stream stream);
 bool decode_like(const GroupedGemmArgs& args);
 
 /// The kernel's 128 x 192 tiles: a long K (>= 4096) with few rows per group (decode_like()) or many
-/// (512 or more on average); elsewhere 128 x 128 tiles in clusters of two measured faster. A
+/// (256 or more on average); elsewhere 128 x 128 tiles in clusters of two measured faster. A
 /// host-side rule, defined whether or not the kernel is built.
 bool wide_tiles(const GroupedGemmArgs& args);
 

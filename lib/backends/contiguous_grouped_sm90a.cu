@@ -375,12 +375,17 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
         const float* sa[4];
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < 4; ++j) sa[j] = p.sa + int64_t(min(tile.row0 + lane + 32 * j, p.m - 1)) * p.sa_row;
+        // Running pointers (one add each per stage, not a 64-bit multiply per copy): this warp issues
+        // for every stage and had fallen behind the tensor cores. With them the kernel took 0.87-0.97x
+        // its time with 256 or more rows per group over a long K (run GO, the same bits).
+        const int64_t sa_kb = p.sa_kb;
         for (int kb = 0; kb < p.kb; ++kb) {
           Empty::wait(&s.empty[stage], phase ^ 1);
           CUTLASS_PRAGMA_UNROLL
           for (int j = 0; j < 4; ++j)
-            cp_async_4(&s.sfa[stage * kBlockM + lane + 32 * j], sa[j] + int64_t(kb) * p.sa_kb);
-          if (lane < 2) cp_async_4(&s.sfb[stage * 2 + lane], sb + kb);
+            cp_async_4(&s.sfa[stage * kBlockM + lane + 32 * j], sa[j]), sa[j] += sa_kb;
+          if (lane < 2) cp_async_4(&s.sfb[stage * 2 + lane], sb);
+          ++sb;
           asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cast_smem_ptr_to_uint(&s.full[stage]))
                        : "memory");
           if (++stage == kStages) stage = 0, phase ^= 1;

@@ -362,9 +362,9 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     wa.backend = GroupedBackend::kContiguous;
     CHECK_THAT(h90.explain(wa), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles") &&
                                    Catch::Contains("a long K with few or many rows per group"));
-    wa.m = 4 * 512 - 1;  // fewer than 512 rows per group on average (4 groups): 128 x 128 tiles
+    wa.m = 4 * 256 - 1;  // fewer than 256 rows per group on average (4 groups): 128 x 128 tiles
     CHECK_FALSE(backends::contiguous_grouped::wide_tiles(wa));
-    wa.m = 4 * 512;
+    wa.m = 4 * 256;
     CHECK(backends::contiguous_grouped::wide_tiles(wa));
     wa.k = 3968;  // a K below 4096
     CHECK_FALSE(backends::contiguous_grouped::wide_tiles(wa));
