@@ -14,11 +14,10 @@
 //    and the block's scales, CUTLASS's expressions in CUTLASS's order, so the output is
 //    bit-identical to the CUTLASS grouped kernel's;
 //  * tiles that lie within one group are stored through shared memory and TMA.
-// Against the CUTLASS kernel (H100, interleaved timing, bit-identical outputs): 0.98-1.02x its time
-// on the large MoE shapes (K 7168, about even: `auto` keeps CUTLASS's); 0.83-0.92x at K 2048 with
-// up to 256 rows per group (short_k()) and 0.92-0.96x on few rows per group over a long K
-// (decode_like(); on an H200 1.05-1.07x before the scales moved to shared memory): `auto` takes it
-// in those two places (decode on an H100 only);
+// Against the CUTLASS kernel (H100, interleaved timing, bit-identical outputs): 0.83-0.97x its time
+// on the twelve MoE shapes of bench_grouped, and below one cuBLASLt call per group, so `auto` takes
+// it wherever it can run; on an H200 the CUTLASS kernel keeps few rows per group over a long K
+// (decode_like(): 1.05-1.07x its time there, measured before the scales moved to shared memory).
 // GroupedBackend::kContiguous asks for it by name anywhere it can run.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
 // why a call is not taken.
@@ -41,22 +40,14 @@ std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 void run(const GroupedGemmArgs& args, Stream stream);
 
 /// Few rows per group over a long K (average rows per group <= 64, K >= 4096, N >= 2048): the kernel
-/// then streams B, runs 128 x 192 tiles without clusters, and is what `auto` takes (measured faster
-/// than the CUTLASS kernel there). A host-side rule, defined whether or not the kernel is built.
+/// then streams B and runs 128 x 192 tiles without clusters; on an H200 `auto` gives these calls to
+/// the CUTLASS kernel. A host-side rule, defined whether or not the kernel is built.
 bool decode_like(const GroupedGemmArgs& args);
 
 /// The kernel's 128 x 192 tiles: a long K (>= 4096) with few rows per group (decode_like()) or many
 /// (256 or more on average); elsewhere 128 x 128 tiles in clusters of two measured faster. A
 /// host-side rule, defined whether or not the kernel is built.
 bool wide_tiles(const GroupedGemmArgs& args);
-
-/// Groups of a whole 128-row tile or more on average.
-bool whole_tiles(const GroupedGemmArgs& args);
-
-/// A short K (<= 2048) over whole tiles of few groups' rows (average rows per group 128 to 256): the
-/// epilogue and each tile's start are a larger share of the time, and `auto` takes the kernel
-/// (measured faster than the CUTLASS kernel at 256 rows per group, about even at 512 and 1024).
-bool short_k(const GroupedGemmArgs& args);
 
 /// A one-line description for explain().
 std::string describe(const GroupedGemmArgs& args);

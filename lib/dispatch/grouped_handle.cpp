@@ -1,8 +1,10 @@
 // Grouped GEMMs (grouped.hpp) at the handle, beside the dense Handle::gemm: validation, the choice of
 // grouped backend (kGroupedTable, as the dense planner walks kTable), device-side sizes, verification
 // and whole-call graphs. The backends themselves are objects in lib/backends (grouped_backend.hpp):
+//  * the contiguous grouped kernel (backends/contiguous_grouped.cpp) runs m-grouped blockwise FP8 into
+//    bf16 on sm_90a in one launch; `auto` takes it wherever it can run (decode on an H200 excepted);
 //  * the CUTLASS grouped kernels (backends/cutlass_grouped.cpp) run blockwise and rowwise FP8 on sm_90
-//    in one launch, with host or device-side sizes; `auto` takes them whenever they can run the call,
+//    in one launch, with host or device-side sizes; `auto` takes them for the rest they can run,
 //    except large groups with host sizes, measured faster per group;
 //  * otherwise the per-group backend (backends/per_group.cpp) runs one dense call per non-empty group.
 //    It needs the sizes on the host: device-side sizes are copied over first (one synchronisation,

@@ -436,16 +436,15 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     in "cublaslt" format each group's buffer is zero-padded to a multiple of 16 bytes. Any
     contiguous array of the right byte size is accepted (a flat 1-D buffer is simplest). NVFP4
     takes (scales, global) with one global decode scale per operand.
-    grouped_backend: "auto" runs a CUTLASS grouped kernel (one launch for all groups) where it can
-    (block1x128 A with block128x128 or block1x128 B, or rowwise x rowwise; e4m3, bf16 out, sm_90) and
-    the groups are not large (host sizes averaging >= 2048 rows blockwise or > 512 rowwise measured
-    faster per group), else "per-group", where
-    each group runs the dense planner (`backend` forces it as in scaled_mm), so a group's rows are
-    bit-identical to scaled_mm on that group. "contiguous" runs scalemm's own Hopper kernel (m-grouped
-    block1x128 x block128x128, compact scales, e4m3, bf16 out, sm_90; no set-up launch, no workspace),
-    bit-identical to the CUTLASS kernel; "auto" takes it where it measured faster: few rows per group
-    over a long K (average rows per group <= 64, K >= 4096, N >= 2048; on an H100, not an H200) and a
-    short K over whole tiles (128 to 256 rows per group, K <= 2048), and the CUTLASS kernel elsewhere.
+    grouped_backend: "auto" runs one launch for all groups where a kernel can: scalemm's own Hopper
+    kernel ("contiguous": m-grouped block1x128 x block128x128, compact scales, e4m3, bf16 out, sm_90;
+    no set-up launch, no workspace; bit-identical to the CUTLASS kernel and measured faster on every
+    MoE shape, except few rows per group over a long K on an H200), else a CUTLASS grouped kernel
+    ("cutlass": block1x128 A with block128x128 or block1x128 B, or rowwise x rowwise; e4m3, bf16 out,
+    sm_90) where the groups are not large (host sizes averaging >= 2048 rows blockwise or > 512
+    rowwise measured faster per group), else "per-group", where each group runs the dense planner
+    (`backend` forces it as in scaled_mm), so a group's rows are bit-identical to scaled_mm on that
+    group.
     "cutlass", "contiguous" or "per-group" insist (UnsupportedError when the chosen one cannot run the
     call).
     fast_accum: as for scaled_mm (rowwise on the CUTLASS kernel: its fast-accumulation mainloop; on the

@@ -476,20 +476,20 @@ def torch_log10(x):
 
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_gpu_cutlass_kernel_with_device_sizes(dtype):
-    """The CUTLASS grouped kernel (auto for blockwise bf16): device-side sizes give the bits of host sizes,
+    """The CUTLASS grouped kernel (by name; auto runs the contiguous kernel here): device-side sizes give the bits of host sizes,
     and the result agrees with the per-group backend (cuBLASLt per group) to the native FP8 tier."""
     torch = _gpu()
     ra, rb = "block1x128", "block128x128"
     sizes, n, k = [0, 1, 7, 130, 0, 33], 64, 256
     a_parts, sa_parts, b_parts, sb_parts = _cuda_m_inputs(torch, ra, rb, sizes, n, k)
     a, b, scale_a, scale_b = _cuda_m_operands(torch, a_parts, sa_parts, b_parts, sb_parts)
-    kw = dict(recipe_a=ra, recipe_b=rb)
+    kw = dict(recipe_a=ra, recipe_b=rb, grouped_backend="cutlass")
     dev = torch.tensor(sizes, dtype=getattr(torch, dtype), device="cuda")
     assert "CUTLASS grouped backend" in scalemm.explain(a, b, scale_a, scale_b, group_sizes=dev, **kw)
     host = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, **kw)
     on_device = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, dev, **kw)
     assert torch.equal(host, on_device)
-    per_group = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, grouped_backend="per-group", **kw)
+    per_group = scalemm.scaled_grouped_mm(a, b, scale_a, scale_b, sizes, **{**kw, "grouped_backend": "per-group"})
     assert _sqnr_db(per_group.float(), host.float()) >= 40.0  # both bf16-rounded: ~ 8 bits each
 
 

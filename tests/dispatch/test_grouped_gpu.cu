@@ -340,9 +340,9 @@ TEST_CASE("graph_replay captures a per-group call once and replays it while the 
 
 TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 100 times identically",
           "[gpu][dispatch][grouped]") {
-  // f32 output runs the per-group backend (cuBLASLt per group, k-grouped staging); bf16 the CUTLASS
-  // kernel (set-up kernel, scale transposes, one launch per call), each call in the graph on its own
-  // arguments.
+  // f32 output runs the per-group backend (cuBLASLt per group, k-grouped staging); bf16 the
+  // contiguous kernel (forward, dgrad: one launch, no workspace) and the CUTLASS kernel (wgrad: set-up
+  // kernel, scale transposes, one launch), each call in the graph on its own arguments.
   const DType out = GENERATE(DType::kF32, DType::kBF16);
   const size_t ob = out == DType::kF32 ? 4 : 2;
   CAPTURE(to_string(out));
@@ -376,7 +376,8 @@ TEST_CASE("a grouped forward, dgrad and wgrad captured in one CUDA graph replay 
   for (size_t i = 0; i < 3; ++i) {
     eager.push_back(download(*outs[i]));
     if (out == DType::kBF16) {
-      CHECK(h.explain(ops[i]->args(outs[i]->p, out)).find("CUTLASS grouped backend") != std::string::npos);
+      CHECK(h.explain(ops[i]->args(outs[i]->p, out)).find(i < 2 ? "contiguous grouped backend" : "CUTLASS grouped backend") !=
+            std::string::npos);
       CHECK(bf16_mismatches(*outs[i], all[i]->expected) == 0);
       continue;
     }
@@ -645,7 +646,7 @@ TEST_CASE("the CUTLASS rowwise grouped kernel with fast_accum stays within bf16 
   }
 }
 
-TEST_CASE("auto leaves large even groups with host sizes to the per-group backend; asking for the kernel still gets it",
+TEST_CASE("auto leaves large even rowwise groups with host sizes to the per-group backend (blockwise: the contiguous kernel); asking for the CUTLASS kernel still gets it",
           "[gpu][dispatch][grouped][cutlass]") {
   auto rng = scalemm::testing::rng(0x6C4);
   Handle h;
@@ -665,20 +666,23 @@ TEST_CASE("auto leaves large even groups with host sizes to the per-group backen
       ga.backend = backend;
       const std::string plan = h.explain(ga);
       CAPTURE(to_string(c.ra), plan);
-      if (backend == GroupedBackend::kAuto) CHECK(plan.find("measured faster as one cuBLASLt call per group") != std::string::npos);
-      else CHECK(plan.find("CUTLASS grouped backend") != std::string::npos);
+      const bool rowwise = c.ra == Recipe::kRowwise;
+      if (backend == GroupedBackend::kCutlass) CHECK(plan.find("CUTLASS grouped backend") != std::string::npos);
+      else if (rowwise) CHECK(plan.find("measured faster as one cuBLASLt call per group") != std::string::npos);
+      else CHECK(plan.find("contiguous grouped backend") != std::string::npos);
       h.grouped_gemm(ga);
       SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       CHECK(bf16_mismatches(d, in.expected) == 0);
     }
-    // Device-side sizes keep the kernel: the per-group backend would read them back synchronously.
+    // Device-side sizes keep a one-launch kernel: the per-group backend would read them back synchronously.
     Dev d(in.expected.size() * 2);
     GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
     std::vector<int32_t> s32(c.sizes.begin(), c.sizes.end());
     Dev sizes(s32);
     ga.group_sizes = nullptr;
     ga.group_sizes_device = sizes.p;
-    CHECK(h.explain(ga).find("CUTLASS grouped backend") != std::string::npos);
+    CHECK(h.explain(ga).find(c.ra == Recipe::kRowwise ? "CUTLASS grouped backend" : "contiguous grouped backend") !=
+          std::string::npos);
   }
 }
 
