@@ -36,14 +36,9 @@ class ContiguousGrouped final : public GroupedBackendImpl {
       return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
     std::string why = contiguous_grouped::blocker(a, t);
     if (!why.empty() || a.backend != GroupedBackend::kAuto) return why;
-    // Where auto takes it: wherever it runs, except few rows per group over a long K on an H200.
-    // bench_grouped on an H100 (runs GP, GR; interleaved, the same bits): 0.83-0.97x the CUTLASS
-    // kernel's time on all twelve MoE shapes, below the per-group backend's too. On an H200 it took
-    // 1.05-1.07x the CUTLASS kernel's time at decode (run FY, before the scales moved to shared
-    // memory), and the kernel as it is now has not run there.
-    if (contiguous_grouped::decode_like(a) && t.name.find("H200") != std::string::npos)
-      return "on an H200 the CUTLASS kernel measured faster for few rows per group over a long K (this kernel "
-             "took 1.05-1.07x its time; faster only on an H100); pass it by name";
+    // auto takes it wherever it runs. bench_grouped, interleaved, the same bits: 0.83-0.97x the CUTLASS
+    // kernel's time on all twelve MoE shapes on an H100 (runs GP, GR), 0.80-1.00x on an H200 (run GU;
+    // decode 0.98-1.00x), and below the per-group backend's time on the large shapes.
     return {};
   }
 

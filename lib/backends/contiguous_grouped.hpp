@@ -14,10 +14,9 @@
 //    and the block's scales, CUTLASS's expressions in CUTLASS's order, so the output is
 //    bit-identical to the CUTLASS grouped kernel's;
 //  * tiles that lie within one group are stored through shared memory and TMA.
-// Against the CUTLASS kernel (H100, interleaved timing, bit-identical outputs): 0.83-0.97x its time
-// on the twelve MoE shapes of bench_grouped, and below one cuBLASLt call per group, so `auto` takes
-// it wherever it can run; on an H200 the CUTLASS kernel keeps few rows per group over a long K
-// (decode_like(): 1.05-1.07x its time there, measured before the scales moved to shared memory).
+// Against the CUTLASS kernel (interleaved timing, bit-identical outputs): 0.83-0.97x its time on the
+// twelve MoE shapes of bench_grouped on an H100, 0.80-1.00x on an H200, and below one cuBLASLt call
+// per group, so `auto` takes it wherever it can run.
 // GroupedBackend::kContiguous asks for it by name anywhere it can run.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
 // why a call is not taken.
@@ -40,8 +39,8 @@ std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 void run(const GroupedGemmArgs& args, Stream stream);
 
 /// Few rows per group over a long K (average rows per group <= 64, K >= 4096, N >= 2048): the kernel
-/// then streams B and runs 128 x 192 tiles without clusters; on an H200 `auto` gives these calls to
-/// the CUTLASS kernel. A host-side rule, defined whether or not the kernel is built.
+/// then streams B and runs 128 x 192 tiles without clusters. A host-side rule, defined whether or
+/// not the kernel is built.
 bool decode_like(const GroupedGemmArgs& args);
 
 /// The kernel's 128 x 192 tiles: a long K (>= 4096) with few rows per group (decode_like()) or many

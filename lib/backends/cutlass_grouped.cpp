@@ -1,8 +1,8 @@
 // The CUTLASS grouped backend (grouped_backend.hpp): blockwise and rowwise FP8 grouped GEMMs in one
 // launch of the kernels of cutlass_grouped_sm90a.cu, with host or device-side sizes. `auto` takes it
-// for the calls the contiguous kernel passes over (rowwise, k-grouped, other layouts and outputs, decode
-// on an H200) whenever the kernels can run them, except large groups with host sizes, measured faster
-// as one dense call per group (slower_than_per_group).
+// for the calls the contiguous kernel passes over (rowwise, k-grouped, other layouts) whenever the
+// kernels can run them, except large groups with host sizes, measured faster as one dense call per
+// group (slower_than_per_group).
 #include <string>
 
 #include "backends/cutlass_grouped.hpp"

@@ -2,7 +2,7 @@
 // grouped backend (kGroupedTable, as the dense planner walks kTable), device-side sizes, verification
 // and whole-call graphs. The backends themselves are objects in lib/backends (grouped_backend.hpp):
 //  * the contiguous grouped kernel (backends/contiguous_grouped.cpp) runs m-grouped blockwise FP8 into
-//    bf16 on sm_90a in one launch; `auto` takes it wherever it can run (decode on an H200 excepted);
+//    bf16 on sm_90a in one launch; `auto` takes it wherever it can run;
 //  * the CUTLASS grouped kernels (backends/cutlass_grouped.cpp) run blockwise and rowwise FP8 on sm_90
 //    in one launch, with host or device-side sizes; `auto` takes them for the rest they can run,
 //    except large groups with host sizes, measured faster per group;

@@ -438,8 +438,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     takes (scales, global) with one global decode scale per operand.
     grouped_backend: "auto" runs one launch for all groups where a kernel can: scalemm's own Hopper
     kernel ("contiguous": m-grouped block1x128 x block128x128, compact scales, e4m3, bf16 out, sm_90;
-    no set-up launch, no workspace; bit-identical to the CUTLASS kernel and measured faster on every
-    MoE shape, except few rows per group over a long K on an H200), else a CUTLASS grouped kernel
+    no set-up launch, no workspace; bit-identical to the CUTLASS kernel and measured as fast or
+    faster on every MoE shape), else a CUTLASS grouped kernel
     ("cutlass": block1x128 A with block128x128 or block1x128 B, or rowwise x rowwise; e4m3, bf16 out,
     sm_90) where the groups are not large (host sizes averaging >= 2048 rows blockwise or > 512
     rowwise measured faster per group), else "per-group", where each group runs the dense planner

@@ -314,21 +314,18 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     return x;
   };
   kept.reserve(3);
-  {  // few rows per group over a long K (decode): measured faster than the CUTLASS kernel, auto takes it
+  {  // few rows per group over a long K (decode): auto takes it, with 128 x 192 tiles
     GroupedGemmArgs da = auto_args({8, 0, 64, 1}, 128, 16);
     da.k = 4096, da.n = 2048;
     CHECK(backends::contiguous_grouped::decode_like(da));
     CHECK(backends::contiguous_grouped::wide_tiles(da));
     CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles"));
-    {  // on an H200 the CUTLASS kernel measured faster there
+    {  // on an H200 too (0.98-1.00x the CUTLASS kernel's time at decode)
       dispatch::SimulatedDevices sim = machine(90);
       sim.devices[0].name = "NVIDIA H200";
       Handle h200;
       dispatch::simulate_devices(h200, sim);
-      CHECK_THAT(h200.explain(da), Catch::Contains("CUTLASS grouped backend") && !Catch::Contains("contiguous grouped backend"));
-      da.backend = GroupedBackend::kContiguous;  // by name it still runs there
-      CHECK_THAT(h200.explain(da), Catch::Contains("contiguous grouped backend"));
-      da.backend = GroupedBackend::kAuto;
+      CHECK_THAT(h200.explain(da), Catch::Contains("contiguous grouped backend") && !Catch::Contains("CUTLASS grouped backend"));
     }
     da.n = 1024;  // N below 2048: not decode-like
     CHECK_FALSE(backends::contiguous_grouped::decode_like(da));
