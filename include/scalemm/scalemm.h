@@ -163,8 +163,9 @@ typedef enum scalemm_group_dim_t {
   SCALEMM_GROUP_DIM_K = 1
 } scalemm_group_dim_t;
 
-/* Which grouped backend runs a call (0.4): AUTO takes a CUTLASS kernel when one can run the call,
-   except large groups with host sizes, measured faster per group. */
+/* Which grouped backend runs a call (0.4): AUTO takes the contiguous kernel where it can run the call,
+   else a CUTLASS kernel (except large groups with host sizes, measured faster per group), else the
+   per-group backend. */
 typedef enum scalemm_grouped_backend_t {
   SCALEMM_GROUPED_BACKEND_AUTO = 0,
   SCALEMM_GROUPED_BACKEND_CUTLASS = 1,   /* one launch for all groups (blockwise or rowwise FP8, sm_90, bf16 out) */
@@ -185,7 +186,7 @@ typedef struct scalemm_grouped_gemm_t {
   int32_t memory_space;         /* scalemm_memory_space_t: all pointers but group_sizes live there */
   /* Added in 0.4 (a struct_size that ends before them leaves them unset): */
   const void* group_sizes_device;  /* G sizes in device memory (the router's counts), or NULL: read on the
-                                      device by the CUTLASS grouped kernel, no host synchronisation */
+                                      device by the one-launch kernels, no host synchronisation */
   int32_t group_sizes_int64;       /* element type of group_sizes_device: 1 = int64, 0 = int32 */
   int32_t* device_status;          /* optional device word: 0, or 1 + the first bad group (G + 1: bad sum) */
   int32_t backend;                 /* scalemm_grouped_backend_t */
