@@ -532,14 +532,17 @@ struct ResidentClusters {  // (a lambda here trips nvcc 13.0's front end)
   int operator()(int d) const { return resident_clusters(kernel, config, d); }
 };
 
+// Whether whole tiles are stored through shared memory and TMA: TMA needs D 16-byte aligned (its rows
+// are: N % 8 == 0), and without a whole tile nothing goes through it.
+bool stores_through_tma(const GroupedGemmArgs& a) { return reinterpret_cast<uintptr_t>(a.d) % 16 == 0 && a.m >= kBlockM; }
+
 template <int kCap, class C>
 void launch(const GroupedGemmArgs& a, Stream stream) {
   constexpr int kBlockN = C::kBlockN, kCluster = C::kCluster;
   // One cache per configuration (its boxes are fixed); never destroyed: calls may come from static destructors.
   static MapCache* cache = new MapCache;
   ParamsWith<kCap> p;
-  // TMA needs D 16-byte aligned (its rows are: N % 8 == 0); without a whole tile nothing goes through it.
-  p.tma_store = reinterpret_cast<uintptr_t>(a.d) % 16 == 0 && a.m >= kBlockM;
+  p.tma_store = stores_through_tma(a);
   const MapCache::Key key{a.a.data, a.b.data, p.tma_store ? a.d : nullptr, a.m, a.n, a.k, a.groups};
   {
     std::lock_guard<std::mutex> lock(cache->mu);
@@ -633,9 +636,7 @@ std::string describe(const GroupedGemmArgs& a) {
         "copying each stage's scales into shared memory and two WGMMA warpgroups, "
      << (wide_tiles(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few or many rows per group)"
                        : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
-     << (a.m >= 128 && reinterpret_cast<uintptr_t>(a.d) % 16 == 0
-             ? ", tiles within one group stored through shared memory and TMA"
-             : "")
+     << (stores_through_tma(a) ? ", tiles within one group stored through shared memory and TMA" : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();
