@@ -249,6 +249,9 @@ __device__ __forceinline__ void k_loop(const Params& p, Ring& ring, Mma& mma, co
   // writes into it, then promote its partial sums.
   auto promote = [&](auto& frag, const Scales& sc) {
     warpgroup_fence_operand(frag);
+    // Lane 0's arrive releases only its own reads: the warp's other lanes read this stage's scales
+    // too, and the scale warp refills it once every warp has arrived.
+    __syncwarp();
     if (lane == 0)
       for (int c = 0; c < C::kCluster; ++c) Empty::arrive(&ring.empty[ring.done], uint32_t(c), 1u);
     if (++ring.done == C::kStages) ring.done = 0;
