@@ -8,7 +8,8 @@
 //  * a tile of a group that ends inside it is loaded whole (the next group's rows ride along) and
 //    stored only up to the group's last row, so groups need no padding;
 //  * one producer warp issues TMA loads into a 4- or 5-stage ring, A multicast across clusters of two
-//    with 128-wide tiles, and a second copies each stage's scales into shared memory; two consumer
+//    N tiles with 128-wide tiles, B across clusters of two M tiles with 192-wide ones over many rows
+//    per group (shared_b()), and a second copies each stage's scales into shared memory; two consumer
 //    warpgroups each run the WGMMAs of 64 rows x 128 columns (192 over a long K: wide_tiles()) per
 //    128-deep K block and promote the block's partial sums into the fp32 accumulator with the row's
 //    and the block's scales, CUTLASS's expressions in CUTLASS's order, so the output is
@@ -47,6 +48,11 @@ bool decode_like(const GroupedGemmArgs& args);
 /// (256 or more on average); elsewhere 128 x 128 tiles in clusters of two measured faster. A
 /// host-side rule, defined whether or not the kernel is built.
 bool wide_tiles(const GroupedGemmArgs& args);
+
+/// Wide tiles with many rows per group (wide_tiles() and not decode_like()): clusters of two M tiles
+/// then share B, each CTA loading half of it and multicasting it to both where the two tiles lie in
+/// one group. A host-side rule, defined whether or not the kernel is built.
+bool shared_b(const GroupedGemmArgs& args);
 
 /// A one-line description for explain().
 std::string describe(const GroupedGemmArgs& args);

@@ -5,13 +5,17 @@
 //    loads, its registers given back with setmaxnreg), warpgroups 1 and 2 compute rows 0-63 and
 //    64-127 of each tile. Producer and consumers walk the same unit sequence (unit u, u + clusters,
 //    ...), so the stage ring's phases agree without any other hand-off.
-//  * Tile configurations (Config): 128 x 128 tiles in clusters of two, and 128 x 192 tiles without
-//    clusters over a long K with few or many rows per group (wide_tiles() says where they measured
-//    faster). A 192-wide tile spans two 128-column scale blocks, split at column 128 or 64.
-//  * Clusters of two CTAs take two N tiles of one M tile: each loads half of the A tile and multicasts
-//    it to both, so A crosses from L2 once per pair. A consumer hands a stage back to both CTAs'
-//    producers, and a producer leaves only when every stage it filled has been handed back, so no
-//    CTA exits while its peer may still write into it.
+//  * Tile configurations (Config): 128 x 128 tiles in clusters of two, and 128 x 192 tiles over a long
+//    K, without clusters for few rows per group and in clusters of two for many (wide_tiles() and
+//    shared_b() say where they measured faster). A 192-wide tile spans two 128-column scale blocks,
+//    split at column 128 or 64.
+//  * Clusters of two CTAs take two N tiles of one M tile with 128-wide tiles: each loads half of the A
+//    tile and multicasts it to both, so A crosses from L2 once per pair. With 192-wide tiles they take
+//    two M tiles of one N tile (kShareB): where both lie in one group each loads half of the B tile
+//    and multicasts it (28% less traffic from L2 than without clusters; 0.92-0.98x the time), else
+//    each loads its own. A consumer hands a stage back to both CTAs' producers, and a producer leaves
+//    only when every stage it filled has been handed back, so no CTA exits while its peer may still
+//    write into it.
 //  * With 128-wide tiles a tile's K loop keeps two partial-sum fragments per thread: block k+1's
 //    four WGMMAs are issued before block k is waited for; then block k's stage is handed back (one
 //    arrive per warp) and its partial sums promoted: accum += part * (scale_a[row] * scale_b[block]),
@@ -82,12 +86,14 @@ constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memo
 using Fp8 = cutlass::float_e4m3_t;
 
 // A tile configuration: kBlockN columns per tile (128, or 192 = one and a half scale blocks),
-// kCluster CTAs sharing one A tile by multicast (1 or 2). 128-wide tiles keep two partial-sum
+// kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing B. 128-wide tiles keep two partial-sum
 // fragments. Whole tiles are stored through shared memory and TMA: the staged D tile costs a
 // pipeline stage (5 stages of 32 KB with 128-wide tiles, 4 of 40 KB with 192-wide ones).
-template <int kBlockN_, int kCluster_>
+template <int kBlockN_, int kCluster_, bool kShareB_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
+  static constexpr bool kShareB = kShareB_;  // the cluster takes two M tiles sharing B (else N tiles sharing A)
+  static_assert(!kShareB || kCluster == 2, "B is shared by a pair of M tiles");
   static constexpr bool kTwoFragments = kBlockN == 128;
   static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
   static constexpr int kStages = (208 * 1024 - kBlockM * kBlockN * 2) / kStageBytes;
@@ -179,20 +185,34 @@ __device__ void scan_groups(const ParamsWith<kCap>& p, S& s, int lane) {
   }
 }
 
-// The tile a CTA computes for unit u (an M tile and kCluster consecutive N tiles): its group (g
-// advances monotonically along a CTA's units), first row, row count and N tile. Units are numbered
-// M tile by M tile: the clusters running at one time share a few A tiles and one expert's B (bands
-// of 8 or 16 M tiles, M fastest, measured no better). The N tile of a cluster's last unit may lie
-// past N (odd tile count): that CTA loads and computes for its peer's sake and stores nothing.
+// The tile a CTA computes for unit u (an M tile and kCluster consecutive N tiles; with kShareB two
+// consecutive M tiles and one N tile): its group (g advances monotonically along a CTA's units),
+// first row, row count and N tile. Units are numbered M tile by M tile: the clusters running at one
+// time share a few A tiles and one expert's B (bands of 4-16 M tiles, M fastest, measured no better,
+// with B shared 1.00-1.05x the time in run HB). The N tile of a cluster's last unit may lie past N
+// (odd tile count), and with kShareB the last M tile's peer past M: that CTA loads and computes for
+// its peer's sake and stores nothing.
 struct Tile {
   int g = 0, row0 = 0, rows = 0, nt = 0;
-  template <class S>
-  __device__ void seek(const S& s, int64_t u, int n_units, int rank, int cluster) {
-    const int mt = int(u / n_units);
-    nt = int(u % n_units) * cluster + rank;
+  bool share_b = false;  // kShareB: the pair's two M tiles lie in one group, so B is multicast
+  template <class C, class S>
+  __device__ void seek(const S& s, int64_t u, int n_units, int rank, int total_tiles, int m) {
+    int mt;
+    const int mu = int(u / n_units), nu = int(u % n_units);
+    if constexpr (C::kShareB) {
+      mt = mu * 2 + rank, nt = nu;
+      if (mt >= total_tiles) {  // the odd last M tile's peer: loads rows past M for its sake, stores nothing
+        row0 = m, rows = 0, share_b = false;
+        return;
+      }
+    } else {
+      mt = mu, nt = nu * C::kCluster + rank;
+    }
     while (s.tile_start[g + 1] <= mt) ++g;
     row0 = s.row_start[g] + (mt - s.tile_start[g]) * kBlockM;
     rows = s.row_start[g + 1] - row0;
+    if constexpr (C::kShareB)  // both CTAs of the pair reach the same answer
+      share_b = rank == 0 ? mt + 1 < total_tiles && s.tile_start[g + 1] > mt + 1 : mt - 1 >= s.tile_start[g];
   }
 };
 
@@ -330,8 +350,9 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   // Read from shared memory through lane 0, so that the compiler knows the unit loops below are
   // warp-uniform (and with them the stage ring the consumers carry across tiles).
   if (!__shfl_sync(0xffffffffu, s.valid, 0)) return;  // both CTAs of a cluster read the same sizes
-  const int n_units = (p.n_tiles + kCluster - 1) / kCluster;
-  const int64_t units = int64_t(__shfl_sync(0xffffffffu, s.tile_start[p.groups], 0)) * n_units;
+  const int total_tiles = __shfl_sync(0xffffffffu, s.tile_start[p.groups], 0);
+  const int n_units = C::kShareB ? p.n_tiles : (p.n_tiles + kCluster - 1) / kCluster;
+  const int64_t units = int64_t(C::kShareB ? (total_tiles + 1) / 2 : total_tiles) * n_units;
   const int64_t first = blockIdx.x / kCluster, step = gridDim.x / kCluster;
 
   if (wg == 0) {  // producer
@@ -343,18 +364,32 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       constexpr uint64_t hint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
       constexpr int kSliceM = kBlockM / kCluster;  // the rows of A this CTA loads for the cluster
       for (int64_t u = first; u < units; u += step) {
-        tile.seek(s, u, n_units, rank, kCluster);
+        tile.seek<C>(s, u, n_units, rank, total_tiles, p.m);
         const int brow0 = tile.g * p.n + tile.nt * kBlockN;
         for (int kb = 0; kb < p.kb; ++kb) {
           Empty::wait(&s.empty[stage], phase ^ 1);
           Full::arrive_and_expect_tx(&s.full[stage], C::kStageBytes);
-          Fp8* a_dst = s.a + stage * kBlockM * kBlockK + rank * kSliceM * kBlockK;
-          if constexpr (kCluster > 1)
-            SM90_TMA_LOAD_MULTICAST_2D::copy(&p.a, &s.full[stage], uint16_t((1 << kCluster) - 1), hint, a_dst,
-                                             kb * kBlockK, tile.row0 + rank * kSliceM);
-          else
+          Fp8* a_dst = s.a + stage * kBlockM * kBlockK;
+          Fp8* b_dst = s.b + stage * kBlockN * kBlockK;
+          if constexpr (C::kShareB) {
+            // Its own A; half of B each, multicast to both where the pair shares it, else both halves.
+            constexpr int kHalf = kBlockN / 2;
             SM90_TMA_LOAD_2D::copy(&p.a, &s.full[stage], hint, a_dst, kb * kBlockK, tile.row0);
-          SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, s.b + stage * kBlockN * kBlockK, kb * kBlockK, brow0);
+            if (tile.share_b) {
+              SM90_TMA_LOAD_MULTICAST_2D::copy(&p.b, &s.full[stage], uint16_t(3), hint, b_dst + rank * kHalf * kBlockK,
+                                               kb * kBlockK, brow0 + rank * kHalf);
+            } else {
+              SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, b_dst, kb * kBlockK, brow0);
+              SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, b_dst + kHalf * kBlockK, kb * kBlockK, brow0 + kHalf);
+            }
+          } else {
+            if constexpr (kCluster > 1)
+              SM90_TMA_LOAD_MULTICAST_2D::copy(&p.a, &s.full[stage], uint16_t((1 << kCluster) - 1), hint,
+                                               a_dst + rank * kSliceM * kBlockK, kb * kBlockK, tile.row0 + rank * kSliceM);
+            else
+              SM90_TMA_LOAD_2D::copy(&p.a, &s.full[stage], hint, a_dst, kb * kBlockK, tile.row0);
+            SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, b_dst, kb * kBlockK, brow0);
+          }
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
       }
@@ -373,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       Tile tile;
       const int n_blocks = (p.n + 127) / 128;
       for (int64_t u = first; u < units; u += step) {
-        tile.seek(s, u, n_units, rank, kCluster);
+        tile.seek<C>(s, u, n_units, rank, total_tiles, p.m);
         const int blk = min(tile.nt * kBlockN / 128, n_blocks - 1);
         const float* sb = p.sb + tile.g * p.sb_group + int64_t(min(blk + lane, n_blocks - 1)) * p.sb_row;
         const float* sa[4];
@@ -435,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   } ring{s.full, s.empty};
   Tile tile;
   for (int64_t u = first; u < units; u += step) {
-    tile.seek(s, u, n_units, rank, kCluster);
+    tile.seek<C>(s, u, n_units, rank, total_tiles, p.m);
     const int col0 = tile.nt * kBlockN;
     if constexpr (kBlockN == 128)
       k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
@@ -552,8 +587,8 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
     auto it = cache->maps.find(key);
     if (it == cache->maps.end()) {
       if (cache->maps.size() >= 256) cache->maps.clear();
-      MapCache::Maps maps{tensor_map(a.a.data, a.m, a.k, kBlockM / kCluster),
-                          tensor_map(a.b.data, a.groups * a.n, a.k, kBlockN), {}};
+      MapCache::Maps maps{tensor_map(a.a.data, a.m, a.k, C::kShareB ? kBlockM : kBlockM / kCluster),
+                          tensor_map(a.b.data, a.groups * a.n, a.k, C::kShareB ? kBlockN / 2 : kBlockN), {}};
       if (p.tma_store) maps.d = tensor_map(a.d, a.m, a.n, kBlockM, /*bf16=*/true);
       it = cache->maps.emplace(key, maps).first;
     }
@@ -595,7 +630,8 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   const int clusters = resident.get(device, ResidentClusters{reinterpret_cast<const void*>(kernel), config});
   // At most one partial M tile per group beyond floor(m / 128); an empty call still launches (it
   // validates device sizes and reports them).
-  const int64_t units = (a.m / kBlockM + a.groups) * ((p.n_tiles + kCluster - 1) / kCluster);
+  const int64_t m_tiles = a.m / kBlockM + a.groups;
+  const int64_t units = C::kShareB ? (m_tiles + 1) / 2 * p.n_tiles : m_tiles * ((p.n_tiles + kCluster - 1) / kCluster);
   config.gridDim = dim3(unsigned(kCluster * std::max<int64_t>(1, std::min<int64_t>(clusters, units))));
   cuda_check(cudaLaunchKernelEx(&config, kernel, p), "contiguous_grouped: kernel launch");
   // Whole tiles are stored through TMA, which initcheck does not see (tool_marks.hpp); every row of D is written.
@@ -628,7 +664,8 @@ void launch_for(const GroupedGemmArgs& a, Stream stream) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream) {
-  if (wide_tiles(a)) launch_for<Config<192, 1>>(a, stream);
+  if (shared_b(a)) launch_for<Config<192, 2, true>>(a, stream);
+  else if (wide_tiles(a)) launch_for<Config<192, 1>>(a, stream);
   else launch_for<Config<128, 2>>(a, stream);
 }
 
@@ -637,8 +674,10 @@ std::string describe(const GroupedGemmArgs& a) {
   os << "contiguous grouped kernel (sm_90a, ours), one launch for all " << a.groups
      << " groups: FP8 blockwise 1x128 x 128x128, persistent, a TMA producer warp, a scale warp "
         "copying each stage's scales into shared memory and two WGMMA warpgroups, "
-     << (wide_tiles(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few or many rows per group)"
-                       : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
+     << (shared_b(a) ? "128x192x128 tiles in clusters of 2 M tiles (B multicast within a group), one partial-sum fragment "
+                       "(a long K with many rows per group)"
+         : wide_tiles(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few rows per group)"
+                         : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
      << (stores_through_tma(a) ? ", tiles within one group stored through shared memory and TMA" : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";

@@ -538,6 +538,7 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
   struct Case {
     std::vector<int64_t> sizes;
     int64_t k, n;
+    const char* tiles = "";  // what explain() names the tile configuration
   };
   const Case cases[] = {
       {{129}, 640, 256},                  // G = 1, one row past a tile
@@ -549,11 +550,15 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       {{1000, 24, 0, 513}, 1024, 1024},   // several tiles per group, more tiles than SMs
       // Few rows per group over a long K: 192-wide tiles; K tail, N = 10.7 tiles (tiles starting at
       // 0 and 64 within a scale block, the last one's second block past N)
-      {{64, 0, 1, 17, 63, 40}, 4112, 2056},
-      // Many rows per group over a long K: 192-wide tiles again, stored through TMA where whole (tiles
-      // straddling groups from registers); K tail, N = 1.04 tiles (the second starting at 64 within a
-      // scale block, mostly past N)
-      {{520, 504}, 4112, 200},
+      {{64, 0, 1, 17, 63, 40}, 4112, 2056, "128x192x128 tiles without clusters"},
+      // Many rows per group over a long K: 192-wide tiles in clusters of two M tiles sharing B, stored
+      // through TMA where whole (tiles straddling groups from registers); K tail, N = 1.04 tiles (the
+      // second starting at 64 within a scale block, mostly past N); nine M tiles: the pair over the
+      // first group's last tile and the second's first loads B twice, the last tile's peer lies past M
+      {{520, 504}, 4112, 200, "clusters of 2 M tiles (B multicast"},
+      // The same with an empty group and a one-row tile: pairs within a group share B, the pair over
+      // groups 0 and 2 does not; N = 2.04 tiles
+      {{600, 0, 300, 129}, 4096, 392, "clusters of 2 M tiles (B multicast"},
   };
   for (const Case& c : cases) {
     auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
@@ -566,7 +571,9 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));  // NaN poison: every element must be written
       GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
       ga.backend = GroupedBackend::kContiguous;
-      CHECK(h.explain(ga).find("contiguous grouped backend") != std::string::npos);
+      const std::string plan = h.explain(ga);
+      CHECK(plan.find("contiguous grouped backend") != std::string::npos);
+      CHECK(plan.find(c.tiles) != std::string::npos);
       h.grouped_gemm(ga);
       SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       CHECK(bf16_mismatches(d, in.expected) == 0);

@@ -319,7 +319,8 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     da.k = 4096, da.n = 2048;
     CHECK(backends::contiguous_grouped::decode_like(da));
     CHECK(backends::contiguous_grouped::wide_tiles(da));
-    CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles"));
+    CHECK_FALSE(backends::contiguous_grouped::shared_b(da));  // one M tile per group: no pair would share B
+    CHECK_THAT(h90.explain(da), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles without clusters"));
     {  // on an H200 too (0.98-1.00x the CUTLASS kernel's time at decode)
       dispatch::SimulatedDevices sim = machine(90);
       sim.devices[0].name = "NVIDIA H200";
@@ -337,19 +338,23 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     CHECK_FALSE(backends::contiguous_grouped::wide_tiles(sa));
     CHECK_THAT(h90.explain(sa), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x128x128 tiles"));
   }
-  {  // many rows per group over a long K: auto takes it, with 128 x 192 tiles
+  {  // many rows per group over a long K: auto takes it, with 128 x 192 tiles in clusters sharing B
     GroupedGemmArgs wa = auto_args({1024, 0, 700, 324}, 128, 16);
     wa.k = 4096;
     CHECK(backends::contiguous_grouped::wide_tiles(wa));
+    CHECK(backends::contiguous_grouped::shared_b(wa));
     CHECK_FALSE(backends::contiguous_grouped::decode_like(wa));
     CHECK_THAT(h90.explain(wa), Catch::Contains("contiguous grouped backend") && Catch::Contains("128x192x128 tiles") &&
-                                   Catch::Contains("a long K with few or many rows per group"));
+                                   Catch::Contains("clusters of 2 M tiles (B multicast within a group)") &&
+                                   Catch::Contains("a long K with many rows per group"));
     wa.m = 4 * 256 - 1;  // fewer than 256 rows per group on average (4 groups): 128 x 128 tiles
     CHECK_FALSE(backends::contiguous_grouped::wide_tiles(wa));
+    CHECK_FALSE(backends::contiguous_grouped::shared_b(wa));
     wa.m = 4 * 256;
-    CHECK(backends::contiguous_grouped::wide_tiles(wa));
+    CHECK(backends::contiguous_grouped::shared_b(wa));
     wa.k = 3968;  // a K below 4096
     CHECK_FALSE(backends::contiguous_grouped::wide_tiles(wa));
+    CHECK_FALSE(backends::contiguous_grouped::shared_b(wa));
   }
   {  // what it cannot run passes on under auto, with its reason: an f32 output
     GroupedGemmArgs fa = auto_args({256, 0, 300, 200}, 128, 16);
