@@ -22,8 +22,11 @@
 #              large compact scales, random-data agreement, 8 threads on the default stream)
 #   synccheck  the same cases
 #   racecheck  the kernels with shared memory and barriers: the CUTLASS grouped kernel and its set-up,
-#              the contiguous grouped kernel, layout conversions, the reference GEMM and quantizers,
-#              the emulated backend, and the device rows of the bad-input catalogue
+#              layout conversions, the reference GEMM and quantizers, the emulated backend, and the
+#              device rows of the bad-input catalogue. The contiguous grouped kernel's cases take
+#              about 6 minutes under racecheck (H100), beyond this budget: run them on their own,
+#              SAN_RACECHECK='dispatch/test_dispatch|[contiguous]' SAN_BUDGET_RACECHECK=420
+#              tools/compute-sanitizer.sh --tools racecheck (docs/reliability.md has the result)
 #   initcheck  every backend once (the CUTLASS and contiguous grouped kernels, forced backends,
 #              emulated, padded M, FP8 output), graphs, the linear layer and the device rows of the
 #              bad-input catalogue
@@ -52,7 +55,7 @@ no_sweeps='[gpu]~"*2^32*"~"*every code pair*"'
 dispatch_subset='[gpu]~"autotuned*"~"compact blockwise scales*"~"GEMMs on random data*"~"8 threads x 100 calls on one handle are*"'
 default_memcheck="reliability/test_reliability|[gpu];dispatch/test_dispatch|$dispatch_subset;layouts/test_layouts|[gpu];emulation/test_emulation|$no_sweeps;formats/test_formats|[gpu]"
 default_synccheck="$default_memcheck"
-default_racecheck="dispatch/test_dispatch|[cutlass],[contiguous];layouts/test_layouts|[gpu];emulation/test_emulation|*GPU reference GEMM*,Host and GPU quantizers are byte-identical for every recipe*,Host and GPU dequantization agree*;dispatch/test_dispatch|the emulated backend equals the reference*,the emulated backend stays exact*;reliability/test_reliability|bad-input catalogue\\, device memory*"
+default_racecheck="dispatch/test_dispatch|[cutlass];layouts/test_layouts|[gpu];emulation/test_emulation|*GPU reference GEMM*,Host and GPU quantizers are byte-identical for every recipe*,Host and GPU dequantization agree*;dispatch/test_dispatch|the emulated backend equals the reference*,the emulated backend stays exact*;reliability/test_reliability|bad-input catalogue\\, device memory*"
 default_initcheck="dispatch/test_dispatch|[cutlass],[contiguous];dispatch/test_dispatch|a forced backend runs exactly that backend*,the emulated backend equals the reference*,blockwise GEMMs with M = 1*,FP8 output with a D scale*,compact blockwise scales*;reliability/test_reliability|[graph],bad-input catalogue\\, device memory*"
 declare -A budget=([memcheck]=${SAN_BUDGET_MEMCHECK:-200} [synccheck]=${SAN_BUDGET_SYNCCHECK:-90}
                    [racecheck]=${SAN_BUDGET_RACECHECK:-90} [initcheck]=${SAN_BUDGET_INITCHECK:-90})
