@@ -486,12 +486,24 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       // swizzle reads them), then it is stored box by box.
       if (threadIdx.x == 128) tma_store_wait<0>();
       asm volatile("bar.sync 1, 256;" ::: "memory");
+      // stmatrix: four 8 x 8 bf16 matrices per instruction, the accumulator's own layout (a thread's
+      // values i, i + 1 are row r0 (+ 8), columns c0, c0 + 1 of an 8-column chunk). Lane l gives the
+      // address of row l % 8 of matrix l / 8: rows 0-7 and 8-15 of the warp's 16, chunks 2q and
+      // 2q + 1; each 16-byte chunk lands XOR-swizzled by its row.
+      const int srow = mw * 64 + (warp % 4) * 16 + lane % 8 + 8 * ((lane / 8) & 1);
+      const uint32_t sbase = cute::cast_smem_ptr_to_uint(s.d) + srow * 128;
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); i += 2) {
-        const int r = r0 + 8 * ((i >> 1) & 1), c = c0 + 8 * (i >> 2);
-        const int byte = (c % 64) * 2;
-        const int off = (c / 64) * (kBlockM * 128) + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
-        *reinterpret_cast<__nv_bfloat162*>(s.d + off) = __floats2bfloat162_rn(p.alpha * accum(i), p.alpha * accum(i + 1));
+      for (int q = 0; q < kBlockN / 16; ++q) {
+        const int chunk = 2 * q + lane / 16;
+        const uint32_t addr = sbase + (chunk / 8) * (kBlockM * 128) + (((chunk % 8) ^ (srow & 7)) << 4);
+        uint32_t v[4];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          const __nv_bfloat162 h = __floats2bfloat162_rn(p.alpha * accum(8 * q + 2 * j), p.alpha * accum(8 * q + 2 * j + 1));
+          v[j] = *reinterpret_cast<const uint32_t*>(&h);
+        }
+        asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v[0]), "r"(v[1]),
+                     "r"(v[2]), "r"(v[3]) : "memory");
       }
       tma_store_fence();
       asm volatile("bar.sync 1, 256;" ::: "memory");
