@@ -90,9 +90,10 @@ constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memo
 using Fp8 = cutlass::float_e4m3_t;
 
 // A tile configuration: kBlockN columns per tile (128, or 192 = one and a half scale blocks),
-// kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing B. 128-wide tiles keep two partial-sum
-// fragments. Whole tiles are stored through shared memory and TMA: the staged D tile costs a
-// pipeline stage (5 stages of 32 KB with 128-wide tiles, 4 of 40 KB with 192-wide ones).
+// kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing one B tile.
+// 128-wide tiles keep two partial-sum fragments. Whole tiles are stored through shared memory and
+// TMA: the staged D tile costs a pipeline stage (5 stages of 32 KB with 128-wide tiles, 4 of 40 KB
+// with 192-wide ones).
 template <int kBlockN_, int kCluster_, bool kShareB_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
@@ -126,8 +127,8 @@ struct alignas(1024) SharedStorage {
 };
 
 struct Params {
-  CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (128 / cluster) rows, 128-byte swizzle
-  CUtensorMap b;  // B (groups * n, k); box 128 x kBlockN rows
+  CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (128 / cluster) rows (128 with kShareB), 128-byte swizzle
+  CUtensorMap b;  // B (groups * n, k); box 128 x kBlockN rows (kBlockN / 2 with kShareB)
   CUtensorMap dmap;  // D (m, n) bf16; box 64 columns x 128 rows, 128-byte swizzle (when tma_store)
   // Scales, as their layouts' offset functions place them (a row term plus a K-block term):
   // A's row r, K block kb at sa[r * sa_row + kb * sa_kb]; expert g's block (r / 128, kb) at
