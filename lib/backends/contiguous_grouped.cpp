@@ -42,9 +42,9 @@ class ContiguousGrouped final : public GroupedBackendImpl {
       return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
     std::string why = contiguous_grouped::blocker(a, t);
     if (!why.empty() || a.backend != GroupedBackend::kAuto) return why;
-    // auto takes it wherever it runs. bench_grouped, interleaved, the same bits: 0.83-0.97x the CUTLASS
-    // kernel's time on all twelve MoE shapes on an H100 (runs GP, GR), 0.80-1.00x on an H200 (run GU;
-    // decode 0.98-1.00x), and below the per-group backend's time on the large shapes.
+    // auto takes it wherever it runs. bench_grouped, interleaved, the same bits: 0.81-0.96x the CUTLASS
+    // kernel's time on all twelve MoE shapes on an H100 (run HC), 0.80-0.99x on an H200 (run HE;
+    // decode 0.93-0.99x), and below the per-group backend's time on the large shapes.
     return {};
   }
 

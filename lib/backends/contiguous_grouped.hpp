@@ -15,8 +15,8 @@
 //    and the block's scales, CUTLASS's expressions in CUTLASS's order, so the output is
 //    bit-identical to the CUTLASS grouped kernel's;
 //  * tiles that lie within one group are stored through shared memory and TMA.
-// Against the CUTLASS kernel (interleaved timing, bit-identical outputs): 0.83-0.97x its time on the
-// twelve MoE shapes of bench_grouped on an H100, 0.80-1.00x on an H200, and below one cuBLASLt call
+// Against the CUTLASS kernel (interleaved timing, bit-identical outputs): 0.81-0.96x its time on the
+// twelve MoE shapes of bench_grouped on an H100, 0.80-0.99x on an H200, and below one cuBLASLt call
 // per group, so `auto` takes it wherever it can run.
 // GroupedBackend::kContiguous asks for it by name anywhere it can run.
 // Built with the CUTLASS kernels (the same CuTe headers and sm_90a object library); blocker() says
