@@ -80,12 +80,16 @@ _SCRIPT = textwrap.dedent(r"""
             torch.cuda.synchronize(dev)
             same(d, ref, f"scaled_mm {ra} x {rb} on cuda:{dev}")
             same(d2, ref, f"scalemm.torch.scaled_mm {ra} x {rb} on cuda:{dev}")
-        # Grouped: m-grouped, host and device sizes, blockwise and rowwise.
-        for ra, rb in [("block1x128", "block128x128"), ("rowwise", "rowwise")]:
+        # Grouped: m-grouped, host and device sizes, blockwise and rowwise. The second blockwise case
+        # (>= 256 rows per group, K 4096) takes the contiguous kernel's B-sharing clusters on sm_90.
+        for ra, rb, sizes, k in [("block1x128", "block128x128", [64, 0, 128, 64], 384),
+                                 ("block1x128", "block128x128", [512, 0, 384], 4096),
+                                 ("rowwise", "rowwise", [64, 0, 128, 64], 384)]:
             torch.cuda.set_device(other)
-            sizes = [64, 0, 128, 64]
-            xq, xs = scalemm.quantize(x_host.to(f"cuda:{dev}"), ra)
-            experts = [scalemm.quantize(torch.randn(128, 384, generator=g).to(f"cuda:{dev}"), rb) for _ in range(4)]
+            xk = x_host if k == 384 else torch.randn(sum(sizes), k, generator=g)
+            xq, xs = scalemm.quantize(xk.to(f"cuda:{dev}"), ra)
+            experts = [scalemm.quantize(torch.randn(128, k, generator=g).to(f"cuda:{dev}"), rb)
+                       for _ in range(len(sizes))]
             bq, bs = torch.stack([q for q, _ in experts]), torch.stack([s for _, s in experts])
             dev_sizes = torch.tensor(sizes, dtype=torch.int32, device=f"cuda:{dev}")
             outs = [st.scaled_grouped_mm(xq, bq, xs, bs, s, recipe_a=ra, recipe_b=rb) for s in (sizes, dev_sizes)]

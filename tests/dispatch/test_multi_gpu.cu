@@ -63,7 +63,7 @@ struct DenseOnDevice {
 struct GroupedOnDevice {
   std::unique_ptr<testing::Dev> a, sa, b, sb, d;
   GroupedGemmArgs args;
-  GroupedOnDevice(const testing::GroupedInputs& in, int device) {
+  GroupedOnDevice(const testing::GroupedInputs& in, int device, DType out = DType::kF32) {
     DeviceGuard g(device);
     a = std::make_unique<testing::Dev>(in.a_data);
     sa = std::make_unique<testing::Dev>(in.a_scale);
@@ -71,6 +71,7 @@ struct GroupedOnDevice {
     sb = std::make_unique<testing::Dev>(in.b_scale);
     d = std::make_unique<testing::Dev>(in.expected.size() * 4);
     args = in.args(d->p, a->p, sa->p, b->p, sb->p, MemorySpace::kDevice);
+    args.d_dtype = out;
   }
   std::vector<uint8_t> download() const {
     std::vector<uint8_t> out(d->bytes);
@@ -80,15 +81,17 @@ struct GroupedOnDevice {
 };
 
 // The calls of one device: dense blockwise, dense MXFP8 (emulated below sm_100), forced emulated
-// MXFP8, and an m-grouped call.
+// MXFP8, an m-grouped tensorwise call, and an m-grouped blockwise call whose shape takes the contiguous
+// kernel's B-sharing cluster configuration on sm_90 (its resident-cluster count is cached per device).
 struct Work {
   DenseOnDevice block, mx, emulated;
-  GroupedOnDevice grouped;
+  GroupedOnDevice grouped, grouped_block;
   cudaStream_t stream = nullptr;
   int device;
   Work(const HostOperand& ba, const HostOperand& bb, const HostOperand& ma, const HostOperand& mb,
-       const testing::GroupedInputs& g, int dev)
-      : block(ba, bb, dev), mx(ma, mb, dev), emulated(ma, mb, dev), grouped(g, dev), device(dev) {
+       const testing::GroupedInputs& g, const testing::GroupedInputs& gb, int dev)
+      : block(ba, bb, dev), mx(ma, mb, dev), emulated(ma, mb, dev), grouped(g, dev), grouped_block(gb, dev, DType::kBF16),
+        device(dev) {
     DeviceGuard guard(dev);
     SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   }
@@ -101,11 +104,12 @@ struct Work {
     h.gemm(mx.args, stream);
     forced_emulated.gemm(emulated.args, stream);
     h.grouped_gemm(grouped.args, stream);
+    h.grouped_gemm(grouped_block.args, stream);
   }
   std::vector<std::vector<uint8_t>> results() {
     DeviceGuard guard(device);
     SCALEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return {block.download(), mx.download(), emulated.download(), grouped.download()};
+    return {block.download(), mx.download(), emulated.download(), grouped.download(), grouped_block.download()};
   }
 };
 
@@ -117,7 +121,7 @@ HandleOptions forced(Backend b) {
 
 struct Inputs {
   HostOperand ba, bb, ma, mb;
-  testing::GroupedInputs g;
+  testing::GroupedInputs g, gb;
   Inputs() {
     auto rng = testing::rng(0x2D3F);
     ba = testing::random_operand(Recipe::kBlock1x128, 256, 512, ScaleFormat::kCompact, rng);
@@ -126,6 +130,9 @@ struct Inputs {
     mb = testing::random_operand(Recipe::kMxfp8, 256, 512, ScaleFormat::kCompact, rng);
     g = testing::make_grouped(GroupDim::kM, Recipe::kTensorwise, Recipe::kTensorwise, ScaleFormat::kCompact,
                               ScaleFormat::kCompact, {64, 0, 128, 64}, 256, 128, rng);
+    // >= 256 rows per group at K >= 4096: 128 x 192 tiles in clusters sharing B (contiguous_grouped::shared_b).
+    gb = testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128, ScaleFormat::kCompact,
+                               ScaleFormat::kCompact, {512, 0, 384}, 4096, 256, rng);
   }
 };
 
@@ -141,14 +148,14 @@ TEST_CASE("on one GPU a call on a created stream plans for device 0 and names it
   Inputs in;
   Handle h;
   CHECK(h.target().ordinal == 0);
-  Work w(in.ba, in.bb, in.ma, in.mb, in.g, 0);
+  Work w(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, 0);
   const Plan p = h.plan(w.mx.args, reinterpret_cast<Stream>(w.stream));
   CHECK_THAT(p.explain(), Catch::Contains("planned for device 0: sm_" + std::to_string(DeviceTarget::all()[0].sm)));
   Handle forced_emulated(forced(Backend::kEmulated));
   w.run(h, forced_emulated);
   const auto on_stream = w.results();
   // The same calls on the default stream, through another handle: bit-identical.
-  Work again(in.ba, in.bb, in.ma, in.mb, in.g, 0);
+  Work again(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, 0);
   Handle h2, f2(forced(Backend::kEmulated));
   const cudaStream_t own = again.stream;
   again.stream = nullptr;
@@ -156,6 +163,8 @@ TEST_CASE("on one GPU a call on a created stream plans for device 0 and names it
   SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
   again.stream = own;
   CHECK(again.results() == on_stream);
+  if (DeviceTarget::all()[0].sm == 90)
+    CHECK_THAT(h.explain(w.grouped_block.args), Catch::Contains("clusters of 2 M tiles (B multicast within a group)"));
 }
 
 TEST_CASE("one Handle serves streams of device 0 and device 1 from two threads at once, bit-identical to "
@@ -166,14 +175,14 @@ TEST_CASE("one Handle serves streams of device 0 and device 1 from two threads a
   std::vector<std::vector<std::vector<uint8_t>>> single;
   for (int dev : {0, 1}) {
     DeviceGuard g(dev);
-    Work w(in.ba, in.bb, in.ma, in.mb, in.g, dev);
+    Work w(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, dev);
     Handle h, f(forced(Backend::kEmulated));
     w.run(h, f);
     single.push_back(w.results());
   }
   // One handle (and one forced-emulated handle) for both devices, two threads at once, both with
   // device 0 current: thread 1's calls go to device 1 through its stream alone.
-  Work w0(in.ba, in.bb, in.ma, in.mb, in.g, 0), w1(in.ba, in.bb, in.ma, in.mb, in.g, 1);
+  Work w0(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, 0), w1(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, 1);
   Handle shared, shared_emulated(forced(Backend::kEmulated));
   std::string errors[2];
   auto body = [&](Work& w, std::string& error) {
@@ -201,6 +210,10 @@ TEST_CASE("one Handle serves streams of device 0 and device 1 from two threads a
   CHECK_THAT(shared.plan(w0.mx.args, reinterpret_cast<Stream>(w0.stream)).explain(),
              Catch::Contains("planned for device 0"));
   if (DeviceTarget::of_device(0).sm == DeviceTarget::of_device(1).sm) CHECK(single[0] == single[1]);
+  if (DeviceTarget::of_device(1).sm == 90) {  // the B-sharing configuration ran on device 1 too
+    DeviceGuard g(1);
+    CHECK_THAT(shared.explain(w1.grouped_block.args), Catch::Contains("clusters of 2 M tiles (B multicast within a group)"));
+  }
 }
 
 TEST_CASE("a handle destroyed while the other device is current frees each device's resources there",
@@ -213,7 +226,7 @@ TEST_CASE("a handle destroyed while the other device is current frees each devic
     SCALEMM_CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return free;
   };
-  Work w0(in.ba, in.bb, in.ma, in.mb, in.g, 0), w1(in.ba, in.bb, in.ma, in.mb, in.g, 1);
+  Work w0(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, 0), w1(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, 1);
   {  // a first handle loads every kernel module on both devices (lazy loading keeps them resident)
     DeviceGuard g(0);
     Handle warm, warm_emulated(forced(Backend::kEmulated));
@@ -251,7 +264,7 @@ TEST_CASE("a handle destroyed while the other device is current frees each devic
 TEST_CASE("device memory of device 1 on a stream of device 0 is refused by name, in C++ and through the C ABI",
           "[gpu][multi-gpu][dispatch][devices]") {
   Inputs in;
-  Work w0(in.ba, in.bb, in.ma, in.mb, in.g, 0);
+  Work w0(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, 0);
   DenseOnDevice on1(in.ma, in.mb, 1);
   GemmArgs args = w0.mx.args;
   args.b.data = on1.args.b.data;  // B of device 1, everything else of device 0
@@ -372,12 +385,12 @@ void every_recipe_on(std::initializer_list<int> order) {
     std::vector<std::vector<uint8_t>> single;
     {
       DeviceGuard g(0);
-      Work w(in.ba, in.bb, in.ma, in.mb, in.g, 0);
+      Work w(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, 0);
       Handle h, f(forced(Backend::kEmulated));
       w.run(h, f);
       single = w.results();
     }
-    Work w(in.ba, in.bb, in.ma, in.mb, in.g, dev);
+    Work w(in.ba, in.bb, in.ma, in.mb, in.g, in.gb, dev);
     DeviceGuard current(other);
     Handle h, f(forced(Backend::kEmulated));
     w.run(h, f);
