@@ -1,8 +1,9 @@
 // GEMM benchmark: scalemm against raw cuBLASLt (same problem, same algorithm) and against a BF16
 // cuBLASLt GEMM, in one run on one GPU, with the same-run ceilings printed next to every result.
 //
-//   bench_gemm [--quick | --small-m] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]
-//   (--small-m: only blockwise at M <= 256, with the contiguous grouped kernel as one group)
+//   bench_gemm [--quick | --small-m | --contiguous] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]
+//   (--small-m: only blockwise at M <= 256, with the contiguous grouped kernel as one group;
+//    --contiguous: only blockwise at the large anchors and the MLP layers' forward and dgrad shapes, the same way)
 //
 // Sections (each prints a Markdown table on stdout as it goes; --json writes everything, rewritten
 // after every section so a killed run still leaves what it measured):
@@ -36,6 +37,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -79,6 +81,7 @@ int g_warm = 5;
 int g_ref_reps = 5;
 bool g_quick = false;
 bool g_small_m = false;  // --small-m: blockwise at M <= 256 only (with the contiguous kernel), then stop
+bool g_contiguous = false;  // --contiguous: blockwise at large M only (with the contiguous kernel), then stop
 bool g_autotune = false;  // --autotune: scalemm and the raw calls share the tuned algorithm
 size_t g_l2 = 50u << 20;
 std::string g_json_path;
@@ -470,6 +473,21 @@ std::vector<Shape> shapes(bool quick) {
     }
     return v;
   }
+  if (g_contiguous) {
+    // The anchors with M >= 2048, and the forward (and, transposed, dgrad) GEMMs of the three MLP blocks
+    // the training benchmark runs (tokens x d x f: up M x f x d, down M x d x f).
+    std::vector<Shape> v = {{"anchor", 4096, 4096, 4096}, {"anchor", 8192, 8192, 8192},
+                            {"anchor", 16384, 7168, 2048}, {"anchor", 2048, 2048, 7168}};
+    for (const auto& b : {std::array<int64_t, 3>{8192, 4096, 14336}, {16384, 7168, 2048}, {4096, 2048, 8192}}) {
+      const std::string l = "mlp " + std::to_string(b[0]) + "x" + std::to_string(b[1]) + "x" + std::to_string(b[2]);
+      for (const Shape& c : {Shape{l + " up", b[0], b[2], b[1]}, Shape{l + " down", b[0], b[1], b[2]}}) {
+        bool dup = false;
+        for (const auto& x : v) dup |= x.m == c.m && x.n == c.n && x.k == c.k;
+        if (!dup) v.push_back(c);
+      }
+    }
+    return v;
+  }
   std::vector<Shape> v = {{"anchor", 4096, 4096, 4096},
                           {"anchor", 8192, 8192, 8192},
                           {"anchor", 16384, 7168, 2048},
@@ -695,7 +713,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     cx.handle->grouped_gemm(g, cx.st);
   };
   auto grouped = [&](int s) { grouped_into(s, d[size_t(s)].p); };
-  bool with_grouped = rc.a == Recipe::kBlock1x128 && M <= 256;
+  bool with_grouped = rc.a == Recipe::kBlock1x128 && (M <= 256 || g_contiguous);
   if (with_grouped) {
     try {
       grouped(0);
@@ -733,7 +751,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
       SCALEMM_CUDA_CHECK(cudaMemsetAsync(d3.p, 0xFF, size_t(M * N) * 2, cx.st));
       cx.lt->matmul(scaled_call(M, N, K, a[0], b[0], d[0].p), cx.lt_ws.p, kLtWorkspace, cx.st);
       grouped_into(0, d3.p);
-      char line[256];
+      char line[512];
       std::snprintf(line, sizeof line, "%s: contiguous kernel (G = 1) %.1f us, raw cuBLASLt %.1f us, scalemm %.1f us: "
                     "cuBLASLt / kernel time %.2f; output against cuBLASLt's: %s",
                     what.c_str(), tg.med_us, t_raw.med_us, t_s.med_us, t_raw.med_us / tg.med_us,
@@ -757,7 +775,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
       SCALEMM_CUDA_CHECK(cudaMemsetAsync(d3.p, 0xFF, size_t(M * N) * 2, cx.st));
       cx.handle->gemm(args(0, false), cx.st);
       grouped_into(0, d3.p);
-      char line[256];
+      char line[512];
       std::snprintf(line, sizeof line, "%s: contiguous kernel (G = 1) %.1f us, scalemm (%s) %.1f us: scalemm / kernel "
                     "time %.2f; output against scalemm's: %s",
                     what.c_str(), t[1].med_us, backend.c_str(), t_s.med_us, t_s.med_us / t[1].med_us,
@@ -1311,12 +1329,13 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) g_quick = true;
     else if (!std::strcmp(argv[i], "--small-m")) g_small_m = true;
+    else if (!std::strcmp(argv[i], "--contiguous")) g_contiguous = true;
     else if (!std::strcmp(argv[i], "--autotune")) g_autotune = true;
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = std::max(30, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--ref-reps") && i + 1 < argc) g_ref_reps = std::max(5, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--quick | --small-m] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick | --small-m | --contiguous] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]\n", argv[0]);
       return 2;
     }
   }
@@ -1377,7 +1396,7 @@ int main(int argc, char** argv) {
   print_native_header();
   g_in_table = true;
   for (const Shape& sh : shp) {
-    if (g_small_m) {
+    if (g_small_m || g_contiguous) {
       for (const RecipeCase& rc : kNative)
         if (rc.a == Recipe::kBlock1x128) native_case(cx, sh, rc);
       write_json();
@@ -1415,11 +1434,12 @@ int main(int argc, char** argv) {
     for (const auto& n : g_plan_notes) std::printf("- %s\n", n.c_str());
   }
   if (!g_small_m_notes.empty()) {
-    std::printf("\nBlockwise at M <= 256, the contiguous grouped kernel as one group (interleaved with the above):\n\n");
+    std::printf("\nBlockwise%s, the contiguous grouped kernel as one group (interleaved with the above):\n\n",
+                g_contiguous ? "" : " at M <= 256");
     for (const auto& n : g_small_m_notes) std::printf("- %s\n", n.c_str());
   }
   std::fflush(stdout);
-  if (!g_small_m) {
+  if (!g_small_m && !g_contiguous) {
     try {
       host_overhead(cx);
     } catch (const std::exception& e) {
