@@ -1,6 +1,8 @@
 // The contiguous grouped backend (grouped_backend.hpp): m-grouped blockwise FP8 (block1x128 x
 // block128x128) in one launch of scalemm's own Hopper kernel (contiguous_grouped_sm90a.cu), with
 // host or device-side sizes and no workspace.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "backends/contiguous_grouped.hpp"
@@ -29,6 +31,40 @@ bool contiguous_grouped::wide_tiles(const GroupedGemmArgs& a) {
 // have one M tile per group, so no pair would share B.
 bool contiguous_grouped::shared_b(const GroupedGemmArgs& a) { return wide_tiles(a) && !decode_like(a); }
 
+// Each tile of a wave takes about as long, so a call takes about (waves) x (tile width) x (the width's
+// cost per column). Interleaved, the same bits (runs HJ on an H200, HM on an H100):
+//  * against 192-wide tiles, 160-wide ones took 1.01-1.10x the time on the many-wave shapes (the last
+//    wave full either way) and 0.85-0.96x where this ratio is 0.83-0.92: 10 experts of up to 64 rows
+//    (N 4096, K 7168) 99.9 against 108.6 us (H100; 82.5 against 93.1, H200), 16 uneven experts x 2048
+//    x 7168 155.7 against 176.4 (145.3 against 171.4), 8 x 512 x 7168 x 4096 267.1 against 277.2
+//    (241.2 against 253.2); at 0.95 they were even;
+//  * against 128-wide tiles in clusters sharing A (short K, many rows per group), 160-wide ones
+//    sharing B took 0.95-0.97x the time where the two fill the same width of waves (16 uneven experts
+//    x 2048 x 2048, 38 M tiles: 49.9 against 52.6 us, H100) and 1.00-1.01x over many waves (4096 x
+//    8192 x 2048), 1.11-1.16x where 160 fill more (16 x 256 x 2048 x 2048 equal).
+// Device sizes are not read on the host: no 160 there.
+bool contiguous_grouped::narrow_tiles(const GroupedGemmArgs& a, int multiprocessors) {
+  const bool wide = wide_tiles(a);
+  if (!wide && !(a.groups > 0 && a.m >= 256 * a.groups)) return false;  // 128 for few rows over a short K
+  if (a.group_sizes_device || !a.group_sizes || multiprocessors <= 0) return false;
+  int64_t m_tiles = 0;
+  for (int64_t g = 0; g < a.groups; ++g) m_tiles += (std::max<int64_t>(a.group_sizes[g], 0) + 127) / 128;
+  if (m_tiles == 0) return false;
+  auto cost = [&](int64_t width) {
+    const int64_t tiles = m_tiles * ((a.n + width - 1) / width);
+    return (tiles + multiprocessors - 1) / multiprocessors * width;
+  };
+  return wide ? 100 * cost(160) <= 92 * cost(192) : cost(160) <= cost(128);
+}
+
+contiguous_grouped::Tiles contiguous_grouped::tiles(const GroupedGemmArgs& a, int multiprocessors) {
+  // At decode, 160-wide tiles in clusters sharing A took 0.96x the time of the same without clusters
+  // (99.9 against 104.3 us at 10 experts of up to 64 rows, H100; 82.5 against 86.0, H200).
+  if (narrow_tiles(a, multiprocessors)) return decode_like(a) ? Tiles::k160SharedA : Tiles::k160SharedB;
+  if (!wide_tiles(a)) return Tiles::k128SharedA;
+  return shared_b(a) ? Tiles::k192SharedB : Tiles::k192;
+}
+
 namespace {
 
 class ContiguousGrouped final : public GroupedBackendImpl {
@@ -50,10 +86,13 @@ class ContiguousGrouped final : public GroupedBackendImpl {
 
   bool one_launch() const override { return true; }
 
-  void run(const GroupedGemmArgs& a, const GroupedRunContext& ctx) const override { contiguous_grouped::run(a, ctx.stream); }
+  void run(const GroupedGemmArgs& a, const GroupedRunContext& ctx) const override {
+    contiguous_grouped::run(a, ctx.stream, contiguous_grouped::tiles(a, ctx.target ? ctx.target->multiprocessors : 0));
+  }
 
-  std::string explain(Handle&, const GroupedGemmArgs& a, const std::string&) const override {
-    std::string s = "contiguous grouped backend: " + contiguous_grouped::describe(a);
+  std::string explain(Handle& h, const GroupedGemmArgs& a, const std::string&) const override {
+    const contiguous_grouped::Tiles t = contiguous_grouped::tiles(a, h.target().multiprocessors);
+    std::string s = "contiguous grouped backend: " + contiguous_grouped::describe(a, t);
     if (a.graph_replay) s += " (graph_replay has no effect: the call is one launch already)";
     return s;
   }

@@ -10,7 +10,7 @@
 //  * one producer warp issues TMA loads into a 4- or 5-stage ring, A multicast across clusters of two
 //    N tiles with 128-wide tiles, B across clusters of two M tiles with 192-wide ones over many rows
 //    per group (shared_b()), and a second copies each stage's scales into shared memory; two consumer
-//    warpgroups each run the WGMMAs of 64 rows x 128 columns (192 over a long K: wide_tiles()) per
+//    warpgroups each run the WGMMAs of 64 rows x 128 columns (160 or 192 over a long K: tiles()) per
 //    128-deep K block and promote the block's partial sums into the fp32 accumulator with the row's
 //    and the block's scales, CUTLASS's expressions in CUTLASS's order, so the output is
 //    bit-identical to the CUTLASS grouped kernel's;
@@ -36,8 +36,13 @@ bool built();
 /// Empty when the kernel runs `args` on `t`; else why not (printable, one line).
 std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 
-/// Enqueues the whole grouped GEMM on `stream` (blocker() was empty). Needs no workspace.
-void run(const GroupedGemmArgs& args, Stream stream);
+/// The kernel's tile configurations (128 rows each): 128, 160 or 192 columns; in clusters of two N
+/// tiles sharing A (by multicast), of two M tiles sharing B, or without clusters.
+enum class Tiles { k128SharedA, k160SharedA, k160SharedB, k192, k192SharedB };
+
+/// Enqueues the whole grouped GEMM on `stream` (blocker() was empty) with the given tiles (tiles()
+/// picks them; every configuration gives the same bits). Needs no workspace.
+void run(const GroupedGemmArgs& args, Stream stream, Tiles tiles);
 
 /// Few rows per group over a long K (average rows per group <= 64, K >= 4096, N >= 2048): the kernel
 /// then streams B and runs 128 x 192 tiles without clusters. A host-side rule, defined whether or
@@ -54,7 +59,17 @@ bool wide_tiles(const GroupedGemmArgs& args);
 /// one group. A host-side rule, defined whether or not the kernel is built.
 bool shared_b(const GroupedGemmArgs& args);
 
+/// Tiles of 160 columns (host sizes only) where they fill the device's `multiprocessors` better in
+/// waves, weighted by the tile width: with wide_tiles() at most 0.92 of what the 192-wide ones take
+/// (few tiles, or a last wave of 192-wide ones nearly empty); else, with 256 or more rows per group,
+/// no more than the 128-wide ones. A host-side rule.
+bool narrow_tiles(const GroupedGemmArgs& args, int multiprocessors);
+
+/// The configuration run() takes on a device of `multiprocessors` SMs (wide_tiles(), shared_b(),
+/// narrow_tiles()). A host-side rule.
+Tiles tiles(const GroupedGemmArgs& args, int multiprocessors);
+
 /// A one-line description for explain().
-std::string describe(const GroupedGemmArgs& args);
+std::string describe(const GroupedGemmArgs& args, Tiles tiles);
 
 }  // namespace scalemm::backends::contiguous_grouped

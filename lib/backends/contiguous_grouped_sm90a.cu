@@ -7,8 +7,10 @@
 //    ...), so the stage ring's phases agree without any other hand-off.
 //  * Tile configurations (Config): 128 x 128 tiles in clusters of two, and 128 x 192 tiles over a long
 //    K, without clusters for few rows per group and in clusters of two for many (wide_tiles() and
-//    shared_b() say where they measured faster). A 192-wide tile spans two 128-column scale blocks,
-//    split at column 128 or 64.
+//    shared_b() say where they measured faster); 128 x 160 instead where 192-wide tiles would leave
+//    the last wave nearly empty (narrow_tiles()). A wide tile spans two 128-column scale blocks, split
+//    at column 128 or 64 (192), or 128, 96, 64 or 32 (160); a 160-wide tile is staged for its store in
+//    32-column boxes (64-byte rows, 64-byte swizzle), the others in 64-column ones.
 //  * Clusters of two CTAs take two N tiles of one M tile with 128-wide tiles: each loads half of the A
 //    tile and multicasts it to both, so A crosses from L2 once per pair. With 192-wide tiles they take
 //    two M tiles of one N tile (kShareB): where both lie in one group each loads half of the B tile
@@ -66,6 +68,8 @@
 #include "cute/arch/copy_sm90_desc.hpp"
 #include "cute/arch/copy_sm90_tma.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include "cute/arch/mma_sm90_gmma_ext.hpp"  // the m64n160 atom
+#include "cute/atom/mma_traits_sm90_gmma_ext.hpp"
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
@@ -89,11 +93,11 @@ constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memo
 
 using Fp8 = cutlass::float_e4m3_t;
 
-// A tile configuration: kBlockN columns per tile (128, or 192 = one and a half scale blocks),
-// kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing one B tile.
-// 128-wide tiles keep two partial-sum fragments. Whole tiles are stored through shared memory and
-// TMA: the staged D tile costs a pipeline stage (5 stages of 32 KB with 128-wide tiles, 4 of 40 KB
-// with 192-wide ones).
+// A tile configuration: kBlockN columns per tile (128; 160 or 192, which span two 128-column scale
+// blocks), kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing one B
+// tile. 128-wide tiles keep two partial-sum fragments. Whole tiles are stored through shared memory
+// and TMA, in boxes of 64 columns (32 with 160-wide tiles): the staged D tile costs a pipeline stage
+// (5 stages of 32 KB with 128-wide tiles, 4 of 36 or 40 KB with the wider ones).
 template <int kBlockN_, int kCluster_, bool kShareB_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
@@ -102,21 +106,26 @@ struct Config {
   static constexpr bool kTwoFragments = kBlockN == 128;
   static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
   static constexpr int kStages = (208 * 1024 - kBlockM * kBlockN * 2) / kStageBytes;
-  static_assert(kBlockN % 64 == 0, "D is staged in 64-column boxes");
+  static constexpr int kBoxCols = kBlockN % 64 == 0 ? 64 : 32;  // D's staging boxes: 128 or 64 bytes a row
+  static_assert(kBlockN % kBoxCols == 0, "D is staged in whole boxes");
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
                                              Shape<Int<kBlockM>, Int<kBlockK>, Int<kStages>>{}));
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
                                              Shape<Int<kBlockN>, Int<kBlockK>, Int<kStages>>{}));
-  using Atom = std::conditional_t<kBlockN == 128, SM90_64x128x32_F32E4M3E4M3_SS_TN<>, SM90_64x192x32_F32E4M3E4M3_SS_TN<>>;
+  using Atom = std::conditional_t<
+      kBlockN == 128, SM90_64x128x32_F32E4M3E4M3_SS_TN<>,
+      std::conditional_t<kBlockN == 160, SM90_64x160x32_F32E4M3E4M3_SS_TN<>, SM90_64x192x32_F32E4M3E4M3_SS_TN<>>>;
   using TiledMma = decltype(make_tiled_mma(Atom{}, Layout<Shape<_2, _1, _1>>{}));
-  static_assert(kBlockN == 128 || kBlockN == 192, "a tile spans at most two 128-column scale blocks");
+  // Tiles start at multiples of 32 columns within a scale block, so a tile of at most 160 columns, or a
+  // 192-wide one (starting at 0 or 64), spans at most two scale blocks.
+  static_assert(kBlockN == 128 || kBlockN == 160 || kBlockN == 192, "a tile spans at most two 128-column scale blocks");
 };
 
 template <class C>
 struct alignas(1024) SharedStorage {
   Fp8 a[C::kStages * kBlockM * kBlockK];  // each stage 1024-byte aligned, as the 128-byte swizzle needs
   Fp8 b[C::kStages * C::kBlockN * kBlockK];
-  alignas(1024) uint8_t d[kBlockM * C::kBlockN * 2];  // bf16, 64-column boxes of 128 x 128 B
+  alignas(1024) uint8_t d[kBlockM * C::kBlockN * 2];  // bf16, boxes of 128 rows x kBoxCols columns
   float sfa[C::kStages * kBlockM];  // each stage's A scales, by tile row
   float sfb[C::kStages * 2];        // each stage's one or two B scales
   uint64_t full[C::kStages];   // TMA bytes landed and the scale warp's copies
@@ -129,7 +138,7 @@ struct alignas(1024) SharedStorage {
 struct Params {
   CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (128 / cluster) rows (128 with kShareB), 128-byte swizzle
   CUtensorMap b;  // B (groups * n, k); box 128 x kBlockN rows (kBlockN / 2 with kShareB)
-  CUtensorMap dmap;  // D (m, n) bf16; box 64 columns x 128 rows, 128-byte swizzle (when tma_store)
+  CUtensorMap dmap;  // D (m, n) bf16; box kBoxCols columns x 128 rows, 128- or 64-byte swizzle (when tma_store)
   // Scales, as their layouts' offset functions place them (a row term plus a K-block term):
   // A's row r, K block kb at sa[r * sa_row + kb * sa_kb]; expert g's block (r / 128, kb) at
   // sb[g * sb_group + (r / 128) * sb_row + kb].
@@ -240,7 +249,8 @@ __device__ __forceinline__ float ld_shared(const float* q) {
 // (scale_a[row] * scale_b[block]), CUTLASS's expressions in its order, so the output is bit-identical
 // to the CUTLASS kernel's whatever the tile width. While one warpgroup promotes, the other's WGMMAs
 // keep the tensor cores busy. Columns [0, 8 kSplit) of the tile take the first scale block's
-// scale, the rest the second's (a 192-wide tile starts at 0 or 64 within a scale block).
+// scale, the rest the second's (a 192-wide tile starts at 0 or 64 within a scale block, a 160-wide
+// one at 0, 32, 64 or 96).
 template <class C, int kSplit, class Ring, class Mma, class FragA, class FragB, class Accum>
 __device__ __forceinline__ void k_loop(const Params& p, Ring& ring, Mma& mma, const FragA& tCrA, const FragB& tCrB,
                                        Accum& accum, Accum& part, Accum& part2, int lane, const float* sfa,
@@ -477,12 +487,17 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
   for (int64_t u = first; u < units; u += step) {
     tile.seek<C>(s, u, n_units, rank, total_tiles, p.m);
     const int col0 = tile.nt * kBlockN;
-    if constexpr (kBlockN == 128)
+    const int in_block = col0 % 128;  // where the tile starts within its first scale block
+    if (kBlockN == 128 || in_block == 0)
       k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
-    else if (col0 % 128 == 0)
-      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
-    else
+    else if (in_block == 64)
       k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
+    else if constexpr (kBlockN == 160) {
+      if (in_block == 32)
+        k_loop<C, 12>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
+      else
+        k_loop<C, 4>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
+    }
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
     // (the tile's row count through lane 0: a branch the compiler knows is uniform)
     if (p.tma_store && __shfl_sync(0xffffffffu, tile.rows, 0) >= kBlockM) {
@@ -494,13 +509,16 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       // stmatrix: four 8 x 8 bf16 matrices per instruction, the accumulator's own layout (a thread's
       // values i, i + 1 are row r0 (+ 8), columns c0, c0 + 1 of an 8-column chunk). Lane l gives the
       // address of row l % 8 of matrix l / 8: rows 0-7 and 8-15 of the warp's 16, chunks 2q and
-      // 2q + 1; each 16-byte chunk lands XOR-swizzled by its row.
+      // 2q + 1; each 16-byte chunk lands XOR-swizzled by its row as the map's swizzle reads it
+      // (128-byte box rows: chunk ^ row % 8; 64-byte rows: chunk ^ (row / 2) % 4), conflict-free either way.
+      constexpr int kRowBytes = C::kBoxCols * 2, kChunks = kRowBytes / 16;
       const int srow = mw * 64 + (warp % 4) * 16 + lane % 8 + 8 * ((lane / 8) & 1);
-      const uint32_t sbase = cute::cast_smem_ptr_to_uint(s.d) + srow * 128;
+      const int sxor = kChunks == 8 ? srow & 7 : (srow >> 1) & 3;
+      const uint32_t sbase = cute::cast_smem_ptr_to_uint(s.d) + srow * kRowBytes;
       CUTLASS_PRAGMA_UNROLL
       for (int q = 0; q < kBlockN / 16; ++q) {
         const int chunk = 2 * q + lane / 16;
-        const uint32_t addr = sbase + (chunk / 8) * (kBlockM * 128) + (((chunk % 8) ^ (srow & 7)) << 4);
+        const uint32_t addr = sbase + (chunk / kChunks) * (kBlockM * kRowBytes) + (((chunk % kChunks) ^ sxor) << 4);
         uint32_t v[4];
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < 4; ++j) {
@@ -513,8 +531,9 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       tma_store_fence();
       asm volatile("bar.sync 1, 256;" ::: "memory");
       if (threadIdx.x == 128) {
-        for (int box = 0; box < kBlockN / 64; ++box)
-          if (col0 + 64 * box < p.n) SM90_TMA_STORE_2D::copy(&p.dmap, s.d + box * kBlockM * 128, col0 + 64 * box, tile.row0);
+        for (int box = 0; box < kBlockN / C::kBoxCols; ++box)
+          if (col0 + C::kBoxCols * box < p.n)
+            SM90_TMA_STORE_2D::copy(&p.dmap, s.d + box * kBlockM * C::kBoxCols * 2, col0 + C::kBoxCols * box, tile.row0);
         tma_store_arrive();
       }
     } else {
@@ -533,18 +552,18 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
 #endif
 }
 
-// A row-major (rows, cols) map with 128-byte rows of its box swizzled: the operands (bytes, box 128
-// columns) and the staged output (bf16, box 64 columns).
-CUtensorMap tensor_map(const void* base, int64_t rows, int64_t cols, int box_rows, bool bf16 = false) {
+// A row-major (rows, cols) map with the rows of its box (128 bytes, or 64) swizzled: the operands
+// (bytes, box 128 columns) and the staged output (bf16, box 64 or 32 columns).
+CUtensorMap tensor_map(const void* base, int64_t rows, int64_t cols, int box_rows, bool bf16 = false, int box_bytes = 128) {
   CUtensorMap map;
   const int elem_bytes = bf16 ? 2 : 1;
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(cols * elem_bytes)};  // bytes between rows
-  const cuuint32_t box[2] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows)};
+  const cuuint32_t box[2] = {cuuint32_t(box_bytes / elem_bytes), cuuint32_t(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = cutlass::call_cuTensorMapEncodeTiled(
       &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims,
-      strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
       bf16 ? CU_TENSOR_MAP_L2_PROMOTION_NONE : CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw Error(StatusCode::kInternal, "contiguous_grouped: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
@@ -606,7 +625,7 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
       if (cache->maps.size() >= 256) cache->maps.clear();
       MapCache::Maps maps{tensor_map(a.a.data, a.m, a.k, C::kShareB ? kBlockM : kBlockM / kCluster),
                           tensor_map(a.b.data, a.groups * a.n, a.k, C::kShareB ? kBlockN / 2 : kBlockN), {}};
-      if (p.tma_store) maps.d = tensor_map(a.d, a.m, a.n, kBlockM, /*bf16=*/true);
+      if (p.tma_store) maps.d = tensor_map(a.d, a.m, a.n, kBlockM, /*bf16=*/true, C::kBoxCols * 2);
       it = cache->maps.emplace(key, maps).first;
     }
     p.a = it->second.a;
@@ -680,22 +699,38 @@ void launch_for(const GroupedGemmArgs& a, Stream stream) {
   a.group_sizes_device || a.groups <= 64 ? launch<64, C>(a, stream) : launch<kMaxGroups, C>(a, stream);
 }
 
-void run(const GroupedGemmArgs& a, Stream stream) {
-  if (shared_b(a)) launch_for<Config<192, 2, true>>(a, stream);
-  else if (wide_tiles(a)) launch_for<Config<192, 1>>(a, stream);
-  else launch_for<Config<128, 2>>(a, stream);
+void run(const GroupedGemmArgs& a, Stream stream, Tiles tiles) {
+  switch (tiles) {
+    case Tiles::k128SharedA: return launch_for<Config<128, 2>>(a, stream);
+    case Tiles::k160SharedA: return launch_for<Config<160, 2>>(a, stream);
+    case Tiles::k160SharedB: return launch_for<Config<160, 2, true>>(a, stream);
+    case Tiles::k192: return launch_for<Config<192, 1>>(a, stream);
+    case Tiles::k192SharedB: return launch_for<Config<192, 2, true>>(a, stream);
+  }
+  throw Error(StatusCode::kInternal, "contiguous_grouped: unknown tile configuration");
 }
 
-std::string describe(const GroupedGemmArgs& a) {
+std::string describe(const GroupedGemmArgs& a, Tiles tiles) {
+  const bool narrow = tiles == Tiles::k160SharedA || tiles == Tiles::k160SharedB;
+  const std::string why = narrow ? std::string("; 160 columns fill the SMs' waves better here than ") +
+                                       (wide_tiles(a) ? "192" : "128")
+                                 : std::string();
+  const char* rows = wide_tiles(a) ? "a long K with " : "";
   std::ostringstream os;
   os << "contiguous grouped kernel (sm_90a, ours), one launch for all " << a.groups
      << " groups: FP8 blockwise 1x128 x 128x128, persistent, a TMA producer warp, a scale warp "
-        "copying each stage's scales into shared memory and two WGMMA warpgroups, "
-     << (shared_b(a) ? "128x192x128 tiles in clusters of 2 M tiles (B multicast within a group), one partial-sum fragment "
-                       "(a long K with many rows per group)"
-         : wide_tiles(a) ? "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few rows per group)"
-                         : "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments")
-     << (stores_through_tma(a) ? ", tiles within one group stored through shared memory and TMA" : "")
+        "copying each stage's scales into shared memory and two WGMMA warpgroups, ";
+  if (tiles == Tiles::k128SharedA)
+    os << "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments";
+  else if (tiles == Tiles::k160SharedA)
+    os << "128x160x128 tiles in clusters of 2 (A multicast), one partial-sum fragment (" << rows << "few rows per group"
+       << why << ")";
+  else if (tiles == Tiles::k160SharedB || tiles == Tiles::k192SharedB)
+    os << "128x" << (narrow ? 160 : 192) << "x128 tiles in clusters of 2 M tiles (B multicast within a group), one "
+       << "partial-sum fragment (" << rows << "many rows per group" << why << ")";
+  else
+    os << "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few rows per group)";
+  os << (stores_through_tma(a) ? ", tiles within one group stored through shared memory and TMA" : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();

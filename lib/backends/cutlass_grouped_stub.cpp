@@ -19,8 +19,8 @@ std::string describe(const GroupedGemmArgs&) { return "not built"; }
 namespace backends::contiguous_grouped {
 bool built() { return false; }
 std::string blocker(const GroupedGemmArgs&, const DeviceTarget&) { return "not built"; }
-void run(const GroupedGemmArgs&, Stream) { throw Error(StatusCode::kInternal, "contiguous_grouped: not built"); }
-std::string describe(const GroupedGemmArgs&) { return "not built"; }
+void run(const GroupedGemmArgs&, Stream, Tiles) { throw Error(StatusCode::kInternal, "contiguous_grouped: not built"); }
+std::string describe(const GroupedGemmArgs&, Tiles) { return "not built"; }
 }  // namespace backends::contiguous_grouped
 
 }  // namespace scalemm

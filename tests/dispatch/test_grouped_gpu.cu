@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "backends/contiguous_grouped.hpp"
 #include "device_buffer.hpp"
 #include "grouped_inputs.hpp"
 #include "scalemm/formats.hpp"
@@ -530,15 +531,18 @@ TEST_CASE("the CUTLASS grouped kernel equals each group's exact product (G = 1, 
   }
 }
 
-TEST_CASE("the contiguous grouped kernel equals each group's exact product, and the CUTLASS kernel bit for bit",
+TEST_CASE("the contiguous grouped kernel equals each group's exact product, and the CUTLASS kernel bit for bit "
+          "in every tile configuration",
           "[gpu][dispatch][grouped][contiguous]") {
+  namespace cg = backends::contiguous_grouped;
   auto rng = scalemm::testing::rng(0x6C8);
   Handle h;
+  const int sms = h.target().multiprocessors;
   const std::vector<int64_t> g16 = uneven16(), decode = decode64();
   struct Case {
     std::vector<int64_t> sizes;
     int64_t k, n;
-    const char* tiles = "";  // what explain() names the tile configuration
+    const char* tiles = "";  // what explain() names the tile configuration on 132 SMs (H100, H200)
   };
   const Case cases[] = {
       {{129}, 640, 256},                  // G = 1, one row past a tile
@@ -548,17 +552,23 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       {{0, 300, 0}, 256, 8},              // empty first and last groups, N = 8
       {{1}, 16, 8},                       // smallest
       {{1000, 24, 0, 513}, 1024, 1024},   // several tiles per group, more tiles than SMs
-      // Few rows per group over a long K: 192-wide tiles; K tail, N = 10.7 tiles (tiles starting at
-      // 0 and 64 within a scale block, the last one's second block past N)
-      {{64, 0, 1, 17, 63, 40}, 4112, 2056, "128x192x128 tiles without clusters"},
-      // Many rows per group over a long K: 192-wide tiles in clusters of two M tiles sharing B, stored
-      // through TMA where whole (tiles straddling groups from registers); K tail, N = 1.04 tiles (the
-      // second starting at 64 within a scale block, mostly past N); nine M tiles: the pair over the
-      // first group's last tile and the second's first loads B twice, the last tile's peer lies past M
-      {{520, 504}, 4112, 200, "clusters of 2 M tiles (B multicast"},
+      // Few rows per group over a long K: wide tiles, 160 columns (one wave either way) in clusters
+      // sharing A; K tail, N = 12.85 (10.7) tiles, starting at 0, 32, 64 and 96 (0 and 64) within a
+      // scale block, the last one's second block past N
+      {{64, 0, 1, 17, 63, 40}, 4112, 2056, "128x160x128 tiles in clusters of 2 (A multicast)"},
+      // Many rows per group over a long K: wide tiles in clusters of two M tiles sharing B, stored
+      // through TMA where whole (tiles straddling groups from registers); K tail, N = 1.25 (1.04)
+      // tiles; nine M tiles: the pair over the first group's last tile and the second's first loads B
+      // twice, the last tile's peer lies past M
+      {{520, 504}, 4112, 200, "128x160x128 tiles in clusters of 2 M tiles (B multicast"},
       // The same with an empty group and a one-row tile: pairs within a group share B, the pair over
-      // groups 0 and 2 does not; N = 2.04 tiles
-      {{600, 0, 300, 129}, 4096, 392, "clusters of 2 M tiles (B multicast"},
+      // groups 0 and 2 does not; N = 2.45 (2.04) tiles
+      {{600, 0, 300, 129}, 4096, 392, "128x160x128 tiles in clusters of 2 M tiles (B multicast"},
+      // More tiles than SMs, 192 columns: 12 experts of few rows x 11 N tiles fill one wave, x 13 of
+      // 160 columns would take two
+      {{1, 5, 64, 33, 0, 2, 17, 8, 40, 3, 1, 12, 20}, 4096, 2056, "128x192x128 tiles without clusters"},
+      // Many rows per group over a short K: 31 M tiles x 4 of 160 columns fill one wave, x 5 of 128 two
+      {{1900, 0, 1940}, 256, 640, "128x160x128 tiles in clusters of 2 M tiles (B multicast"},
   };
   for (const Case& c : cases) {
     auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
@@ -572,8 +582,9 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
       ga.backend = GroupedBackend::kContiguous;
       const std::string plan = h.explain(ga);
-      CHECK(plan.find("contiguous grouped backend") != std::string::npos);
-      CHECK(plan.find(c.tiles) != std::string::npos);
+      CAPTURE(plan);
+      CHECK(plan.find("contiguous grouped backend: " + cg::describe(ga, cg::tiles(ga, sms))) != std::string::npos);
+      if (sms == 132) CHECK(plan.find(c.tiles) != std::string::npos);
       h.grouped_gemm(ga);
       SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       CHECK(bf16_mismatches(d, in.expected) == 0);
@@ -600,7 +611,19 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       h.grouped_gemm(ga);
     }
     SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
-    CHECK(download(d) == download(ref));
+    const std::vector<uint8_t> want = download(ref);
+    CHECK(download(d) == want);
+    // Every tile configuration, whichever the rule picks here: the same bits.
+    for (cg::Tiles t : {cg::Tiles::k128SharedA, cg::Tiles::k160SharedA, cg::Tiles::k160SharedB, cg::Tiles::k192,
+                        cg::Tiles::k192SharedB}) {
+      CAPTURE(cg::describe(dg.args(d.p, DType::kBF16), t));
+      SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));
+      GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);
+      ga.alpha = 0.75f;
+      cg::run(ga, nullptr, t);
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+      CHECK(download(d) == want);
+    }
   }
 }
 

@@ -356,6 +356,64 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     CHECK_FALSE(backends::contiguous_grouped::wide_tiles(wa));
     CHECK_FALSE(backends::contiguous_grouped::shared_b(wa));
   }
+  {  // 160-wide tiles where they fill the SMs' waves better than 192-wide ones (host sizes only)
+    namespace cg = backends::contiguous_grouped;
+    std::vector<int64_t> few(64, 0);  // decode, 10 experts routed: 10 M tiles
+    for (int g = 0; g < 10; ++g) few[size_t(6 * g)] = g < 8 ? 48 : 64;
+    GroupedGemmArgs d = auto_args(few, 128, 16);
+    d.k = 7168, d.n = 4096;
+    REQUIRE(cg::decode_like(d));
+    // 10 x 22 tiles of 192 columns fill 2 waves of 132 SMs, 10 x 26 of 160 also 2: 320 / 384 columns
+    CHECK(cg::narrow_tiles(d, 132));
+    CHECK(cg::tiles(d, 132) == cg::Tiles::k160SharedA);
+    CHECK_FALSE(cg::narrow_tiles(d, 0));  // no SM count known (a simulated device): 192 columns
+    CHECK(cg::tiles(d, 0) == cg::Tiles::k192);
+    CHECK(cg::tiles(d, 260) == cg::Tiles::k160SharedA);  // one wave either way
+    CHECK(cg::tiles(d, 220) == cg::Tiles::k192);  // one wave of 192 columns, two of 160
+    {
+      dispatch::SimulatedDevices sim = machine(90);
+      sim.devices[0].multiprocessors = 132;
+      Handle h132;
+      dispatch::simulate_devices(h132, sim);
+      CHECK_THAT(h132.explain(d), Catch::Contains("128x160x128 tiles in clusters of 2 (A multicast)") &&
+                                      Catch::Contains("160 columns fill the SMs' waves better here than 192"));
+    }
+    // Device sizes are not read on the host: 192 columns
+    GroupedGemmArgs dd = d;
+    dd.group_sizes = nullptr;
+    dd.group_sizes_device = few.data();
+    CHECK_FALSE(cg::narrow_tiles(dd, 132));
+    // Every expert routed 8 rows: 64 x 22 tiles, 11 waves of 192 columns against 13 of 160 (0.985): 192
+    std::vector<int64_t> eight(64, 8);
+    GroupedGemmArgs e = d;
+    e.group_sizes = eight.data();
+    CHECK(cg::tiles(e, 132) == cg::Tiles::k192);
+    // Many rows per group: 8 x 512 x 7168 x 4096 takes 10 waves of 192-wide tiles, 11 of 160 (0.917):
+    // 160 columns, B shared; 8 x 2048 x 4096 x 7168 22 and 26 waves (0.985): 192
+    std::vector<int64_t> g512(8, 512), g2048(8, 2048);
+    GroupedGemmArgs w = d;
+    w.groups = 8, w.group_sizes = g512.data(), w.m = 8 * 512, w.n = 7168, w.k = 4096;
+    REQUIRE(cg::shared_b(w));
+    CHECK(cg::tiles(w, 132) == cg::Tiles::k160SharedB);
+    w.group_sizes = g2048.data(), w.m = 8 * 2048, w.n = 4096, w.k = 7168;
+    CHECK(cg::tiles(w, 132) == cg::Tiles::k192SharedB);
+    w.k = 2048;  // a short K: 128-wide tiles, 32 waves of them against 26 of 160 columns (4160 / 4096)
+    CHECK(cg::tiles(w, 132) == cg::Tiles::k128SharedA);
+    // 16 x 256 x 2048 x 2048: equal, 4 waves of 128 or 160 columns (128); uneven (grouped.py's sizes,
+    // 38 M tiles), 5 waves of 128 columns against 4 of 160 (160, B shared)
+    std::vector<int64_t> eq16(16, 256), un16 = {48, 208, 464, 1152, 64, 0, 64, 224, 32, 496, 464, 224, 16, 240, 352, 48};
+    w.groups = 16, w.m = 4096, w.n = 2048, w.k = 2048, w.group_sizes = eq16.data();
+    CHECK(cg::tiles(w, 132) == cg::Tiles::k128SharedA);
+    w.group_sizes = un16.data();
+    CHECK(cg::tiles(w, 132) == cg::Tiles::k160SharedB);
+    w.m = 4095;  // fewer than 256 rows per group on average over a short K: 128 whatever the waves
+    CHECK_FALSE(cg::narrow_tiles(w, 132));
+    // Decode with every group empty: no tiles to balance
+    std::vector<int64_t> none(64, 0);
+    e.group_sizes = none.data(), e.m = 0;
+    REQUIRE(cg::decode_like(e));
+    CHECK_FALSE(cg::narrow_tiles(e, 132));
+  }
   {  // what it cannot run passes on under auto, with its reason: an f32 output
     GroupedGemmArgs fa = auto_args({256, 0, 300, 200}, 128, 16);
     fa.d_dtype = DType::kF32;
