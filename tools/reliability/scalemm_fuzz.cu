@@ -28,7 +28,7 @@
 // empty and odd-sized groups, any recipe pair (weighted to the CUTLASS kernel's), host or device-side
 // sizes, the automatic choice or a forced grouped backend; on a GPU, 2% of the m-grouped draws take a
 // long K (4096 and tails) with 512-600 rows per group over blockwise operands, the contiguous
-// kernel's 128 x 192 tiles in clusters sharing B. Each group's rows are checked against a
+// kernel's wide tiles in clusters sharing B (160 columns with host sizes, 192 with device sizes). Each group's rows are checked against a
 // float64 product of the dequantized operands within the tolerance of the dense plan that group runs
 // (the native tier's for the CUTLASS kernel), an empty k-group's D[g] must be exactly zero, two calls
 // must give the same bytes, device_status must say 0, and a CUTLASS result must agree with the
@@ -257,8 +257,9 @@ GroupedConfig draw_grouped(uint64_t seed, uint64_t id) {
                                  : std::pair<Recipe, Recipe>{kAllRecipes[size_t(uni(g, 0, 6))], kAllRecipes[size_t(uni(g, 0, 6))]};
   c.ra = pr.first, c.rb = pr.second;
   // 2% of m-grouped draws: a long K over blockwise 1x128 x 128x128 with 512 rows or more per group,
-  // where the contiguous kernel runs 128 x 192 tiles in clusters of two M tiles sharing B
-  // (contiguous_grouped.hpp, shared_b; an odd tile count leaves the last tile's peer past M); about
+  // where the contiguous kernel runs wide tiles in clusters of two M tiles sharing B (contiguous_grouped.hpp,
+  // shared_b; an odd tile count leaves the last tile's peer past M): these few tiles fill less than a
+  // wave, so 160 columns with host sizes (narrow_tiles), 192 with device sizes; about
   // 1100 rows x 264 columns at most, so that the float64 reference stays near a second (GPU runs only:
   // under --host the reference backend's own GEMM takes seconds more, and no kernel is under test).
   const bool long_k = !g_host && c.dim == GroupDim::kM && unif(g) < 0.02;
@@ -269,7 +270,8 @@ GroupedConfig draw_grouped(uint64_t seed, uint64_t id) {
   c.n = unif(g) < 0.6 ? pick(g, aligned) : pick(g, dims);
   const bool fp4 = c.ra == Recipe::kNvfp4 || c.rb == Recipe::kNvfp4;
   if (long_k) {
-    // N 136 and 200 end inside a 192-wide tile; 200's second tile starts 64 columns into a scale block.
+    // N 136 and 200 end inside a wide tile; 200's and 264's second tile starts 64 (192-wide) or 32
+    // (160-wide) columns into a scale block.
     static const int64_t wide_n[] = {64, 136, 200, 264}, wide_rows[] = {512, 520, 600}, k_tails[] = {0, 16, 128, 144};
     c.n = pick(g, wide_n);
     const int64_t G = uni(g, 1, 2);
