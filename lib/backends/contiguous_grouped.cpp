@@ -21,9 +21,11 @@ bool contiguous_grouped::decode_like(const GroupedGemmArgs& a) {
 // tiles took 0.89-0.96x the time of 128 x 128 ones with 256-2048 rows per group (N 4096-7168; even at
 // 256 rows and N 2048) and 0.99x at 64 x 8-32 rows; 1.04x at K 2048 with 256 rows per group, and
 // 1.15-1.2x on one group of 16-200 rows.
-bool contiguous_grouped::wide_tiles(const GroupedGemmArgs& a) {
-  return decode_like(a) || (a.groups > 0 && a.k >= 4096 && a.m >= 256 * a.groups);
-}
+namespace {
+bool many_rows(const GroupedGemmArgs& a) { return a.groups > 0 && a.m >= 256 * a.groups; }  // on average
+}  // namespace
+
+bool contiguous_grouped::wide_tiles(const GroupedGemmArgs& a) { return decode_like(a) || (a.k >= 4096 && many_rows(a)); }
 
 // Interleaved against the same tiles without clusters (H100, the same bits, runs HA, HB): 0.92-0.98x the
 // time at 256-2048 rows per group (8 x 2048 x 4096 x 7168 884 against 903 us, 16 x 256 x 2048 x 7168
@@ -45,7 +47,7 @@ bool contiguous_grouped::shared_b(const GroupedGemmArgs& a) { return wide_tiles(
 // Device sizes are not read on the host: no 160 there.
 bool contiguous_grouped::narrow_tiles(const GroupedGemmArgs& a, int multiprocessors) {
   const bool wide = wide_tiles(a);
-  if (!wide && !(a.groups > 0 && a.m >= 256 * a.groups)) return false;  // 128 for few rows over a short K
+  if (!wide && !many_rows(a)) return false;  // 128 for few rows over a short K
   if (a.group_sizes_device || !a.group_sizes || multiprocessors <= 0) return false;
   int64_t m_tiles = 0;
   for (int64_t g = 0; g < a.groups; ++g) m_tiles += (std::max<int64_t>(a.group_sizes[g], 0) + 127) / 128;
