@@ -14,7 +14,8 @@
 //    128-deep K block and promote the block's partial sums into the fp32 accumulator with the row's
 //    and the block's scales, CUTLASS's expressions in CUTLASS's order, so the output is
 //    bit-identical to the CUTLASS grouped kernel's;
-//  * tiles that lie within one group are stored through shared memory and TMA.
+//  * tiles are staged in shared memory and stored through TMA where whole, in 16-byte stores where a
+//    group ends inside them.
 // Against the CUTLASS kernel (interleaved timing, bit-identical outputs): 0.81-0.96x its time on the
 // twelve MoE shapes of bench_grouped on an H100, 0.80-0.99x on an H200, and below one cuBLASLt call
 // per group, so `auto` takes it wherever it can run.

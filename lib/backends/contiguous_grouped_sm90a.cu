@@ -32,13 +32,16 @@
 //    put 9% of all stall samples on it), and each tile's first loads were not hidden at all. The
 //    copies measured 1-8% faster on eleven of twelve shapes (H100, interleaved, the same bits) and
 //    1.4% slower on the smallest (5 groups of 77 rows, 14.2 against 14.0 us).
-//  * Tiles that lie within one group are stored through shared memory (128-byte swizzled,
-//    conflict-free) and TMA, which clips N; the consumers go on to the next tile while it drains.
-//    Tiles that straddle two groups store straight from registers (bf16 pairs), predicated on the
-//    group's last row and on N, so a tile writes only its own group's rows. (The TMA store measured
+//  * Every tile is staged in shared memory (swizzled, conflict-free). A whole tile goes out through
+//    TMA, which clips N; the consumers go on to the next tile while it drains. A tile that a group
+//    ends inside (a TMA box would write the next group's rows) is copied out by the consumers in
+//    16-byte stores, eight lanes to a 128-byte line, on the group's rows only. (The TMA store measured
 //    11% faster at 16 x 256 x 2048 x 2048, and with 192-wide tiles 6-7% faster on the long-K shapes;
 //    the staged tile costs a pipeline stage, which with the scales in shared memory no longer
-//    measured slower anywhere.) Both warpgroups write the staged tile with stmatrix, then meet at one
+//    measured slower anywhere. The 16-byte copy-out took 0.93-0.99x the time of bf16 pairs stored
+//    from the registers wherever groups end inside tiles: 0.96x at 16 uneven experts x 2048 x 2048,
+//    0.98x at decode uneven, H100, the same bits.) Only a D off 16-byte alignment still stores from
+//    the registers. Both warpgroups write the staged tile with stmatrix, then meet at one
 //    barrier: the tensor pipe idles while they do, so the epilogue is kept short (stmatrix took
 //    0.93-0.96x the time of 4-byte stores with 128-wide tiles over a long K), and the shared barrier
 //    keeps the two warpgroups close (each storing its own half without it took 1.04-1.15x the time:
@@ -150,7 +153,8 @@ struct Params {
   float alpha;
   const void* device_sizes;  // or host_sizes below
   bool sizes_int64;
-  bool tma_store;  // D 16-byte aligned, with at least one whole tile
+  bool staged;     // D 16-byte aligned: tiles are staged in shared memory and stored from there
+  bool tma_store;  // staged, with at least one whole tile: whole tiles are stored through TMA
   int32_t* device_status;
 };
 template <int kCap>
@@ -500,10 +504,10 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     }
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
     // (the tile's row count through lane 0: a branch the compiler knows is uniform)
-    if (p.tma_store && __shfl_sync(0xffffffffu, tile.rows, 0) >= kBlockM) {
-      // Thread 128 issues the stores: once the previous tile's have read the staging tile, both
-      // warpgroups write it (each row's 16-byte chunks XOR-swizzled by row, as the map's 128-byte
-      // swizzle reads them), then it is stored box by box.
+    const int rows = __shfl_sync(0xffffffffu, tile.rows, 0);
+    if (p.staged && rows > 0) {
+      // Once the previous tile's TMA stores have read the staging tile, both warpgroups write it (each
+      // row's 16-byte chunks XOR-swizzled by row, as the map's swizzle reads them).
       if (threadIdx.x == 128) tma_store_wait<0>();
       asm volatile("bar.sync 1, 256;" ::: "memory");
       // stmatrix: four 8 x 8 bf16 matrices per instruction, the accumulator's own layout (a thread's
@@ -528,23 +532,52 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
         asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v[0]), "r"(v[1]),
                      "r"(v[2]), "r"(v[3]) : "memory");
       }
-      tma_store_fence();
-      asm volatile("bar.sync 1, 256;" ::: "memory");
-      if (threadIdx.x == 128) {
-        for (int box = 0; box < kBlockN / C::kBoxCols; ++box)
-          if (col0 + C::kBoxCols * box < p.n)
-            SM90_TMA_STORE_2D::copy(&p.dmap, s.d + box * kBlockM * C::kBoxCols * 2, col0 + C::kBoxCols * box, tile.row0);
-        tma_store_arrive();
+      if (p.tma_store && rows >= kBlockM) {  // a whole tile: thread 128 stores it box by box through TMA, which clips N
+        tma_store_fence();
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        if (threadIdx.x == 128) {
+          for (int box = 0; box < kBlockN / C::kBoxCols; ++box)
+            if (col0 + C::kBoxCols * box < p.n)
+              SM90_TMA_STORE_2D::copy(&p.dmap, s.d + box * kBlockM * C::kBoxCols * 2, col0 + C::kBoxCols * box, tile.row0);
+          tma_store_arrive();
+        }
+      } else {
+        // The group ends inside the tile, and a TMA box would write the next group's rows: the
+        // consumers copy its rows out 16 bytes at a time (eight lanes to a 128-byte line), the 8-column
+        // chunks below N (N % 8 == 0).
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        constexpr int kRowChunks = kBlockN / 8;
+        const int cols = p.n - col0;
+        __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + col0;
+        for (int i = int(threadIdx.x) - 128; i < min(rows, kBlockM) * kRowChunks; i += 256) {
+          const int r = i / kRowChunks, c = i % kRowChunks;
+          if (c * 8 < cols) {
+            const int x = kChunks == 8 ? r & 7 : (r >> 1) & 3;
+            const uint32_t src = cute::cast_smem_ptr_to_uint(s.d) + (c / kChunks) * (kBlockM * kRowBytes) + r * kRowBytes +
+                                 (((c % kChunks) ^ x) << 4);
+            uint4 v;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src) : "memory");
+            *reinterpret_cast<uint4*>(dt + int64_t(r) * p.n + c * 8) = v;
+          }
+        }
       }
-    } else {
+    } else if (rows > 0) {
+      // D not 16-byte aligned: straight from the registers, bf16 pairs where D is 4-byte aligned (then
+      // every pair is: N is even, a pair starts at an even column), else one element at a time.
       __nv_bfloat16* dt = p.d + int64_t(tile.row0) * p.n + col0;
       const int cols = p.n - col0;
+      const bool pairs = (reinterpret_cast<uintptr_t>(p.d) & 3) == 0;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(accum); i += 2) {
         const int r = r0 + 8 * ((i >> 1) & 1), c = c0 + 8 * (i >> 2);
-        if (r < tile.rows && c < cols)
-          *reinterpret_cast<__nv_bfloat162*>(dt + int64_t(r) * p.n + c) =
-              __floats2bfloat162_rn(p.alpha * accum(i), p.alpha * accum(i + 1));
+        if (r < tile.rows && c < cols) {
+          const __nv_bfloat162 h = __floats2bfloat162_rn(p.alpha * accum(i), p.alpha * accum(i + 1));
+          __nv_bfloat16* q = dt + int64_t(r) * p.n + c;
+          if (pairs)
+            *reinterpret_cast<__nv_bfloat162*>(q) = h;
+          else
+            q[0] = h.x, q[1] = h.y;
+        }
       }
     }
   }
@@ -616,6 +649,7 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   // One cache per configuration (its boxes are fixed); never destroyed: calls may come from static destructors.
   static MapCache* cache = new MapCache;
   ParamsWith<kCap> p;
+  p.staged = reinterpret_cast<uintptr_t>(a.d) % 16 == 0;
   p.tma_store = stores_through_tma(a);
   const MapCache::Key key{a.a.data, a.b.data, p.tma_store ? a.d : nullptr, a.m, a.n, a.k, a.groups};
   {
@@ -730,7 +764,8 @@ std::string describe(const GroupedGemmArgs& a, Tiles tiles) {
        << "partial-sum fragment (" << rows << "many rows per group" << why << ")";
   else
     os << "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few rows per group)";
-  os << (stores_through_tma(a) ? ", tiles within one group stored through shared memory and TMA" : "")
+  os << (stores_through_tma(a) ? ", tiles staged in shared memory and stored through TMA where whole"
+                                 : (reinterpret_cast<uintptr_t>(a.d) % 16 == 0 ? ", tiles staged in shared memory" : ""))
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();

@@ -557,9 +557,9 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       // scale block, the last one's second block past N
       {{64, 0, 1, 17, 63, 40}, 4112, 2056, "128x160x128 tiles in clusters of 2 (A multicast)"},
       // Many rows per group over a long K: wide tiles in clusters of two M tiles sharing B, stored
-      // through TMA where whole (tiles straddling groups from registers); K tail, N = 1.25 (1.04)
-      // tiles; nine M tiles: the pair over the first group's last tile and the second's first loads B
-      // twice, the last tile's peer lies past M
+      // through TMA where whole, copied out of shared memory where a group ends inside; K tail, N =
+      // 1.25 (1.04) tiles; nine M tiles: the pair over the first group's last tile and the second's
+      // first loads B twice, the last tile's peer lies past M
       {{520, 504}, 4112, 200, "128x160x128 tiles in clusters of 2 M tiles (B multicast"},
       // The same with an empty group and a one-row tile: pairs within a group share B, the pair over
       // groups 0 and 2 does not; N = 2.45 (2.04) tiles
@@ -623,6 +623,20 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       cg::run(ga, nullptr, t);
       SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       CHECK(download(d) == want);
+    }
+    // D off 16-byte alignment (4 or 2 bytes): nothing is staged, every tile stores from the registers
+    // (bf16 pairs, or single elements); the same bits, and nothing written outside D.
+    for (size_t shift : {4, 2}) {
+      CAPTURE(shift);
+      Dev off(bytes + 16, 0xFF);
+      GroupedGemmArgs ga = dg.args(static_cast<uint8_t*>(off.p) + shift, DType::kBF16);
+      ga.alpha = 0.75f;
+      cg::run(ga, nullptr, cg::tiles(ga, sms));
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<uint8_t> all = download(off);
+      CHECK(std::vector<uint8_t>(all.begin() + std::ptrdiff_t(shift), all.begin() + std::ptrdiff_t(shift + bytes)) == want);
+      CHECK(std::count(all.begin(), all.begin() + std::ptrdiff_t(shift), uint8_t(0xFF)) == std::ptrdiff_t(shift));
+      CHECK(std::count(all.begin() + std::ptrdiff_t(shift + bytes), all.end(), uint8_t(0xFF)) == std::ptrdiff_t(16 - shift));
     }
   }
 }
