@@ -639,9 +639,10 @@ struct ResidentClusters {  // (a lambda here trips nvcc 13.0's front end)
   int operator()(int d) const { return resident_clusters(kernel, config, d); }
 };
 
-// Whether whole tiles are stored through shared memory and TMA: TMA needs D 16-byte aligned (its rows
-// are: N % 8 == 0), and without a whole tile nothing goes through it.
-bool stores_through_tma(const GroupedGemmArgs& a) { return reinterpret_cast<uintptr_t>(a.d) % 16 == 0 && a.m >= kBlockM; }
+// Whether tiles are staged in shared memory and stored from there: TMA and the 16-byte copy-out need D
+// 16-byte aligned (its rows are: N % 8 == 0). Whole tiles then go through TMA, if there is one.
+bool stages_tiles(const GroupedGemmArgs& a) { return reinterpret_cast<uintptr_t>(a.d) % 16 == 0; }
+bool stores_through_tma(const GroupedGemmArgs& a) { return stages_tiles(a) && a.m >= kBlockM; }
 
 template <int kCap, class C>
 void launch(const GroupedGemmArgs& a, Stream stream) {
@@ -649,7 +650,7 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   // One cache per configuration (its boxes are fixed); never destroyed: calls may come from static destructors.
   static MapCache* cache = new MapCache;
   ParamsWith<kCap> p;
-  p.staged = reinterpret_cast<uintptr_t>(a.d) % 16 == 0;
+  p.staged = stages_tiles(a);
   p.tma_store = stores_through_tma(a);
   const MapCache::Key key{a.a.data, a.b.data, p.tma_store ? a.d : nullptr, a.m, a.n, a.k, a.groups};
   {
@@ -765,7 +766,7 @@ std::string describe(const GroupedGemmArgs& a, Tiles tiles) {
   else
     os << "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few rows per group)";
   os << (stores_through_tma(a) ? ", tiles staged in shared memory and stored through TMA where whole"
-                                 : (reinterpret_cast<uintptr_t>(a.d) % 16 == 0 ? ", tiles staged in shared memory" : ""))
+                                 : stages_tiles(a) ? ", tiles staged in shared memory" : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();
