@@ -247,6 +247,16 @@ __device__ __forceinline__ float ld_shared(const float* q) {
   return v;
 }
 
+// The byte offset in the staged D tile (boxes of 128 rows x kBoxCols columns) of row `row`'s 16-byte
+// chunk `chunk` (8 columns), XOR-swizzled by row as the map's swizzle reads it (128-byte box rows:
+// chunk ^ row % 8; 64-byte rows: chunk ^ (row / 2) % 4): stmatrix writes and the copy-out reads through it.
+template <class C>
+__device__ __forceinline__ uint32_t staged_offset(int row, int chunk) {
+  constexpr int kRowBytes = C::kBoxCols * 2, kChunks = kRowBytes / 16;
+  const int x = kChunks == 8 ? row & 7 : (row >> 1) & 3;
+  return uint32_t((chunk / kChunks) * (kBlockM * kRowBytes) + row * kRowBytes + (((chunk % kChunks) ^ x) << 4));
+}
+
 // One tile's K loop for a consumer warpgroup: for each K block, wait for its stage, read its scales
 // (sfa: the thread's first row's A scale in stage 0), issue its four WGMMAs into `part` from zero,
 // wait for them, hand the stage back, and promote: accum += part *
@@ -513,16 +523,12 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       // stmatrix: four 8 x 8 bf16 matrices per instruction, the accumulator's own layout (a thread's
       // values i, i + 1 are row r0 (+ 8), columns c0, c0 + 1 of an 8-column chunk). Lane l gives the
       // address of row l % 8 of matrix l / 8: rows 0-7 and 8-15 of the warp's 16, chunks 2q and
-      // 2q + 1; each 16-byte chunk lands XOR-swizzled by its row as the map's swizzle reads it
-      // (128-byte box rows: chunk ^ row % 8; 64-byte rows: chunk ^ (row / 2) % 4), conflict-free either way.
-      constexpr int kRowBytes = C::kBoxCols * 2, kChunks = kRowBytes / 16;
+      // 2q + 1; swizzled (staged_offset), conflict-free with either box width.
+      const uint32_t sd = cute::cast_smem_ptr_to_uint(s.d);
       const int srow = mw * 64 + (warp % 4) * 16 + lane % 8 + 8 * ((lane / 8) & 1);
-      const int sxor = kChunks == 8 ? srow & 7 : (srow >> 1) & 3;
-      const uint32_t sbase = cute::cast_smem_ptr_to_uint(s.d) + srow * kRowBytes;
       CUTLASS_PRAGMA_UNROLL
       for (int q = 0; q < kBlockN / 16; ++q) {
-        const int chunk = 2 * q + lane / 16;
-        const uint32_t addr = sbase + (chunk / kChunks) * (kBlockM * kRowBytes) + (((chunk % kChunks) ^ sxor) << 4);
+        const uint32_t addr = sd + staged_offset<C>(srow, 2 * q + lane / 16);
         uint32_t v[4];
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < 4; ++j) {
@@ -552,9 +558,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
         for (int i = int(threadIdx.x) - 128; i < min(rows, kBlockM) * kRowChunks; i += 256) {
           const int r = i / kRowChunks, c = i % kRowChunks;
           if (c * 8 < cols) {
-            const int x = kChunks == 8 ? r & 7 : (r >> 1) & 3;
-            const uint32_t src = cute::cast_smem_ptr_to_uint(s.d) + (c / kChunks) * (kBlockM * kRowBytes) + r * kRowBytes +
-                                 (((c % kChunks) ^ x) << 4);
+            const uint32_t src = sd + staged_offset<C>(r, c);
             uint4 v;
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src) : "memory");
             *reinterpret_cast<uint4*>(dt + int64_t(r) * p.n + c * 8) = v;
