@@ -7,6 +7,7 @@
 
 #include "backends/contiguous_grouped.hpp"
 #include "backends/grouped_backend.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
 
 namespace scalemm::backends {
 
@@ -50,12 +51,9 @@ bool contiguous_grouped::narrow_tiles(const GroupedGemmArgs& a, int multiprocess
   if (!wide && !many_rows(a)) return false;  // 128 for few rows over a short K
   if (a.group_sizes_device || !a.group_sizes || multiprocessors <= 0) return false;
   int64_t m_tiles = 0;
-  for (int64_t g = 0; g < a.groups; ++g) m_tiles += (std::max<int64_t>(a.group_sizes[g], 0) + 127) / 128;
+  for (int64_t g = 0; g < a.groups; ++g) m_tiles += layouts::ceil_div(std::max<int64_t>(a.group_sizes[g], 0), 128);
   if (m_tiles == 0) return false;
-  auto cost = [&](int64_t width) {
-    const int64_t tiles = m_tiles * ((a.n + width - 1) / width);
-    return (tiles + multiprocessors - 1) / multiprocessors * width;
-  };
+  auto cost = [&](int64_t width) { return layouts::ceil_div(m_tiles * layouts::ceil_div(a.n, width), multiprocessors) * width; };
   return wide ? 100 * cost(160) <= 92 * cost(192) : cost(160) <= cost(128);
 }
 
