@@ -14,19 +14,35 @@ namespace {
 bool rowwise(const GroupedGemmArgs& a) { return a.a.recipe == Recipe::kRowwise; }
 
 // H100, one process (docs/benchmarks.md): at M_g >= 1024 one cuBLASLt call per group on four streams
-// beat the rowwise kernel (769 vs 838 us at G = 8, M_g = 2048; 823 vs 906 us at G = 32, M_g = 1024),
-// and at M_g = 2048 the blockwise one (825 vs 868 us equal, 836 vs 879 us uneven); at G = 32 blockwise
-// the kernel won uneven sizes (968 vs 1082 us). Device-side sizes stay here: per-group would read them
-// back with a synchronisation.
+// beat the rowwise kernel with exact accumulation (769 vs 838 us at G = 8, M_g = 2048; 823 vs 906 us at
+// G = 32, M_g = 1024), and at M_g = 2048 the blockwise one (825 vs 868 us equal, 836 vs 879 us uneven);
+// at G = 32 blockwise the kernel won uneven sizes (968 vs 1082 us). With fast accumulation the kernel's
+// 256 x 128 tiles (wide_fast_accum()) won at G = 32, M_g = 1024 (803.7 against 869.3 us equal, 878.6
+// against 977.8 uneven) and lost at G = 8, M_g = 2048 (791.6 against 766.0, 824.8 against 795.9; run HX,
+// grouped.py, interleaved). Device-side sizes stay here: per-group would read them back with a
+// synchronisation.
 std::string slower_than_per_group(const GroupedGemmArgs& a) {
   if (a.group_dim != GroupDim::kM || a.group_sizes_device || a.groups == 0) return {};
   const int64_t mean = a.m / a.groups;
-  if (rowwise(a) && mean > 512)
+  if (rowwise(a) && !a.fast_accum && mean > 512)
     return "rowwise with large groups (average M_g " + std::to_string(mean) + " > 512): measured faster as one cuBLASLt call per group";
+  if (rowwise(a) && a.fast_accum && mean >= 2048)
+    return "rowwise fast accumulation with large groups (average M_g " + std::to_string(mean) +
+           " >= 2048): measured faster as one cuBLASLt call per group";
   if (!rowwise(a) && mean >= 2048)
     return "blockwise with large groups (average M_g " + std::to_string(mean) + " >= 2048): measured faster as one cuBLASLt call per group";
   return {};
 }
+
+}  // namespace
+
+// The 256 x 128 tiles against the 128 x 128 ones (H100, run HW, interleaved, the same bits): 0.92-0.99x
+// the time from 256 rows per group on average (equal and grouped.py's uneven sizes), 1.04-1.32x below.
+bool cutlass_grouped::wide_fast_accum(const GroupedGemmArgs& a) {
+  return rowwise(a) && a.fast_accum && a.group_dim == GroupDim::kM && a.groups > 0 && a.m >= 256 * a.groups;
+}
+
+namespace {
 
 class CutlassGrouped final : public GroupedBackendImpl {
  public:

@@ -32,6 +32,11 @@ size_t workspace_bytes(const GroupedGemmArgs& args, const DeviceTarget& t);
 /// `generation` identifies the workspace's allocation (StagingScratch::generation).
 void run(const GroupedGemmArgs& args, Stream stream, char* workspace, size_t bytes, uint64_t generation);
 
+/// Rowwise fast accumulation over many rows per group (m-grouped, on average 256 or more): the kernel
+/// then runs 256 x 128 tiles, else 128 x 128 ones (both in clusters of two N tiles). A host-side rule, defined
+/// whether or not the kernels are built.
+bool wide_fast_accum(const GroupedGemmArgs& args);
+
 /// A one-line description of the kernel configuration for explain().
 std::string describe(const GroupedGemmArgs& args);
 

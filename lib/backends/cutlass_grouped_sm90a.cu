@@ -109,19 +109,29 @@ namespace rowwise_tree {
 using namespace cutlass::epilogue::fusion;
 template <class Out>
 using Mul = Sm90Compute<cutlass::multiplies, Out, float, cutlass::FloatRoundStyle::round_to_nearest>;
-using ScaleA = Sm90ColBroadcast<0, TileShape, float*, float, Stride<_1, _0, _0>>;  // float*: one pointer per group
-using ScaleB = Sm90RowBroadcast<0, TileShape, float*, float, Stride<_0, _1, _0>>;
+template <class Tile>
+using ScaleA = Sm90ColBroadcast<0, Tile, float*, float, Stride<_1, _0, _0>>;  // float*: one pointer per group
+template <class Tile>
+using ScaleB = Sm90RowBroadcast<0, Tile, float*, float, Stride<_0, _1, _0>>;
+template <class Tile>
 using Tree = Sm90EVT<Mul<ElementD>, Sm90ScalarBroadcast<float>,
-                     Sm90EVT<Mul<float>, ScaleB, Sm90EVT<Mul<float>, ScaleA, Sm90AccFetch>>>;
+                     Sm90EVT<Mul<float>, ScaleB<Tile>, Sm90EVT<Mul<float>, ScaleA<Tile>, Sm90AccFetch>>>;
 }  // namespace rowwise_tree
-using RowwiseEpilogue = cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+template <class Tile, class Cluster>
+using RowwiseEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
-    cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, rowwise_tree::Tree>::CollectiveOp;
-// Two mainloops: exact (promotion every 4 MMAs) and, for fast_accum, CUTLASS's FP8 fast-accumulation
+    cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, rowwise_tree::Tree<Tile>>::CollectiveOp;
+// Mainloops: exact (promotion every 4 MMAs) and, for fast_accum, CUTLASS's FP8 fast-accumulation
 // schedule (the tensor cores' own accumulator over all of K, as cuBLASLt's FAST_ACCUM and torch's
-// use_fast_accum=True grouped kernel).
-#define SCALEMM_CUTLASS_ROWWISE_CONFIG(NAME, SCHEDULE)                                                           \
+// use_fast_accum=True grouped kernel). Fast accumulation over many rows per group takes 256 x 128
+// tiles (wide_fast_accum()): with no promotion each consumer warpgroup holds a 128 x 128 accumulator,
+// and each B tile crossing from L2 serves twice the rows. In clusters of two N tiles sharing A, as the
+// 128 x 128 ones: against those (H100, run HW, interleaved, the same bits) 0.92-0.94x the time at
+// 8 x 2048 x 4096 x 7168, 32 x 1024 x 2048 x 7168 and 16 x 512 x 4096 x 7168, 0.94-0.96x at 256 rows
+// per group, 0.97-0.99x with grouped.py's uneven sizes; 1.04-1.32x below 256 rows per group on
+// average. Two M tiles sharing B (2 x 1) took 1.10-2.7x wherever groups end inside tiles, 2 x 2 1.04-2.1x.
+#define SCALEMM_CUTLASS_ROWWISE_CONFIG(NAME, SCHEDULE, TILE, CLUSTER)                                            \
   struct NAME {                                                                                                 \
     static constexpr bool kBlockwise = false;                                                                   \
     using ElementA = cutlass_grouped::ElementA;                                                                 \
@@ -129,20 +139,24 @@ using RowwiseEpilogue = cutlass::epilogue::collective::CollectiveBuilder<
     using ElementD = cutlass_grouped::ElementD;                                                                 \
     using LayoutSFA = int32_t; /* no scale grids: the per-group arrays keep their slots unused */               \
     using LayoutSFB = int32_t;                                                                                  \
+    using Epilogue = RowwiseEpilogue<TILE, CLUSTER>;                                                            \
     using Mainloop = cutlass::gemm::collective::CollectiveBuilder<                                              \
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignAB, ElementB, LayoutB*,  \
-        kAlignAB, float, TileShape, ClusterShape,                                                               \
-        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(                                     \
-            sizeof(RowwiseEpilogue::SharedStorage))>,                                                           \
+        kAlignAB, float, TILE, CLUSTER,                                                                         \
+        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>, \
         SCHEDULE>::CollectiveOp;                                                                                \
-    using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, RowwiseEpilogue>;           \
+    using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;                  \
     using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;                                       \
     using StrideA = GemmKernel::InternalStrideA;                                                                \
     using StrideB = GemmKernel::InternalStrideB;                                                                \
     using StrideD = GemmKernel::InternalStrideD;                                                                \
   }
-SCALEMM_CUTLASS_ROWWISE_CONFIG(Rowwise, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative);
-SCALEMM_CUTLASS_ROWWISE_CONFIG(RowwiseFastAccum, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum);
+SCALEMM_CUTLASS_ROWWISE_CONFIG(Rowwise, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, TileShape, ClusterShape);
+SCALEMM_CUTLASS_ROWWISE_CONFIG(RowwiseFastAccum, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
+                               TileShape, ClusterShape);
+using WideTileShape = Shape<_256, _128, _128>;
+SCALEMM_CUTLASS_ROWWISE_CONFIG(RowwiseFastAccumWide, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
+                               WideTileShape, ClusterShape);
 #undef SCALEMM_CUTLASS_ROWWISE_CONFIG
 
 // The per-group argument arrays, carved from the workspace in this order (each 256-byte aligned),
@@ -545,6 +559,10 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
 }
 
 size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) {
+  if (rowwise(a) && a.fast_accum && wide_fast_accum(a)) {
+    Arrays<RowwiseFastAccumWide> arr{};
+    return carve<RowwiseFastAccumWide>(a, arr, nullptr);
+  }
   if (rowwise(a) && a.fast_accum) {
     Arrays<RowwiseFastAccum> arr{};
     return carve<RowwiseFastAccum>(a, arr, nullptr);
@@ -566,7 +584,8 @@ size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) {
 }
 
 void run(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t bytes, uint64_t generation) {
-  if (rowwise(a) && a.fast_accum) run_with<RowwiseFastAccum>(a, stream, workspace, bytes, generation);
+  if (rowwise(a) && a.fast_accum && wide_fast_accum(a)) run_with<RowwiseFastAccumWide>(a, stream, workspace, bytes, generation);
+  else if (rowwise(a) && a.fast_accum) run_with<RowwiseFastAccum>(a, stream, workspace, bytes, generation);
   else if (rowwise(a)) run_with<Rowwise>(a, stream, workspace, bytes, generation);
   else if (a.group_dim == GroupDim::kK) run_with<KGrouped1>(a, stream, workspace, bytes, generation);
   else if (gran_n(a) == 128) run_with<MGrouped128>(a, stream, workspace, bytes, generation);
@@ -578,7 +597,9 @@ std::string describe(const GroupedGemmArgs& a) {
   os << "CUTLASS sm_90a pointer-array kernel, one launch for all " << a.groups << " groups: FP8 "
      << (rowwise(a) ? std::string("rowwise")
                     : std::string("blockwise 1x128 x ") + (gran_n(a) == 128 ? "128x128" : "1x128"))
-     << ", 128x128x128 tiles, 1x2 clusters, cooperative; shapes and pointers built on the device from "
+     << (rowwise(a) && a.fast_accum && wide_fast_accum(a) ? ", 256x128x128 tiles, 1x2 clusters, cooperative"
+                                                           : ", 128x128x128 tiles, 1x2 clusters, cooperative")
+     << "; shapes and pointers built on the device from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; "
      << (rowwise(a) ? std::string("row and column scales applied in the epilogue, read in place") +
                           (a.fast_accum ? "; fast accumulation (no promotion of the tensor cores' partial sums)"

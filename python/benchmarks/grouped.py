@@ -268,6 +268,17 @@ def run(args):
                     a, bt, ra_s, rb_s, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True))
             except Exception as e:  # noqa: BLE001 (reported, not hidden)
                 row["torch_rowwise_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            if "torch_rowwise_fast_accum_us" in row:
+                # Fast accumulation interleaved: what auto runs, each one-launch and per-group backend by
+                # name, and torch's kernel, the ratio the fast-accumulation target quotes.
+                row["rowwise_fast_accum_plan"] = scalemm.explain(
+                    a, b, ra_s, rb_s, group_sizes=sizes, fast_accum=True, **rkw).splitlines()[0]
+                fast = lambda backend: (lambda: scalemm.scaled_grouped_mm(  # noqa: E731
+                    a, b, ra_s, rb_s, sizes, fast_accum=True, grouped_backend=backend, **rkw))
+                got = bench_interleaved(torch, [fast("auto"), fast("cutlass"), fast("per-group"), lambda: torch._scaled_grouped_mm(
+                    a, bt, ra_s, rb_s, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True)], iters)
+                row.update(scalemm_rowwise_fast_accum_interleaved_us=got[0], scalemm_rowwise_fast_accum_cutlass_interleaved_us=got[1],
+                           scalemm_rowwise_fast_accum_per_group_interleaved_us=got[2], torch_rowwise_fast_accum_interleaved_us=got[3])
             a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16).transpose(1, 2)
             try:
                 row["torch_bf16_us"] = ms(lambda: torch._grouped_mm(a16, b16, offs=offs))
@@ -301,6 +312,11 @@ def run(args):
                 print(f"    rowwise fast accumulation: scalemm {row['scalemm_rowwise_fast_accum_us']:.1f} us, torch "
                       f"{row['torch_rowwise_fast_accum_us']:.1f} us (torch / scalemm "
                       f"{row['torch_rowwise_fast_accum_us'] / row['scalemm_rowwise_fast_accum_us']:.2f}x)")
+                if "torch_rowwise_fast_accum_interleaved_us" in row:
+                    t = row["torch_rowwise_fast_accum_interleaved_us"]
+                    print(f"      interleaved: auto {row['scalemm_rowwise_fast_accum_interleaved_us']:.1f} us ({t / row['scalemm_rowwise_fast_accum_interleaved_us']:.2f}x), "
+                          f"CUTLASS kernel {row['scalemm_rowwise_fast_accum_cutlass_interleaved_us']:.1f} ({t / row['scalemm_rowwise_fast_accum_cutlass_interleaved_us']:.2f}x), "
+                          f"per-group {row['scalemm_rowwise_fast_accum_per_group_interleaved_us']:.1f} ({t / row['scalemm_rowwise_fast_accum_per_group_interleaved_us']:.2f}x), torch {t:.1f}")
             if t_rw:
                 print(f"    blockwise vs torch rowwise {t_rw / row['scalemm_blockwise_us']:.2f}x, vs naive "
                       f"{row['naive_loop_us'] / row['scalemm_blockwise_us']:.2f}x, rowwise vs torch "

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "backends/contiguous_grouped.hpp"
+#include "backends/cutlass_grouped.hpp"
 #include "device_buffer.hpp"
 #include "grouped_inputs.hpp"
 #include "scalemm/formats.hpp"
@@ -646,7 +647,8 @@ TEST_CASE("the CUTLASS rowwise grouped kernel with fast_accum stays within bf16 
   // fast_accum runs the fast-accumulation mainloop (no promotion of the tensor cores' partial sums):
   // not bit-exact by contract, so each element is held to twice bf16's rounding of the exact product
   // (plus 2^-20 of the largest, for sums that cancel) on m- and k-grouped calls with K and N tails,
-  // empty groups and G = 64.
+  // empty groups and G = 64; the third case has 256 or more rows per group on average, which takes the
+  // 256 x 128 tiles (groups ending inside them, one of a single row).
   auto rng = scalemm::testing::rng(0x6C1);
   Handle h;
   std::vector<int64_t> decode(64, 8);
@@ -658,6 +660,7 @@ TEST_CASE("the CUTLASS rowwise grouped kernel with fast_accum stays within bf16 
   };
   const Case cases[] = {{GroupDim::kM, {7, 0, 1, 129}, 704, 264},
                         {GroupDim::kM, decode, 2048, 384},
+                        {GroupDim::kM, {513, 0, 1, 700, 300}, 704, 264},
                         {GroupDim::kK, {128, 0, 384}, 136, 256},
                         {GroupDim::kK, {48, 0, 16, 80}, 7, 264}};
   for (const Case& c : cases) {
@@ -670,7 +673,11 @@ TEST_CASE("the CUTLASS rowwise grouped kernel with fast_accum stays within bf16 
     ga.backend = GroupedBackend::kCutlass;
     ga.fast_accum = true;
     CAPTURE(to_string(c.dim), c.sizes.size(), in.m, in.n, in.k);
-    CHECK(h.explain(ga).find("fast accumulation") != std::string::npos);
+    const std::string plan = h.explain(ga);
+    CAPTURE(plan);
+    CHECK(plan.find("fast accumulation") != std::string::npos);
+    CHECK((plan.find("256x128x128 tiles") != std::string::npos) == backends::cutlass_grouped::wide_fast_accum(ga));
+    CHECK(backends::cutlass_grouped::wide_fast_accum(ga) == (c.dim == GroupDim::kM && c.sizes.size() == 5));
     h.grouped_gemm(ga);
     SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint16_t> got(in.expected.size());

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/contiguous_grouped.hpp"
+#include "backends/cutlass_grouped.hpp"
 #include "dispatch/devices.hpp"
 #include "grouped_inputs.hpp"
 #include "support/test_support.hpp"
@@ -443,4 +444,38 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     CAPTURE(c.why);
     CHECK_THAT(refusal(h90, ca), Catch::Contains("contiguous grouped kernel cannot run this call") && Catch::Contains(c.why));
   }
+}
+
+TEST_CASE("rowwise fast accumulation over many rows per group takes the CUTLASS kernel's 256 x 128 tiles under auto",
+          "[dispatch][grouped][host]") {
+  auto rng = scalemm::testing::rng(0x6A9);
+  dispatch::SimulatedDevices sim;
+  sim.devices = {DeviceTarget::simulated(90, 130100, 0)};
+  Handle h;
+  dispatch::simulate_devices(h, sim);
+  std::vector<float> d;
+  auto plan = [&](std::vector<int64_t> sizes, bool fast) {
+    const GroupedInputs in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kRowwise, Recipe::kRowwise,
+                                                            ScaleFormat::kCompact, ScaleFormat::kCompact, sizes, 256, 128, rng);
+    d.assign(in.expected.size(), 0.0f);
+    GroupedGemmArgs a = in.args(d.data());
+    a.space = MemorySpace::kDevice;  // planned for the simulated device, never run
+    a.d_dtype = DType::kBF16;
+    a.fast_accum = fast;
+    CHECK(backends::cutlass_grouped::wide_fast_accum(a) == (fast && in.m >= 256 * int64_t(sizes.size())));
+    return h.explain(a);
+  };
+  const std::string many = plan({1024, 0, 1040}, true);
+  if (many.find("not built") != std::string::npos || many.find("CUTLASS grouped backend") == std::string::npos) {
+    CHECK_THAT(many, Catch::Contains("not built"));
+    WARN("SKIPPED: the sm_90a kernels are not built here (no CUTLASS headers or no sm_90 architecture)");
+    return;
+  }
+  // one launch, 256 x 128 tiles: measured faster than one cuBLASLt call per group below 2048 rows per group
+  CHECK_THAT(many, Catch::Contains("256x128x128 tiles") && Catch::Contains("fast accumulation"));
+  // exact accumulation over the same groups, or fast over 2048 rows per group: one cuBLASLt call per group, as measured
+  CHECK_THAT(plan({1024, 0, 1040}, false), Catch::Contains("measured faster as one cuBLASLt call per group"));
+  CHECK_THAT(plan({2048, 2048}, true), Catch::Contains("rowwise fast accumulation with large groups (average M_g 2048 >= 2048)"));
+  // fewer than 256 rows per group on average: the 128 x 128 tiles
+  CHECK_THAT(plan({7, 0, 1, 129}, true), Catch::Contains("128x128x128 tiles") && Catch::Contains("fast accumulation"));
 }
