@@ -34,16 +34,6 @@ std::string slower_than_per_group(const GroupedGemmArgs& a) {
   return {};
 }
 
-}  // namespace
-
-// The 256 x 128 tiles against the 128 x 128 ones (H100, run HW, interleaved, the same bits): 0.92-0.99x
-// the time from 256 rows per group on average (equal and grouped.py's uneven sizes), 1.04-1.32x below.
-bool cutlass_grouped::wide_fast_accum(const GroupedGemmArgs& a) {
-  return rowwise(a) && a.fast_accum && a.group_dim == GroupDim::kM && a.groups > 0 && a.m >= 256 * a.groups;
-}
-
-namespace {
-
 class CutlassGrouped final : public GroupedBackendImpl {
  public:
   GroupedBackend id() const override { return GroupedBackend::kCutlass; }
@@ -74,6 +64,12 @@ class CutlassGrouped final : public GroupedBackendImpl {
 };
 
 }  // namespace
+
+// The 256 x 128 tiles against the 128 x 128 ones (H100, run HW, interleaved, the same bits): 0.92-0.99x
+// the time from 256 rows per group on average (equal and grouped.py's uneven sizes), 1.04-1.32x below.
+bool cutlass_grouped::wide_fast_accum(const GroupedGemmArgs& a) {
+  return rowwise(a) && a.fast_accum && a.group_dim == GroupDim::kM && a.groups > 0 && a.m >= 256 * a.groups;
+}
 
 const GroupedBackendImpl& cutlass_grouped_backend() {
   static const CutlassGrouped b;
