@@ -67,14 +67,18 @@ SCALEMM_HD constexpr float fp8_output_max(DType t) {
   return t == DType::kE5M2 ? formats::kE5M2Max : formats::kE4M3Max;
 }
 
-/// Where a GEMM runs, in the order they are tried.
+/// Where a GEMM runs. The planner tries them in this order: contiguous (where its measured rule
+/// takes the call), native, convert-native, emulated, reference. The values are the C ABI's.
 enum class Backend : uint8_t {
   kNative = 0,          ///< cuBLASLt with the recipe's own scale mode
   kConvertNative = 1,   ///< convert the recipe (e.g. power-of-two 128x128 -> MXFP8), then cuBLASLt
   kEmulated = 2,        ///< exact dequantization to BF16, then a cuBLASLt BF16 GEMM (fp32 accumulate)
   kReference = 3,       ///< the reference emulator (GPU when there is one, else the host)
+  /// scalemm's blockwise kernel (block1x128 x block128x128, compact scales read in place, bf16 out,
+  /// sm_90) as one group: `auto` takes it at M <= 256 where N fills enough SMs (no scale conversion)
+  kContiguous = 4,
 };
-inline constexpr int kBackendCount = 4;
+inline constexpr int kBackendCount = 5;
 std::string_view to_string(Backend b);
 std::optional<Backend> parse_backend(std::string_view s);
 

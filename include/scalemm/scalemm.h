@@ -81,7 +81,8 @@ typedef enum scalemm_backend_t {
   SCALEMM_BACKEND_NATIVE = 0,
   SCALEMM_BACKEND_CONVERT_NATIVE = 1,
   SCALEMM_BACKEND_EMULATED = 2,
-  SCALEMM_BACKEND_REFERENCE = 3
+  SCALEMM_BACKEND_REFERENCE = 3,
+  SCALEMM_BACKEND_CONTIGUOUS = 4 /* added in 0.7: scalemm's blockwise kernel (sm_90, compact scales, bf16 out), tried first */
 } scalemm_backend_t;
 
 typedef enum scalemm_memory_space_t {
@@ -210,7 +211,7 @@ scalemm_status_t scalemm_grouped_plan_explain(scalemm_handle_t handle, const sca
  * and how many calls replayed one. Either pointer may be NULL. */
 scalemm_status_t scalemm_grouped_graph_counts(scalemm_handle_t handle, uint64_t* captures, uint64_t* replays);
 
-/* "native", "convert-native", "emulated", "reference"; "unknown" outside the enum. */
+/* "native", "convert-native", "emulated", "reference", "contiguous"; "unknown" outside the enum. */
 const char* scalemm_backend_name(int backend);
 
 #ifdef __cplusplus

@@ -74,7 +74,8 @@ class ContiguousGrouped final : public GroupedBackendImpl {
   std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) const override {
     if (!contiguous_grouped::built())
       return "not built (CUTLASS's headers, whose CuTe parts it uses, were not found at configure time: tools/fetch-cutlass.sh)";
-    if (options.force && *options.force != Backend::kNative)
+    // A handle forcing the dense contiguous backend (the same kernel, one group a call) takes it too.
+    if (options.force && *options.force != Backend::kNative && *options.force != Backend::kContiguous)
       return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
     std::string why = contiguous_grouped::blocker(a, t);
     if (!why.empty() || a.backend != GroupedBackend::kAuto) return why;

@@ -756,8 +756,10 @@ std::string describe(const GroupedGemmArgs& a, Tiles tiles) {
                                  : std::string();
   const char* rows = wide_tiles(a) ? "a long K with " : "";
   std::ostringstream os;
-  os << "contiguous grouped kernel (sm_90a, ours), one launch for all " << a.groups
-     << " groups: FP8 blockwise 1x128 x 128x128, persistent, a TMA producer warp, a scale warp "
+  os << "contiguous grouped kernel (sm_90a, ours), ";
+  if (a.groups == 1) os << "the call as one group";
+  else os << "one launch for all " << a.groups << " groups";
+  os << ": FP8 blockwise 1x128 x 128x128, persistent, a TMA producer warp, a scale warp "
         "copying each stage's scales into shared memory and two WGMMA warpgroups, ";
   if (tiles == Tiles::k128SharedA)
     os << "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments";

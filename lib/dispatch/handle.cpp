@@ -517,7 +517,8 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
     arena.reserve(plan.workspace_bytes, stream);
     if (impl_->verify_mode == verify::Mode::kSample && !arena.sampler)
       arena.sampler = std::make_unique<verify::AsyncSampler>();
-    dispatch::execute(args, plan, {stream, &arena.lt, arena.lt_workspace, arena.lt_bytes, arena.scratch});
+    dispatch::execute(args, plan,
+                      {stream, &arena.lt, arena.lt_workspace, arena.lt_bytes, arena.scratch, &impl_->target_of(device)});
     if (impl_->verify_mode == verify::Mode::kSample) {
       // After the launches, so that polling never delays the GEMM: an earlier call on this stream
       // that failed its check is reported now (this call's result is already on its way).

@@ -15,9 +15,11 @@ namespace {
 
 constexpr const char* kArrow = " \xE2\x86\x92 ";  // " → "
 
-// The backend table, tried in order: the first that takes a problem runs it.
+// The backend table, tried in order: the first that takes a problem runs it. The order is not the
+// enum's: scalemm's own kernel goes first, where its measured rule takes the call.
 const backends::BackendImpl* const* table() {
   static const backends::BackendImpl* const kTable[] = {
+      &backends::contiguous_backend(),
       &backends::native_backend(),
       &backends::convert_native_backend(),
       &backends::emulated_backend(),
@@ -25,6 +27,12 @@ const backends::BackendImpl* const* table() {
   };
   static_assert(sizeof(kTable) / sizeof(kTable[0]) == kBackendCount, "one table entry per Backend value");
   return kTable;
+}
+
+const backends::BackendImpl& entry_of(Backend id) {
+  for (int i = 0; i < kBackendCount; ++i)
+    if (table()[i]->id() == id) return *table()[i];
+  throw Error(StatusCode::kInternal, "no backend table entry for backend " + std::to_string(int(id)));
 }
 
 }  // namespace
@@ -35,6 +43,7 @@ std::string_view to_string(Backend b) {
     case Backend::kConvertNative: return "convert-native";
     case Backend::kEmulated: return "emulated";
     case Backend::kReference: return "reference";
+    case Backend::kContiguous: return "contiguous";
   }
   return "unknown";
 }
@@ -56,7 +65,7 @@ std::string Plan::explain() const {
 
 Plan plan(const GemmProblem& p, const DeviceTarget& t, const PlanOptions& options) {
   Plan result;
-  std::vector<std::string> passed;
+  std::vector<std::string> passed, tried;  // the plan's chain; every reason, for the error
   const bool fp8_out = is_fp8_output(p.d_dtype);
   for (int i = 0; i < kBackendCount; ++i) {
     const backends::BackendImpl& entry = *table()[i];
@@ -88,12 +97,21 @@ Plan plan(const GemmProblem& p, const DeviceTarget& t, const PlanOptions& option
                                      p.m * p.n});
       c.reason += "; fp32 D, then " + std::string(to_string(p.d_dtype)) + " with d_scale";
     }
+    if (c.taken && !options.force) {
+      // The planner's own choice: a backend that can run the call may still be measured slower.
+      std::string declined = entry.auto_declines(q, t);
+      if (!declined.empty()) c = {false, std::move(declined)};
+    }
+    // Strict mode runs cuBLASLt's native kernels; scalemm's kernel steps aside for them.
+    if (c.taken && options.strict && id == Backend::kContiguous) c = {false, "strict mode takes only the native backend"};
     if (c.taken && options.strict && id != Backend::kNative) {
       passed.push_back("strict mode refuses " + std::string(to_string(id)));
+      tried.push_back(passed.back());
       break;
     }
     if (!c.taken) {
-      passed.push_back(std::string(to_string(id)) + ": " + c.reason);
+      tried.push_back(std::string(to_string(id)) + ": " + c.reason);
+      if (!c.quiet) passed.push_back(tried.back());
       continue;
     }
     // Fast accumulation is a permission: the cuBLASLt backends take it (lt_call), the others do not.
@@ -113,7 +131,7 @@ Plan plan(const GemmProblem& p, const DeviceTarget& t, const PlanOptions& option
   os << "no backend can run " << p.to_string() << " on " << t.to_string();
   if (options.strict) os << " in strict mode";
   if (options.force) os << " with backend forced to " << to_string(*options.force);
-  for (const auto& r : passed) os << kArrow << r;
+  for (const auto& r : tried) os << kArrow << r;
   throw Error(StatusCode::kUnsupported, os.str());
 }
 
@@ -134,7 +152,7 @@ const Plan::WorkspaceSlice& Plan::workspace_slice(int tag) const {
 namespace dispatch {
 
 void execute(const GemmArgs& args, const Plan& plan, const backends::RunContext& ctx) {
-  const backends::BackendImpl& backend = *table()[int(plan.backend)];
+  const backends::BackendImpl& backend = entry_of(plan.backend);
   if (!plan.staged_output_bytes || args.space == MemorySpace::kHost) {
     backend.run(args, plan, ctx);
     return;

@@ -269,7 +269,8 @@ __global__ void widen(const void* d, DType t, const float* d_scale, float* out, 
 
 emulation::Tolerance tolerance_for(const GemmArgs& args, const Plan& plan, double ref_scale) {
   emulation::Tolerance tol = emulation::gemm_tolerance(args.k, args.a.dtype, args.d_dtype, ref_scale);
-  const bool fp8_tensor_cores = (plan.backend == Backend::kNative || plan.backend == Backend::kConvertNative) &&
+  const bool fp8_tensor_cores = (plan.backend == Backend::kNative || plan.backend == Backend::kConvertNative ||
+                                 plan.backend == Backend::kContiguous) &&
                                 args.a.dtype != DType::kE2M1;
   if (fp8_tensor_cores) {
     // Hopper's FP8 MMA adds the products of one instruction with about 14 bits of precision before the

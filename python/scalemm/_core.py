@@ -20,7 +20,7 @@ from ._errors import UnsupportedError, invalid
 RECIPES = dict(_C.recipe_names())  # "tensorwise" -> 1, ...
 _RECIPE_ALIASES = {"mxfp8_32x32": "mxfp8-32x32", "blockwise1x128": "block1x128", "blockwise128x128": "block128x128"}
 SCALE_FORMATS = {"compact": 0, "cublaslt": 1}
-BACKENDS = {"auto": -1, "native": 0, "convert-native": 1, "emulated": 2, "reference": 3}
+BACKENDS = {"auto": -1, "native": 0, "convert-native": 1, "emulated": 2, "reference": 3, "contiguous": 4}
 OUT_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "fp16": "f16", "f32": "f32",
               "float32": "f32", "fp32": "f32"}
 DATA_DTYPES = {"e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "float8_e5m2": "e5m2", "e2m1": "e2m1x2",

@@ -248,6 +248,34 @@ def test_runs_on_the_current_stream():
 
 
 @needs_gpu
+@pytest.mark.parametrize("m", [1, 16, 129])
+def test_blockwise_decode_runs_scalemms_kernel_on_compact_scales(m):
+    """At small M over a wide N, auto runs the contiguous backend (scalemm's kernel as one group): the
+    float64 oracle's bound holds, and where cuBLASLt runs the same call it gives the same bytes."""
+    if SM != (9, 0):
+        pytest.skip(f"scalemm's blockwise kernel is built for sm_90; this device is sm_{SM[0]}{SM[1]}")
+    gen = torch.Generator(device="cuda").manual_seed(seed(f"contiguous dense {m}"))
+    x = torch.randn(m, 1024, generator=gen, device="cuda")
+    w = torch.randn(7168, 1024, generator=gen, device="cuda")
+    xq, xs = _q(x, "block1x128")
+    wq, ws = _q(w, "block128x128")
+    kw = dict(recipe_a="block1x128", recipe_b="block128x128")
+    plan = scalemm.explain(xq, wq, xs, ws, **kw)
+    if "contiguous: not built" in plan:
+        pytest.skip("scalemm's sm_90a kernels are not built in this package: " + plan)
+    assert "the call as one group" in plan and "no scale conversion launch" in plan, plan
+    got = scalemm.scaled_mm(xq, wq, xs, ws, **kw)
+    a64, b64 = _host64(xq, xs, "block1x128"), _host64(wq, ws, "block128x128")
+    err = np.abs(got.float().cpu().numpy() - gemm64(a64, b64))
+    assert np.all(err <= bound(a64, b64, 1024, "bf16") * 16), float(err.max())  # * 16: FP8 MMA partial sums
+    if m % 4 == 0:
+        lt = scalemm.scaled_mm(xq, wq, xs, ws, backend="native", **kw)
+        torch.testing.assert_close(got, lt, rtol=0, atol=0)
+    forced = scalemm.scaled_mm(xq, wq, xs, ws, backend="contiguous", **kw)
+    torch.testing.assert_close(forced, got, rtol=0, atol=0)
+
+
+@needs_gpu
 @pytest.mark.parametrize("ra,rb", [("block1x128", "block128x128"), ("mxfp8", "mxfp8-32x32"),
                                    ("tensorwise", "tensorwise")])
 def test_cuda_graph_capture_and_replay(ra, rb):

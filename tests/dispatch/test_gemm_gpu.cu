@@ -707,3 +707,157 @@ TEST_CASE("verification accepts correct FP8-output calls in full and sample mode
     CHECK_NOTHROW(h.check_verification());
   }
 }
+
+namespace {
+// One blockwise call through `h` into D at `d_offset` bytes past an aligned buffer; D's bytes back.
+std::vector<uint8_t> blockwise_d(Handle& h, const DeviceOperand& a, const DeviceOperand& b, int64_t m, int64_t n,
+                                 int64_t k, size_t d_offset, cudaStream_t s = nullptr, Backend* ran = nullptr) {
+  const size_t bytes = size_t(m * n) * 2;
+  Dev d(bytes + d_offset);
+  SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes + d_offset));
+  GemmArgs args;
+  args.m = m, args.n = n, args.k = k;
+  args.a = a.op, args.b = b.op, args.d = static_cast<char*>(d.p) + d_offset, args.d_dtype = DType::kBF16;
+  if (ran) *ran = h.plan(args, s).backend;
+  h.gemm(args, s);
+  SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> raw(bytes);
+  SCALEMM_CUDA_CHECK(cudaMemcpy(raw.data(), static_cast<char*>(d.p) + d_offset, bytes, cudaMemcpyDeviceToHost));
+  return raw;
+}
+}  // namespace
+
+// The contiguous backend: dense blockwise calls at small M over wide N run scalemm's own kernel as one
+// group, reading the compact scales in place. Exact inputs give the reference's bytes; random ones the
+// native FP8 agreement floor and cuBLASLt's bytes (the two promote each K block alike).
+TEST_CASE("dense blockwise at small M runs scalemm's kernel, exact against the reference and cuBLASLt",
+          "[gpu][dispatch][contiguous]") {
+  auto rng = scalemm::testing::rng(0xC0DE);
+  std::printf("contiguous dense: seed 0xC0DE\n");
+  Handle h;
+  {
+    auto a = scalemm::testing::exact_operand(Recipe::kBlock1x128, 16, 512, ScaleFormat::kCompact, rng);
+    auto b = scalemm::testing::exact_operand(Recipe::kBlock128x128, 7168, 512, ScaleFormat::kCompact, rng);
+    if (run(h, a, b, DType::kBF16).backend != Backend::kContiguous) {
+      GemmArgs probe;
+      probe.m = 16, probe.n = 7168, probe.k = 512, probe.a = a.view(), probe.b = b.view();
+      probe.space = MemorySpace::kDevice;
+      WARN("SKIPPED: " << h.plan(probe).explain());
+      REQUIRE_THAT(h.plan(probe).explain(), Catch::Contains("not built"));
+      return;
+    }
+  }
+  // M = 1, 7, 129, 256; a K tail (1040 = 8 blocks + 16), K / 128 = 5; N off a 128 multiple.
+  for (Shape s : {Shape{1, 7168, 512}, Shape{7, 7176, 1040}, Shape{129, 6784, 640}, Shape{256, 7168, 512}}) {
+    auto a = scalemm::testing::exact_operand(Recipe::kBlock1x128, s.m, s.k, ScaleFormat::kCompact, rng);
+    auto b = scalemm::testing::exact_operand(Recipe::kBlock128x128, s.n, s.k, ScaleFormat::kCompact, rng);
+    const Result r = run(h, a, b, DType::kBF16, nullptr, s.m == 7 ? 0.5f : 1.0f);
+    CAPTURE(s.m, s.n, s.k, to_string(r.backend), r.cmp.to_string());
+    CHECK(r.backend == Backend::kContiguous);
+    CHECK(r.cmp.bitwise_equal());
+  }
+  // Random data: the native floor, and cuBLASLt's bytes (forced native, M % 4 == 0).
+  HandleOptions lt;
+  lt.plan.force = Backend::kNative;
+  Handle native(lt);
+  for (Shape s : {Shape{16, 7168, 2048}, Shape{128, 10240, 1024}}) {
+    auto ha = scalemm::testing::random_operand(Recipe::kBlock1x128, s.m, s.k, ScaleFormat::kCompact, rng);
+    auto hb = scalemm::testing::random_operand(Recipe::kBlock128x128, s.n, s.k, ScaleFormat::kCompact, rng);
+    const Result r = run(h, ha, hb, DType::kBF16);
+    CAPTURE(s.m, s.n, s.k, r.cmp.to_string());
+    CHECK(r.backend == Backend::kContiguous);
+    CHECK(r.cmp.sqnr_db >= 40.0);  // bf16 output: its rounding bounds the agreement
+    DeviceOperand a(ha), b(hb);
+    Backend ours = Backend::kReference, theirs = Backend::kReference;
+    const auto mine = blockwise_d(h, a, b, s.m, s.n, s.k, 0, nullptr, &ours);
+    const auto lts = blockwise_d(native, a, b, s.m, s.n, s.k, 0, nullptr, &theirs);
+    CHECK(ours == Backend::kContiguous);
+    CHECK(theirs == Backend::kNative);
+    size_t differ = 0;
+    for (size_t i = 0; i < mine.size(); i += 2) differ += std::memcmp(&mine[i], &lts[i], 2) != 0;
+    CAPTURE(differ);
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("the contiguous backend forced at any shape, D off alignment, in a graph and verified",
+          "[gpu][dispatch][contiguous]") {
+  auto rng = scalemm::testing::rng(0xC0DF);
+  std::printf("contiguous forced: seed 0xC0DF\n");
+  HandleOptions ho;
+  ho.plan.force = Backend::kContiguous;
+  ho.verify = VerifyMode::kFull;  // every call checked against the reference inside gemm()
+  Handle forced(ho);
+  Handle h;
+  const Shape s{300, 264, 640};  // auto keeps this on cuBLASLt
+  auto ha = scalemm::testing::exact_operand(Recipe::kBlock1x128, s.m, s.k, ScaleFormat::kCompact, rng);
+  auto hb = scalemm::testing::exact_operand(Recipe::kBlock128x128, s.n, s.k, ScaleFormat::kCompact, rng);
+  GemmArgs probe;
+  probe.m = s.m, probe.n = s.n, probe.k = s.k, probe.a = ha.view(), probe.b = hb.view();
+  probe.space = MemorySpace::kDevice;
+  std::string why;
+  try {
+    forced.plan(probe);
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  if (!why.empty()) {
+    WARN("SKIPPED: " << why);
+    REQUIRE_THAT(why, Catch::Contains("not built"));
+    return;
+  }
+  CHECK(h.plan(probe).backend == Backend::kNative);
+  const Result r = run(forced, ha, hb, DType::kBF16, &ho.plan);
+  CHECK(r.backend == Backend::kContiguous);
+  CHECK(r.cmp.bitwise_equal());
+  DeviceOperand a(ha), b(hb);
+  const auto aligned = blockwise_d(forced, a, b, s.m, s.n, s.k, 0);
+  for (size_t off : {2, 4, 6}) {
+    CAPTURE(off);
+    CHECK(blockwise_d(forced, a, b, s.m, s.n, s.k, off) == aligned);
+  }
+  // The other kinds of problem are refused with the reason.
+  auto ta = scalemm::testing::exact_operand(Recipe::kTensorwise, 64, 256, ScaleFormat::kCompact, rng);
+  auto tb = scalemm::testing::exact_operand(Recipe::kTensorwise, 64, 256, ScaleFormat::kCompact, rng);
+  DeviceOperand dta(ta), dtb(tb);
+  try {
+    blockwise_d(forced, dta, dtb, 64, 64, 256, 0);
+    FAIL("a forced contiguous backend ran tensorwise");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kUnsupported);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("contiguous: runs block1x128(e4m3) x block128x128(e4m3)"));
+  }
+  // Captured once (auto: M = 16 over N = 7168), replayed 20 times into a poisoned D: the eager bytes.
+  auto ga = scalemm::testing::random_operand(Recipe::kBlock1x128, 16, 1024, ScaleFormat::kCompact, rng);
+  auto gb = scalemm::testing::random_operand(Recipe::kBlock128x128, 7168, 1024, ScaleFormat::kCompact, rng);
+  DeviceOperand da(ga), db(gb);
+  cudaStream_t st;
+  SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const size_t bytes = 16 * 7168 * 2;
+  Dev d(bytes);
+  GemmArgs args;
+  args.m = 16, args.n = 7168, args.k = 1024, args.a = da.op, args.b = db.op, args.d = d.p;
+  CHECK(h.plan(args, st).backend == Backend::kContiguous);
+  h.gemm(args, st);
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
+  std::vector<uint8_t> eager(bytes), replay(bytes);
+  SCALEMM_CUDA_CHECK(cudaMemcpy(eager.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  h.gemm(args, st);
+  SCALEMM_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+  SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  int identical = 0;
+  for (int i = 0; i < 20; ++i) {
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(d.p, 0xFF, bytes, st));
+    SCALEMM_CUDA_CHECK(cudaGraphLaunch(ge, st));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(replay.data(), d.p, bytes, cudaMemcpyDeviceToHost));
+    identical += replay == eager;
+  }
+  CHECK(identical == 20);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(st);
+}

@@ -149,14 +149,15 @@ TEST_CASE("shape and type rules of the native contracts send a problem elsewhere
 
 TEST_CASE("blockwise decoding (M = 1..3) runs natively on A padded to 4 rows", "[dispatch][planner]") {
   const auto h200 = DeviceTarget::simulated(90, 130100);
+  // N = 4096: 32 N tiles, too few for scalemm's own kernel (the contiguous backend) to be taken.
   for (int64_t m : {1, 2, 3}) {
-    const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, m, 7168, 2048), h200);
+    const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, m, 4096, 7168), h200);
     CAPTURE(m, p.explain());
     CHECK(p.backend == Backend::kConvertNative);
     CHECK(p.padded_m == 4);
     // A's scales still need their compact -> cuBLASLt conversion; the padded copies are in the workspace.
     CHECK(p.convert_scale_a);
-    CHECK(p.workspace_bytes >= size_t(4 * 2048 + 4 * 7168 * 2));
+    CHECK(p.workspace_bytes >= size_t(4 * 7168 + 4 * 4096 * 2));
   }
   // Not on a device without blockwise support, and not for host memory.
   CHECK(plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 1, 7168, 2048), DeviceTarget::simulated(100, 130100))
@@ -335,4 +336,107 @@ TEST_CASE("bad GEMM arguments are named and the output is left untouched", "[dis
     bad.alpha = std::numeric_limits<float>::quiet_NaN();
     expect_rule(bad, "finite-alpha");
   }
+}
+
+namespace {
+// Whether this build holds scalemm's sm_90a kernel (the contiguous backend says "not built" otherwise).
+bool contiguous_built() {
+  PlanOptions forced;
+  forced.force = Backend::kContiguous;
+  try {
+    plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128), DeviceTarget::simulated(90, 130100), forced);
+    return true;
+  } catch (const Error& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("contiguous: not built"));
+    return false;
+  }
+}
+}  // namespace
+
+TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the SMs, and says why not elsewhere",
+          "[dispatch][planner][contiguous]") {
+  const auto h200 = DeviceTarget::simulated(90, 130100);
+  const auto blockwise = [](int64_t m, int64_t n, int64_t k) {
+    return problem(Recipe::kBlock1x128, Recipe::kBlock128x128, m, n, k);
+  };
+  // Problems of another kind never mention it: their explanations are unchanged.
+  for (auto [ra, rb] : {std::pair{Recipe::kTensorwise, Recipe::kTensorwise}, {Recipe::kBlock1x128, Recipe::kBlock1x128},
+                        {Recipe::kMxfp8, Recipe::kMxfp8}}) {
+    const Plan p = plan(problem(ra, rb, 16, 7168, 2048), h200);
+    CAPTURE(p.explain());
+    CHECK(p.backend != Backend::kContiguous);
+    CHECK_THAT(p.explain(), !Catch::Contains("contiguous"));
+  }
+  CHECK_THAT(plan(blockwise(16, 7168, 2048), DeviceTarget::simulated(100, 130100)).explain(),
+             !Catch::Contains("contiguous"));
+  if (!contiguous_built()) {
+    const Plan p = plan(blockwise(16, 7168, 2048), h200);
+    CHECK(p.backend == Backend::kNative);
+    CHECK_THAT(p.explain(), Catch::Contains("contiguous: not built"));
+    WARN("SKIPPED: the sm_90a kernels are not built here (no CUTLASS headers or no sm_90 architecture)");
+    return;
+  }
+  // Taken: M = 1 to 256 where N's 128-column tiles cover at least 40% of the SMs; no conversion, no
+  // workspace, no padding of M = 1.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7168, 2048}, {7, 7168, 2048}, {16, 7168, 2048},
+                         {129, 10240, 8192}, {256, 7168, 2048}, {64, 6784, 1040}}) {
+    const Plan p = plan(blockwise(m, n, k), h200);
+    CAPTURE(m, n, k, p.explain());
+    CHECK(p.backend == Backend::kContiguous);
+    CHECK(p.conversions.empty());
+    CHECK(p.workspace_bytes == 0);
+    CHECK(p.padded_m == 0);
+    CHECK(p.reasons.size() == 2);  // the problem, then how it runs
+    CHECK_THAT(p.explain(), Catch::Contains("the call as one group") && Catch::Contains("no scale conversion launch") &&
+                                Catch::Contains("compact scales read in place"));
+  }
+  // Passed over by auto's measured rule, with the rule named; cuBLASLt runs them.
+  const Plan big_m = plan(blockwise(260, 7168, 2048), h200);
+  CHECK(big_m.backend == Backend::kNative);
+  CHECK_THAT(big_m.explain(), Catch::Contains("contiguous: M = 260: auto takes scalemm's kernel at M <= 256"));
+  const Plan few_n = plan(blockwise(16, 4096, 7168), h200);
+  CHECK(few_n.backend == Backend::kNative);
+  CHECK_THAT(few_n.explain(), Catch::Contains("N = 4096 gives 32 tiles of 128 columns for 132 SMs"));
+  // The same N on a device of fewer SMs fills 40% of them.
+  DeviceTarget small = h200;
+  small.multiprocessors = 78;
+  CHECK(plan(blockwise(16, 4096, 7168), small).backend == Backend::kContiguous);
+  // What the kernel cannot run goes elsewhere with the reason (N % 8 != 0: to the reference, as before).
+  GemmProblem lt_scales = blockwise(16, 7168, 2048);
+  lt_scales.a_format = lt_scales.b_format = ScaleFormat::kCublasLt;
+  GemmProblem bias = blockwise(16, 7168, 2048);
+  bias.has_bias = true;
+  GemmProblem f32 = blockwise(16, 7168, 2048);
+  f32.d_dtype = DType::kF32;
+  GemmProblem fp8_out = blockwise(16, 7168, 2048);
+  fp8_out.d_dtype = DType::kE4M3;
+  GemmProblem n_odd = blockwise(16, 7172, 2048);  // rows of D off 16 bytes: no TMA
+  for (auto [q, why] : {std::pair{lt_scales, "reads compact scales"}, {bias, "no bias epilogue"},
+                        {f32, "built for bf16 output"}, {fp8_out, "built for bf16 output"},
+                        {n_odd, "N % 8 == 0"}}) {
+    const Plan p = plan(q, h200);
+    CAPTURE(p.explain());
+    CHECK(p.backend == (q.n == 7172 ? Backend::kReference : Backend::kNative));
+    CHECK_THAT(p.explain(), Catch::Contains("contiguous: ") && Catch::Contains(why));
+  }
+  // Strict mode keeps to cuBLASLt; a forced contiguous backend runs any shape the kernel can, and
+  // refuses the rest with its reason.
+  PlanOptions strict;
+  strict.strict = true;
+  const Plan s = plan(blockwise(16, 7168, 2048), h200, strict);
+  CHECK(s.backend == Backend::kNative);
+  CHECK_THAT(s.explain(), Catch::Contains("contiguous: strict mode takes only the native backend"));
+  PlanOptions forced;
+  forced.force = Backend::kContiguous;
+  CHECK(plan(blockwise(4096, 256, 512), h200, forced).backend == Backend::kContiguous);
+  try {
+    plan(problem(Recipe::kTensorwise, Recipe::kTensorwise), h200, forced);
+    FAIL("a forced contiguous backend took tensorwise");
+  } catch (const Error& e) {
+    CHECK(e.code() == StatusCode::kUnsupported);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("forced to contiguous") &&
+                                          Catch::Contains("contiguous: runs block1x128(e4m3) x block128x128(e4m3)"));
+  }
+  CHECK(parse_backend("contiguous") == Backend::kContiguous);
+  CHECK(to_string(Backend::kContiguous) == "contiguous");
 }

@@ -522,6 +522,9 @@ std::vector<Shape> shapes(bool quick) {
 struct Ctx {
   cudaStream_t st = nullptr;
   std::unique_ptr<Handle> handle;
+  // Handles forced onto cuBLASLt (native; convert-native for M % 4 != 0): what a blockwise call that
+  // auto sends to scalemm's own kernel would run otherwise.
+  std::unique_ptr<Handle> native, padded;
   std::unique_ptr<backends::LtContext> lt;
   Dev lt_ws;
 };
@@ -608,8 +611,9 @@ std::vector<Row> g_rows;
 
 
 std::vector<std::string> g_plan_notes;
-// Blockwise at M <= 256: the contiguous grouped kernel at G = 1 on the same bytes, timed interleaved
-// with the other variants (the measurement before dense small-M calls could be routed to it).
+// Blockwise at M <= 256: scalemm's own kernel against the cuBLASLt call on the same bytes, timed
+// interleaved with the other variants: the contiguous backend where auto takes it (against the call
+// forced onto cuBLASLt), else the contiguous grouped kernel at G = 1 (the measurement behind the rule).
 std::vector<std::string> g_small_m_notes;
 
 void print_native_header() {
@@ -691,6 +695,22 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
   const Plan plan = cx.handle->plan(args(0, false));
   const std::string backend(to_string(plan.backend));
   if (plan.backend != Backend::kNative) g_plan_notes.push_back(what + ": " + plan.explain());
+  // Where auto runs scalemm's own kernel, the call through cuBLASLt (compact scales, as before) is
+  // timed beside it in place of the grouped kernel (the same kernel), and the raw call is still there.
+  const bool ours = plan.backend == Backend::kContiguous;
+  Handle* lt_handle = nullptr;
+  Backend lt_backend = plan.backend;
+  if (ours) {
+    for (Handle* h : {cx.native.get(), cx.padded.get()}) {
+      try {
+        lt_backend = h->plan(args(0, false)).backend;
+        lt_handle = h;
+        break;
+      } catch (const Error&) {
+      }
+    }
+  }
+  auto lib_cublas = [&](int s) { lt_handle->gemm(args(s, false), cx.st); };
 
   auto lib = [&](int s) { cx.handle->gemm(args(s, false), cx.st); };
   auto lib_lt = [&](int s) { cx.handle->gemm(args(s, true), cx.st); };
@@ -713,7 +733,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     cx.handle->grouped_gemm(g, cx.st);
   };
   auto grouped = [&](int s) { grouped_into(s, d[size_t(s)].p); };
-  bool with_grouped = rc.a == Recipe::kBlock1x128 && (M <= 256 || g_contiguous);
+  bool with_grouped = rc.a == Recipe::kBlock1x128 && (M <= 256 || g_contiguous) && !ours;
   if (with_grouped) {
     try {
       grouped(0);
@@ -726,7 +746,8 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
   const bool block_scales = a[0].scales_lt.p || b[0].scales_lt.p;
   Stat t_s, t_slt, t_raw;
   std::string check = "-", lt_scales_error;
-  if (plan.backend == Backend::kNative) {
+  Stat t_cublas;
+  if (lt_backend == Backend::kNative) {
     bool with_lt = block_scales;
     if (with_lt) {
       try {
@@ -741,9 +762,19 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     std::vector<std::function<void(int)>> fns = {lib, raw};
     if (with_lt) fns.push_back(lib_lt);
     if (with_grouped) fns.push_back(grouped);
+    if (lt_handle) fns.push_back(lib_cublas);
     const std::vector<Stat> t = time_interleaved(cx.st, nsets, g_warm, g_iters, fns);
     t_s = t[0], t_raw = t[1];
     if (with_lt) t_slt = t[2];
+    if (lt_handle) {
+      t_cublas = t.back();
+      char line[512];
+      std::snprintf(line, sizeof line, "%s: scalemm (contiguous) %.1f us, scalemm through cuBLASLt (%s, compact scales) "
+                    "%.1f us, raw cuBLASLt %.1f us: contiguous / cuBLASLt-call time %.2f",
+                    what.c_str(), t_s.med_us, std::string(to_string(lt_backend)).c_str(), t_cublas.med_us,
+                    t_raw.med_us, t_s.med_us / t_cublas.med_us);
+      g_small_m_notes.push_back(line);
+    }
     if (with_grouped) {
       const Stat& tg = t.back();
       Dev d3(size_t(M * N) * 2);
@@ -767,7 +798,16 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
     check = compare(d[0].p, d2.p, M * N, cx.st).text();
   } else {
     // Not native: no raw cuBLASLt call exists for this problem; still check the output is written.
-    if (with_grouped) {
+    if (lt_handle) {
+      const std::vector<Stat> t = time_interleaved(cx.st, nsets, g_warm, g_iters, {lib, lib_cublas});
+      t_s = t[0], t_cublas = t[1];
+      char line[512];
+      std::snprintf(line, sizeof line, "%s: scalemm (contiguous) %.1f us, scalemm through cuBLASLt (%s, compact scales) "
+                    "%.1f us: contiguous / cuBLASLt-call time %.2f",
+                    what.c_str(), t_s.med_us, std::string(to_string(lt_backend)).c_str(), t_cublas.med_us,
+                    t_s.med_us / t_cublas.med_us);
+      g_small_m_notes.push_back(line);
+    } else if (with_grouped) {
       const std::vector<Stat> t = time_interleaved(cx.st, nsets, g_warm, g_iters, {lib, grouped});
       t_s = t[0];
       Dev d3(size_t(M * N) * 2);
@@ -818,6 +858,7 @@ void native_case(Ctx& cx, const Shape& sh, const RecipeCase& rc) {
                        .n("scalemm_us", t_s.med_us).n("scalemm_min_us", t_s.min_us).n("scalemm_max_us", t_s.max_us)
                        .n("scalemm_tflops", tflops(flops, t_s.med_us))
                        .n("scalemm_lt_scales_us", t_slt.med_us)
+                       .n("scalemm_cublaslt_call_us", t_cublas.med_us)
                        .n("raw_us", t_raw.med_us).n("raw_min_us", t_raw.min_us).n("raw_max_us", t_raw.max_us)
                        .n("raw_tflops", tflops(flops, t_raw.med_us))
                        .n("ratio_scalemm_raw", ratio).n("ratio_scalemm_lt_scales_raw", ratio_lt)
@@ -1368,6 +1409,11 @@ int main(int argc, char** argv) {
     HandleOptions ho;
     ho.autotune = g_autotune ? Autotune::kOn : Autotune::kOff;
     cx.handle = std::make_unique<Handle>(ho);
+    HandleOptions forced = ho;
+    forced.plan.force = Backend::kNative;
+    cx.native = std::make_unique<Handle>(forced);
+    forced.plan.force = Backend::kConvertNative;
+    cx.padded = std::make_unique<Handle>(forced);
     cx.lt = std::make_unique<backends::LtContext>();
     cx.lt->set_autotune(g_autotune);  // the same process-wide choice as the Handle: the same algorithm
     cx.lt_ws = Dev(kLtWorkspace);
@@ -1434,8 +1480,8 @@ int main(int argc, char** argv) {
     for (const auto& n : g_plan_notes) std::printf("- %s\n", n.c_str());
   }
   if (!g_small_m_notes.empty()) {
-    std::printf("\nBlockwise%s, the contiguous grouped kernel as one group (interleaved with the above):\n\n",
-                g_contiguous ? "" : " at M <= 256");
+    std::printf("\nBlockwise%s, scalemm's kernel (the contiguous backend, or the grouped kernel as one group) against "
+                "the cuBLASLt call, interleaved with the above:\n\n", g_contiguous ? "" : " at M <= 256");
     for (const auto& n : g_small_m_notes) std::printf("- %s\n", n.c_str());
   }
   std::fflush(stdout);
@@ -1461,6 +1507,8 @@ int main(int argc, char** argv) {
   }
   write_json();
   cx.handle.reset();
+  cx.native.reset();
+  cx.padded.reset();
   cx.lt.reset();
   cx.lt_ws = Dev();
   g_src = Dev();

@@ -183,8 +183,10 @@ int run_demo(int64_t m, int64_t n, int64_t k, uint64_t seed) {
       std::vector<float> got(d.size());
       for (size_t i = 0; i < d.size(); ++i) got[i] = formats::decode_bf16(d[i]);
       const double sqnr = emulation::sqnr_db(exact.data(), got.data(), int64_t(got.size()));
-      // reasons = {problem, why native was passed over, ..., why this backend}.
-      const std::string reason = plan.reasons.size() > 2 ? plan.reasons[1] : "";
+      // reasons = {problem, why earlier backends were passed over (native's among them), ..., why this backend}.
+      std::string reason;
+      for (size_t i = 1; i + 1 < plan.reasons.size(); ++i)
+        if (plan.reasons[i].rfind("native: ", 0) == 0) reason = plan.reasons[i];
       // Without a GPU the planner's reason ("host pointers") is a consequence, not news: say why once.
       std::printf("%-28s %-15s %9.1f  %s%s\n", label.c_str(), std::string(to_string(plan.backend)).c_str(), sqnr,
                   plan.backend == Backend::kNative || !gpu ? "" : ("fallback: " + reason + "; ").c_str(),

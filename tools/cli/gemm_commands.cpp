@@ -659,7 +659,8 @@ void run_replay(const std::string& dir, bool json_out) {
   outcomes.push_back(compare_with("dumped d (" + recorded_backend + ")", recorded_plan, args, rec, ref, ref_scale,
                                   ref_out, d.data));
   if (gpu) {
-    for (Backend be : {Backend::kNative, Backend::kConvertNative, Backend::kEmulated, Backend::kReference}) {
+    for (Backend be : {Backend::kContiguous, Backend::kNative, Backend::kConvertNative, Backend::kEmulated,
+                       Backend::kReference}) {
       const std::string name = "this machine: " + std::string(to_string(be));
       try {
         const RunResult r = run_call(call, args.d_dtype, be, true);

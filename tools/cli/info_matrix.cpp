@@ -88,10 +88,10 @@ DeviceTarget target_for(const InfoCli& c) {
 // One device's capability row: how many of the recipe pairs each backend takes.
 std::string backend_counts(const std::vector<Row>& rows) {
   std::string out;
-  for (const char* b : {"native", "convert-native", "emulated", "reference", "none"}) {
+  for (const char* b : {"contiguous", "native", "convert-native", "emulated", "reference", "none"}) {
     int n = 0;
     for (const auto& r : rows) n += r.backend == b;
-    if (n == 0 && std::string(b) == "none") continue;
+    if (n == 0 && (std::string(b) == "none" || std::string(b) == "contiguous")) continue;
     out += (out.empty() ? "" : ", ") + std::string(b) + " " + std::to_string(n);
   }
   return out + " of " + std::to_string(rows.size()) + " pairs";
@@ -113,9 +113,10 @@ void print_matrix(const std::string& what, const DeviceTarget& t, const std::vec
   for (const auto& r : rows) {
     const std::string pair = std::string(to_string(r.a)) + " x " + std::string(to_string(r.b));
     std::printf("  %-27s %-15s %s\n", pair.c_str(), r.backend.c_str(), r.reasons.empty() ? "" : r.reasons.back().c_str());
-    // Why the native backend was passed over (the first passed-over reason is always native's).
-    if (r.backend != "native" && r.reasons.size() > 1 && t.has_gpu())
-      std::printf("  %-27s %-15s   not native: %s\n", "", "", r.reasons.front().substr(r.reasons.front().find(": ") + 2).c_str());
+    // Why the native backend was passed over.
+    if (r.backend != "native" && t.has_gpu())
+      for (const auto& why : r.reasons)
+        if (why.rfind("native: ", 0) == 0) std::printf("  %-27s %-15s   not native: %s\n", "", "", why.substr(8).c_str());
   }
 }
 

@@ -1,0 +1,92 @@
+// The contiguous backend: a dense blockwise GEMM (block1x128 A, block128x128 B, compact scales, bf16
+// D) as one group of scalemm's own Hopper kernel (contiguous_grouped_sm90a.cu). The kernel reads the
+// compact scales where they are, so a call makes one launch where the native backend makes two (the
+// 1x128 scales' conversion to cuBLASLt's layout, then cuBLASLt), and at M = 1 none of the
+// convert-native backend's padding. The planner tries it first; auto_declines() keeps the calls where
+// cuBLASLt measured faster on cuBLASLt.
+#include <cstdint>
+#include <string>
+
+#include "backends/backend.hpp"
+#include "backends/contiguous_grouped.hpp"
+#include "scalemm/grouped.hpp"
+#include "scalemm/layouts/scale_layout.hpp"
+
+namespace scalemm::backends {
+
+namespace {
+
+// The dense call as the grouped kernel's one group; `rows` holds M and outlives the returned args.
+GroupedGemmArgs one_group(const GemmProblem& p, const int64_t* rows) {
+  GroupedGemmArgs g;
+  g.group_dim = GroupDim::kM;
+  g.groups = 1;
+  g.group_sizes = rows;
+  g.m = p.m, g.n = p.n, g.k = p.k;
+  g.a.dtype = p.a_dtype, g.a.recipe = p.a_recipe, g.a.scale_format = p.a_format;
+  g.b.dtype = p.b_dtype, g.b.recipe = p.b_recipe, g.b.scale_format = p.b_format;
+  g.d_dtype = p.d_dtype;
+  g.space = p.space;
+  g.backend = GroupedBackend::kContiguous;
+  return g;
+}
+
+class Contiguous final : public BackendImpl {
+ public:
+  Backend id() const override { return Backend::kContiguous; }
+
+  Verdict plan(const GemmProblem& p, const DeviceTarget& t, Plan& plan) const override {
+    // Problems of another kind pass over it quietly: their explanations stay as they were.
+    if (p.a_recipe != Recipe::kBlock1x128 || p.b_recipe != Recipe::kBlock128x128 || p.a_dtype != DType::kE4M3 ||
+        p.b_dtype != DType::kE4M3 || t.sm != 90 || p.space != MemorySpace::kDevice)
+      return {false, "runs block1x128(e4m3) x block128x128(e4m3) in device memory on sm_90", true};
+    if (!contiguous_grouped::built())
+      return {false, "not built (CUTLASS's headers, whose CuTe parts the kernel uses, were not found at configure "
+                     "time: tools/fetch-cutlass.sh)"};
+    if (p.has_bias) return {false, "the kernel has no bias epilogue"};
+    const int64_t rows = p.m;
+    const GroupedGemmArgs g = one_group(p, &rows);
+    const std::string why = contiguous_grouped::blocker(g, t);
+    if (!why.empty()) return {false, why};
+    (void)plan;  // no conversions, no workspace
+    return {true, "scalemm's " +
+                      contiguous_grouped::describe(g, contiguous_grouped::tiles(g, t.multiprocessors)) +
+                      "; no scale conversion launch"};
+  }
+
+  // Measured against the dense call with compact scales (bench_gemm --small-m, interleaved, the same
+  // bits; runs IC on an H100 and ID on an H200, docs/history/performance-notes.md): at M = 16-256 the
+  // kernel took 0.71-0.99x its time at N 7168 and 10240 (N tiles for 42-60% of the SMs), and at
+  // M = 1 0.61-0.63x (7168 x 2048) and 0.83-0.89x (10240 x 8192); at N 4096 (32 N tiles, 24% of the
+  // SMs, over K 7168) 1.04-1.33x, where cuBLASLt splits K over the idle SMs. Above M = 256 cuBLASLt's
+  // one conversion launch is a small part of the call and its kernels are even with ours or faster
+  // (bench_gemm --contiguous, run HI: 0.76-1.04x cuBLASLt's speed).
+  std::string auto_declines(const GemmProblem& p, const DeviceTarget& t) const override {
+    if (p.m > 256)
+      return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the scale conversion "
+             "launch it saves is a large part of the call (above, cuBLASLt measured as fast or faster)";
+    const int64_t n_tiles = layouts::ceil_div(p.n, 128);
+    const int sms = t.multiprocessors > 0 ? t.multiprocessors : 132;
+    if (100 * n_tiles < 40 * int64_t(sms))
+      return "N = " + std::to_string(p.n) + " gives " + std::to_string(n_tiles) + " tiles of 128 columns for " +
+             std::to_string(sms) + " SMs: auto takes scalemm's kernel from 40% of the SMs (cuBLASLt splits K over "
+             "the idle ones and measured faster below that)";
+    return {};
+  }
+
+  void run(const GemmArgs& args, const Plan&, const RunContext& ctx) const override {
+    const int64_t rows = args.m;
+    GroupedGemmArgs g = one_group(GemmProblem::from(args), &rows);
+    g.a = args.a, g.b = args.b, g.d = args.d, g.alpha = args.alpha;
+    contiguous_grouped::run(g, ctx.stream, contiguous_grouped::tiles(g, ctx.target ? ctx.target->multiprocessors : 0));
+  }
+};
+
+}  // namespace
+
+const BackendImpl& contiguous_backend() {
+  static const Contiguous b;
+  return b;
+}
+
+}  // namespace scalemm::backends
