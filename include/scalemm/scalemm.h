@@ -122,10 +122,11 @@ typedef struct scalemm_gemm_t {
   int32_t fast_accum;
 } scalemm_gemm_t;
 
-/* Handle options. strict != 0 refuses anything but the native backend; force_backend >= 0 runs exactly
- * that backend (an error when it cannot); -1 lets the planner choose. autotune: 0 from SCALEMM_AUTOTUNE
- * (default off), 1 off (cuBLASLt's first heuristic choice), 2 on (time the candidates once per problem
- * and keep the fastest); read only when struct_size covers it. */
+/* Handle options. strict != 0 refuses anything but the native backend (cuBLASLt; the contiguous backend
+ * steps aside for it); force_backend >= 0 runs exactly that backend (an error when it cannot); -1 lets
+ * the planner choose. autotune: 0 from SCALEMM_AUTOTUNE (default off), 1 off (cuBLASLt's first heuristic
+ * choice), 2 on (time the candidates once per problem and keep the fastest); read only when struct_size
+ * covers it. */
 typedef struct scalemm_handle_options_t {
   size_t struct_size;
   int32_t strict;
