@@ -57,7 +57,16 @@ bool contiguous_grouped::narrow_tiles(const GroupedGemmArgs& a, int multiprocess
   return wide ? 100 * cost(160) <= 92 * cost(192) : cost(160) <= cost(128);
 }
 
+// One group (the dense backend's calls): measured there only (bench_gemm --small-m).
+bool contiguous_grouped::half_tiles(const GroupedGemmArgs& a, int multiprocessors) {
+  if (a.groups != 1 || a.group_sizes_device || !a.group_sizes || multiprocessors <= 0) return false;
+  int64_t m_tiles = 0;
+  for (int64_t g = 0; g < a.groups; ++g) m_tiles += layouts::ceil_div(std::max<int64_t>(a.group_sizes[g], 0), 128);
+  return m_tiles > 0 && 2 * m_tiles * layouts::ceil_div(a.n, 128) <= multiprocessors;
+}
+
 contiguous_grouped::Tiles contiguous_grouped::tiles(const GroupedGemmArgs& a, int multiprocessors) {
+  if (half_tiles(a, multiprocessors)) return Tiles::k64;
   // At decode, 160-wide tiles in clusters sharing A took 0.96x the time of the same without clusters
   // (99.9 against 104.3 us at 10 experts of up to 64 rows, H100; 82.5 against 86.0, H200).
   if (narrow_tiles(a, multiprocessors)) return decode_like(a) ? Tiles::k160SharedA : Tiles::k160SharedB;

@@ -37,9 +37,9 @@ bool built();
 /// Empty when the kernel runs `args` on `t`; else why not (printable, one line).
 std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 
-/// The kernel's tile configurations (128 rows each): 128, 160 or 192 columns; in clusters of two N
+/// The kernel's tile configurations (128 rows each): 64, 128, 160 or 192 columns; in clusters of two N
 /// tiles sharing A (by multicast), of two M tiles sharing B, or without clusters.
-enum class Tiles { k128SharedA, k160SharedA, k160SharedB, k192, k192SharedB };
+enum class Tiles { k128SharedA, k160SharedA, k160SharedB, k192, k192SharedB, k64 };
 
 /// Enqueues the whole grouped GEMM on `stream` (blocker() was empty) with the given tiles (tiles()
 /// picks them; every configuration gives the same bits). Needs no workspace.
@@ -66,8 +66,13 @@ bool shared_b(const GroupedGemmArgs& args);
 /// no more than the 128-wide ones. A host-side rule.
 bool narrow_tiles(const GroupedGemmArgs& args, int multiprocessors);
 
-/// The configuration run() takes on a device of `multiprocessors` SMs (wide_tiles(), shared_b(),
-/// narrow_tiles()). A host-side rule.
+/// Tiles of 64 columns (one group with host sizes: a dense call): where 128-wide ones would give at
+/// most half as many tiles as the device's `multiprocessors` (small M), 64-wide ones put twice as
+/// many SMs to streaming B. A host-side rule.
+bool half_tiles(const GroupedGemmArgs& args, int multiprocessors);
+
+/// The configuration run() takes on a device of `multiprocessors` SMs (half_tiles(), wide_tiles(),
+/// shared_b(), narrow_tiles()). A host-side rule.
 Tiles tiles(const GroupedGemmArgs& args, int multiprocessors);
 
 /// A one-line description for explain().

@@ -96,9 +96,9 @@ constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memo
 
 using Fp8 = cutlass::float_e4m3_t;
 
-// A tile configuration: kBlockN columns per tile (128; 160 or 192, which span two 128-column scale
-// blocks), kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing one B
-// tile. 128-wide tiles keep two partial-sum fragments. Whole tiles are stored through shared memory
+// A tile configuration: kBlockN columns per tile (64 or 128; 160 or 192, which span two 128-column
+// scale blocks), kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing
+// one B tile. Tiles of up to 128 columns keep two partial-sum fragments. Whole tiles are stored through shared memory
 // and TMA, in boxes of 64 columns (32 with 160-wide tiles): the staged D tile costs a pipeline stage
 // (5 stages of 32 KB with 128-wide tiles, 4 of 36 or 40 KB with the wider ones).
 template <int kBlockN_, int kCluster_, bool kShareB_ = false>
@@ -106,7 +106,7 @@ struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
   static constexpr bool kShareB = kShareB_;  // the cluster takes two M tiles sharing B (else N tiles sharing A)
   static_assert(!kShareB || kCluster == 2, "B is shared by a pair of M tiles");
-  static constexpr bool kTwoFragments = kBlockN == 128;
+  static constexpr bool kTwoFragments = kBlockN <= 128;
   static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
   static constexpr int kStages = (208 * 1024 - kBlockM * kBlockN * 2) / kStageBytes;
   static constexpr int kBoxCols = kBlockN % 64 == 0 ? 64 : 32;  // D's staging boxes: 128 or 64 bytes a row
@@ -116,12 +116,15 @@ struct Config {
   using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{},
                                              Shape<Int<kBlockN>, Int<kBlockK>, Int<kStages>>{}));
   using Atom = std::conditional_t<
-      kBlockN == 128, SM90_64x128x32_F32E4M3E4M3_SS_TN<>,
-      std::conditional_t<kBlockN == 160, SM90_64x160x32_F32E4M3E4M3_SS_TN<>, SM90_64x192x32_F32E4M3E4M3_SS_TN<>>>;
+      kBlockN == 64, SM90_64x64x32_F32E4M3E4M3_SS_TN<>,
+      std::conditional_t<
+          kBlockN == 128, SM90_64x128x32_F32E4M3E4M3_SS_TN<>,
+          std::conditional_t<kBlockN == 160, SM90_64x160x32_F32E4M3E4M3_SS_TN<>, SM90_64x192x32_F32E4M3E4M3_SS_TN<>>>>;
   using TiledMma = decltype(make_tiled_mma(Atom{}, Layout<Shape<_2, _1, _1>>{}));
   // Tiles start at multiples of 32 columns within a scale block, so a tile of at most 160 columns, or a
-  // 192-wide one (starting at 0 or 64), spans at most two scale blocks.
-  static_assert(kBlockN == 128 || kBlockN == 160 || kBlockN == 192, "a tile spans at most two 128-column scale blocks");
+  // 192-wide one (starting at 0 or 64), spans at most two scale blocks; a 64-wide one (at 0 or 64) one.
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 160 || kBlockN == 192,
+                "a tile spans at most two 128-column scale blocks");
 };
 
 template <class C>
@@ -502,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     tile.seek<C>(s, u, n_units, rank, total_tiles, p.m);
     const int col0 = tile.nt * kBlockN;
     const int in_block = col0 % 128;  // where the tile starts within its first scale block
-    if (kBlockN == 128 || in_block == 0)
+    if (kBlockN <= 128 || in_block == 0)  // one scale block across the tile
       k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
     else if (in_block == 64)
       k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
@@ -740,6 +743,7 @@ void launch_for(const GroupedGemmArgs& a, Stream stream) {
 
 void run(const GroupedGemmArgs& a, Stream stream, Tiles tiles) {
   switch (tiles) {
+    case Tiles::k64: return launch_for<Config<64, 1>>(a, stream);
     case Tiles::k128SharedA: return launch_for<Config<128, 2>>(a, stream);
     case Tiles::k160SharedA: return launch_for<Config<160, 2>>(a, stream);
     case Tiles::k160SharedB: return launch_for<Config<160, 2, true>>(a, stream);
@@ -761,7 +765,10 @@ std::string describe(const GroupedGemmArgs& a, Tiles tiles) {
   else os << "one launch for all " << a.groups << " groups";
   os << ": FP8 blockwise 1x128 x 128x128, persistent, a TMA producer warp, a scale warp "
         "copying each stage's scales into shared memory and two WGMMA warpgroups, ";
-  if (tiles == Tiles::k128SharedA)
+  if (tiles == Tiles::k64)
+    os << "128x64x128 tiles without clusters, promotion overlapped by two partial-sum fragments (128-wide tiles "
+          "would fill at most half the SMs)";
+  else if (tiles == Tiles::k128SharedA)
     os << "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments";
   else if (tiles == Tiles::k160SharedA)
     os << "128x160x128 tiles in clusters of 2 (A multicast), one partial-sum fragment (" << rows << "few rows per group"

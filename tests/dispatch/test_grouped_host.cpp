@@ -415,6 +415,33 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     REQUIRE(cg::decode_like(e));
     CHECK_FALSE(cg::narrow_tiles(e, 132));
   }
+  {  // 64-wide tiles for one group (a dense call) whose 128-wide tiles fill at most half the SMs
+    namespace cg = backends::contiguous_grouped;
+    std::vector<int64_t> one = {16};
+    GroupedGemmArgs g;
+    g.groups = 1, g.group_sizes = one.data(), g.m = 16, g.n = 7168, g.k = 2048;  // 56 N tiles: 112 of 64 columns
+    CHECK(cg::half_tiles(g, 132));
+    CHECK(cg::tiles(g, 132) == cg::Tiles::k64);
+    CHECK_FALSE(cg::half_tiles(g, 100));  // 112 tiles of 64 columns are more than 100 SMs
+    CHECK_FALSE(cg::half_tiles(g, 0));    // no SM count known
+    one[0] = 256;  // 2 M tiles: 224 of 64 columns
+    CHECK_FALSE(cg::half_tiles(g, 132));
+    one[0] = 16;
+    g.n = 10240;  // 80 N tiles: 160 of 64 columns
+    CHECK_FALSE(cg::half_tiles(g, 132));
+    g.n = 4096, g.k = 7168;  // 32 N tiles: 64 of 64 columns, whatever K
+    CHECK(cg::tiles(g, 132) == cg::Tiles::k64);
+    CHECK_THAT(cg::describe(g, cg::Tiles::k64), Catch::Contains("128x64x128 tiles without clusters") &&
+                                                    Catch::Contains("the call as one group"));
+    // Two groups, or sizes on the device: the rules above
+    std::vector<int64_t> two = {8, 8};
+    GroupedGemmArgs g2 = g;
+    g2.groups = 2, g2.group_sizes = two.data(), g2.n = 7168;
+    CHECK_FALSE(cg::half_tiles(g2, 132));
+    GroupedGemmArgs dev = g;
+    dev.group_sizes = nullptr, dev.group_sizes_device = one.data();
+    CHECK_FALSE(cg::half_tiles(dev, 132));
+  }
   {  // what it cannot run passes on under auto, with its reason: an f32 output
     GroupedGemmArgs fa = auto_args({256, 0, 300, 200}, 128, 16);
     fa.d_dtype = DType::kF32;
