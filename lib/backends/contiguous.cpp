@@ -16,6 +16,9 @@ namespace scalemm::backends {
 
 namespace {
 
+// The SM count the tile rules plan for: the device's, or an H100's / H200's for a simulated one.
+int planning_sms(const DeviceTarget& t) { return t.multiprocessors > 0 ? t.multiprocessors : 132; }
+
 // The dense call as the grouped kernel's one group; `rows` holds M and outlives the returned args.
 GroupedGemmArgs one_group(const GemmProblem& p, const int64_t* rows) {
   GroupedGemmArgs g;
@@ -49,28 +52,37 @@ class Contiguous final : public BackendImpl {
     const std::string why = contiguous_grouped::blocker(g, t);
     if (!why.empty()) return {false, why};
     (void)plan;  // no conversions, no workspace
-    return {true, "scalemm's " +
-                      contiguous_grouped::describe(g, contiguous_grouped::tiles(g, t.multiprocessors)) +
+    return {true, "scalemm's " + contiguous_grouped::describe(g, contiguous_grouped::tiles(g, planning_sms(t))) +
                       "; no scale conversion launch"};
   }
 
-  // Measured against the dense call with compact scales (bench_gemm --small-m, interleaved, the same
-  // bits; runs IC on an H100 and ID on an H200, docs/history/performance-notes.md): at M = 16-256 the
-  // kernel took 0.71-0.99x its time at N 7168 and 10240 (N tiles for 42-60% of the SMs), and at
-  // M = 1 0.61-0.63x (7168 x 2048) and 0.83-0.89x (10240 x 8192); at N 4096 (32 N tiles, 24% of the
-  // SMs, over K 7168) 1.04-1.33x, where cuBLASLt splits K over the idle SMs. Above M = 256 cuBLASLt's
-  // one conversion launch is a small part of the call and its kernels are even with ours or faster
-  // (bench_gemm --contiguous, run HI: 0.76-1.04x cuBLASLt's speed).
+  // Measured against the same call forced onto cuBLASLt with compact scales (bench_gemm --small-m,
+  // interleaved; runs IE and IG on an H100, IF and IH on an H200, docs/history/performance-notes.md),
+  // the kernel's time over the cuBLASLt call's:
+  //  * K 2048 (7168 x 2048): 0.45-0.79x at every M from 1 to 256;
+  //  * K 7168-8192 (4096 x 7168 with 128 x 64 tiles, 10240 x 8192): 0.67-0.95x at M = 1 (the cuBLASLt
+  //    call pads A to 4 rows) and at M = 64-256, but 0.89-1.21x at M = 16, where cuBLASLt's split-K
+  //    kernels spread a long K over the SMs (1.01-1.21x on the H200);
+  //  * with its tiles on 24% of the SMs (4096 x 7168 in 128-wide tiles, runs IC, ID) 1.04-1.33x.
+  // Above M = 256 the conversion launch is a small part of the call and cuBLASLt's kernels are even
+  // with ours or faster (bench_gemm --contiguous, run HI: 0.76-1.04x cuBLASLt's speed).
   std::string auto_declines(const GemmProblem& p, const DeviceTarget& t) const override {
     if (p.m > 256)
       return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the scale conversion "
              "launch it saves is a large part of the call (above, cuBLASLt measured as fast or faster)";
-    const int64_t n_tiles = layouts::ceil_div(p.n, 128);
-    const int sms = t.multiprocessors > 0 ? t.multiprocessors : 132;
-    if (100 * n_tiles < 40 * int64_t(sms))
-      return "N = " + std::to_string(p.n) + " gives " + std::to_string(n_tiles) + " tiles of 128 columns for " +
-             std::to_string(sms) + " SMs: auto takes scalemm's kernel from 40% of the SMs (cuBLASLt splits K over "
-             "the idle ones and measured faster below that)";
+    const int sms = planning_sms(t);
+    const int64_t rows = p.m;
+    const GroupedGemmArgs g = one_group(p, &rows);
+    const int width = contiguous_grouped::tile_columns(contiguous_grouped::tiles(g, sms));
+    const int64_t tiles = layouts::ceil_div(p.m, 128) * layouts::ceil_div(p.n, width);
+    if (100 * tiles < 40 * int64_t(sms))
+      return "N = " + std::to_string(p.n) + " gives " + std::to_string(tiles) + " tiles of " + std::to_string(width) +
+             " columns for " + std::to_string(sms) + " SMs: auto takes scalemm's kernel from 40% of the SMs "
+             "(cuBLASLt splits K over the idle ones and measured faster below that)";
+    if (p.k >= 4096 && p.m < 64 && p.m % 4 == 0)
+      return "M = " + std::to_string(p.m) + " over K = " + std::to_string(p.k) + ": cuBLASLt's split-K kernels "
+             "spread a long K over the SMs and measured as fast or faster at M < 64 (auto takes scalemm's kernel "
+             "there only where cuBLASLt would pad A to a multiple of 4 rows)";
     return {};
   }
 

@@ -74,6 +74,18 @@ contiguous_grouped::Tiles contiguous_grouped::tiles(const GroupedGemmArgs& a, in
   return shared_b(a) ? Tiles::k192SharedB : Tiles::k192;
 }
 
+int contiguous_grouped::tile_columns(Tiles tiles) {
+  switch (tiles) {
+    case Tiles::k64: return 64;
+    case Tiles::k128SharedA: return 128;
+    case Tiles::k160SharedA:
+    case Tiles::k160SharedB: return 160;
+    case Tiles::k192:
+    case Tiles::k192SharedB: return 192;
+  }
+  return 128;
+}
+
 namespace {
 
 class ContiguousGrouped final : public GroupedBackendImpl {

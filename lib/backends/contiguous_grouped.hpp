@@ -75,6 +75,9 @@ bool half_tiles(const GroupedGemmArgs& args, int multiprocessors);
 /// shared_b(), narrow_tiles()). A host-side rule.
 Tiles tiles(const GroupedGemmArgs& args, int multiprocessors);
 
+/// The columns of a configuration's tiles (64, 128, 160 or 192).
+int tile_columns(Tiles tiles);
+
 /// A one-line description for explain().
 std::string describe(const GroupedGemmArgs& args, Tiles tiles);
 

@@ -149,15 +149,15 @@ TEST_CASE("shape and type rules of the native contracts send a problem elsewhere
 
 TEST_CASE("blockwise decoding (M = 1..3) runs natively on A padded to 4 rows", "[dispatch][planner]") {
   const auto h200 = DeviceTarget::simulated(90, 130100);
-  // N = 4096: 32 N tiles, too few for scalemm's own kernel (the contiguous backend) to be taken.
+  // N = 2048: 16 N tiles, too few for scalemm's own kernel (the contiguous backend) to be taken.
   for (int64_t m : {1, 2, 3}) {
-    const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, m, 4096, 7168), h200);
+    const Plan p = plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, m, 2048, 7168), h200);
     CAPTURE(m, p.explain());
     CHECK(p.backend == Backend::kConvertNative);
     CHECK(p.padded_m == 4);
     // A's scales still need their compact -> cuBLASLt conversion; the padded copies are in the workspace.
     CHECK(p.convert_scale_a);
-    CHECK(p.workspace_bytes >= size_t(4 * 7168 + 4 * 4096 * 2));
+    CHECK(p.workspace_bytes >= size_t(4 * 7168 + 4 * 2048 * 2));
   }
   // Not on a device without blockwise support, and not for host memory.
   CHECK(plan(problem(Recipe::kBlock1x128, Recipe::kBlock128x128, 1, 7168, 2048), DeviceTarget::simulated(100, 130100))
@@ -376,10 +376,11 @@ TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the S
     WARN("SKIPPED: the sm_90a kernels are not built here (no CUTLASS headers or no sm_90 architecture)");
     return;
   }
-  // Taken: M = 1 to 256 where N's 128-column tiles cover at least 40% of the SMs; no conversion, no
-  // workspace, no padding of M = 1.
+  // Taken: M = 1 to 256 where the kernel's tiles cover at least 40% of the SMs, except M < 64 over a
+  // long K where cuBLASLt runs unpadded; no conversion, no workspace, no padding of M = 1.
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7168, 2048}, {7, 7168, 2048}, {16, 7168, 2048},
-                         {129, 10240, 8192}, {256, 7168, 2048}, {64, 6784, 1040}}) {
+                         {129, 10240, 8192}, {256, 7168, 2048}, {64, 6784, 1040}, {1, 4096, 7168}, {3, 10240, 8192},
+                         {64, 4096, 7168}, {256, 4096, 7168}}) {
     const Plan p = plan(blockwise(m, n, k), h200);
     CAPTURE(m, n, k, p.explain());
     CHECK(p.backend == Backend::kContiguous);
@@ -394,13 +395,21 @@ TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the S
   const Plan big_m = plan(blockwise(260, 7168, 2048), h200);
   CHECK(big_m.backend == Backend::kNative);
   CHECK_THAT(big_m.explain(), Catch::Contains("contiguous: M = 260: auto takes scalemm's kernel at M <= 256"));
-  const Plan few_n = plan(blockwise(16, 4096, 7168), h200);
+  const Plan few_n = plan(blockwise(64, 2048, 2048), h200);  // 16 N tiles of 128 columns, 32 of 64
   CHECK(few_n.backend == Backend::kNative);
-  CHECK_THAT(few_n.explain(), Catch::Contains("N = 4096 gives 32 tiles of 128 columns for 132 SMs"));
+  CHECK_THAT(few_n.explain(), Catch::Contains("N = 2048 gives 32 tiles of 64 columns for 132 SMs"));
+  CHECK_THAT(plan(blockwise(256, 4096, 7168), h200).explain(), Catch::Contains("128x64x128 tiles"));
   // The same N on a device of fewer SMs fills 40% of them.
   DeviceTarget small = h200;
   small.multiprocessors = 78;
-  CHECK(plan(blockwise(16, 4096, 7168), small).backend == Backend::kContiguous);
+  CHECK(plan(blockwise(64, 2048, 2048), small).backend == Backend::kContiguous);
+  // M < 64 (a multiple of 4) over a long K: cuBLASLt's split-K kernels.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 4096, 7168}, {16, 10240, 8192}, {60, 7168, 4096}}) {
+    const Plan p = plan(blockwise(m, n, k), h200);
+    CAPTURE(m, n, k, p.explain());
+    CHECK(p.backend == Backend::kNative);
+    CHECK_THAT(p.explain(), Catch::Contains("cuBLASLt's split-K kernels"));
+  }
   // What the kernel cannot run goes elsewhere with the reason (N % 8 != 0: to the reference, as before).
   GemmProblem lt_scales = blockwise(16, 7168, 2048);
   lt_scales.a_format = lt_scales.b_format = ScaleFormat::kCublasLt;
