@@ -75,7 +75,8 @@ enum class Backend : uint8_t {
   kEmulated = 2,        ///< exact dequantization to BF16, then a cuBLASLt BF16 GEMM (fp32 accumulate)
   kReference = 3,       ///< the reference emulator (GPU when there is one, else the host)
   /// scalemm's blockwise kernel (block1x128 x block128x128, compact scales read in place, bf16 out,
-  /// sm_90) as one group: `auto` takes it at M <= 256 where N fills enough SMs (no scale conversion)
+  /// sm_90) as one group: `auto` takes it at M <= 256 where its tiles fill enough SMs, saving the
+  /// scale conversion launch (docs/dispatch.md has the rule)
   kContiguous = 4,
 };
 inline constexpr int kBackendCount = 5;
