@@ -558,38 +558,46 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
   return {};
 }
 
-size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) {
-  if (rowwise(a) && a.fast_accum && wide_fast_accum(a)) {
-    Arrays<RowwiseFastAccumWide> arr{};
-    return carve<RowwiseFastAccumWide>(a, arr, nullptr);
-  }
-  if (rowwise(a) && a.fast_accum) {
-    Arrays<RowwiseFastAccum> arr{};
-    return carve<RowwiseFastAccum>(a, arr, nullptr);
-  }
-  if (rowwise(a)) {
-    Arrays<Rowwise> arr{};
-    return carve<Rowwise>(a, arr, nullptr);
-  }
-  if (a.group_dim == GroupDim::kK) {
-    Arrays<KGrouped1> arr{};
-    return carve<KGrouped1>(a, arr, nullptr);
-  }
-  if (gran_n(a) == 128) {
-    Arrays<MGrouped128> arr{};
-    return carve<MGrouped128>(a, arr, nullptr);
-  }
-  Arrays<MGrouped1> arr{};
-  return carve<MGrouped1>(a, arr, nullptr);
+// The one choice of kernel configuration, for workspace_bytes() and run() alike: calls `f` with a
+// value of ConfigTag<C> for the configuration that runs `a`.
+template <class C>
+struct ConfigTag {
+  using type = C;
+};
+template <class F>
+decltype(auto) with_config(const GroupedGemmArgs& a, F&& f) {
+  if (wide_fast_accum(a)) return f(ConfigTag<RowwiseFastAccumWide>{});
+  if (rowwise(a)) return a.fast_accum ? f(ConfigTag<RowwiseFastAccum>{}) : f(ConfigTag<Rowwise>{});
+  if (a.group_dim == GroupDim::kK) return f(ConfigTag<KGrouped1>{});
+  return gran_n(a) == 128 ? f(ConfigTag<MGrouped128>{}) : f(ConfigTag<MGrouped1>{});
 }
 
+// Functors rather than generic lambdas: nvcc 13.0's front end has tripped on lambdas in these files.
+struct WorkspaceOf {
+  const GroupedGemmArgs& a;
+  template <class T>
+  size_t operator()(T) const {
+    Arrays<typename T::type> arr{};
+    return carve<typename T::type>(a, arr, nullptr);
+  }
+};
+
+struct RunWith {
+  const GroupedGemmArgs& a;
+  Stream stream;
+  char* workspace;
+  size_t bytes;
+  uint64_t generation;
+  template <class T>
+  void operator()(T) const {
+    run_with<typename T::type>(a, stream, workspace, bytes, generation);
+  }
+};
+
+size_t workspace_bytes(const GroupedGemmArgs& a, const DeviceTarget&) { return with_config(a, WorkspaceOf{a}); }
+
 void run(const GroupedGemmArgs& a, Stream stream, char* workspace, size_t bytes, uint64_t generation) {
-  if (rowwise(a) && a.fast_accum && wide_fast_accum(a)) run_with<RowwiseFastAccumWide>(a, stream, workspace, bytes, generation);
-  else if (rowwise(a) && a.fast_accum) run_with<RowwiseFastAccum>(a, stream, workspace, bytes, generation);
-  else if (rowwise(a)) run_with<Rowwise>(a, stream, workspace, bytes, generation);
-  else if (a.group_dim == GroupDim::kK) run_with<KGrouped1>(a, stream, workspace, bytes, generation);
-  else if (gran_n(a) == 128) run_with<MGrouped128>(a, stream, workspace, bytes, generation);
-  else run_with<MGrouped1>(a, stream, workspace, bytes, generation);
+  with_config(a, RunWith{a, stream, workspace, bytes, generation});
 }
 
 std::string describe(const GroupedGemmArgs& a) {
@@ -597,8 +605,8 @@ std::string describe(const GroupedGemmArgs& a) {
   os << "CUTLASS sm_90a pointer-array kernel, one launch for all " << a.groups << " groups: FP8 "
      << (rowwise(a) ? std::string("rowwise")
                     : std::string("blockwise 1x128 x ") + (gran_n(a) == 128 ? "128x128" : "1x128"))
-     << (rowwise(a) && a.fast_accum && wide_fast_accum(a) ? ", 256x128x128 tiles, 1x2 clusters, cooperative"
-                                                           : ", 128x128x128 tiles, 1x2 clusters, cooperative")
+     << (wide_fast_accum(a) ? ", 256x128x128 tiles, 1x2 clusters, cooperative"
+                            : ", 128x128x128 tiles, 1x2 clusters, cooperative")
      << "; shapes and pointers built on the device from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; "
      << (rowwise(a) ? std::string("row and column scales applied in the epilogue, read in place") +
