@@ -98,6 +98,33 @@ struct Shape {
   int64_t m, n, k;
 };
 
+// Runs `args` on `s` once eagerly (so plans, heuristics and scratch exist before the capture), captures
+// one call as a graph and replays it `times` times into a poisoned D (`bytes` long); returns how many
+// replays gave the eager bytes.
+int graph_replays_identical(Handle& h, const GemmArgs& args, cudaStream_t s, size_t bytes, int times) {
+  h.gemm(args, s);
+  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<uint8_t> eager(bytes), replay(bytes);
+  SCALEMM_CUDA_CHECK(cudaMemcpy(eager.data(), args.d, bytes, cudaMemcpyDeviceToHost));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  h.gemm(args, s);
+  SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  int identical = 0;
+  for (int i = 0; i < times; ++i) {
+    SCALEMM_CUDA_CHECK(cudaMemsetAsync(args.d, 0xFF, bytes, s));
+    SCALEMM_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
+    SCALEMM_CUDA_CHECK(cudaMemcpy(replay.data(), args.d, bytes, cudaMemcpyDeviceToHost));
+    identical += replay == eager;
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return identical;
+}
+
 }  // namespace
 
 TEST_CASE("every recipe pair on the GPU equals the host reference bit for bit on exact inputs", "[gpu][dispatch]") {
@@ -228,28 +255,8 @@ TEST_CASE("a captured CUDA graph replays 100 times bit-identically", "[gpu][disp
     GemmArgs args;
     args.m = 256, args.n = 512, args.k = 1024;
     args.a = a.op, args.b = b.op, args.d = d.p, args.d_dtype = DType::kBF16;
-    h.gemm(args, s);  // warm-up: plans, heuristics and scratch exist before capture
-    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
-    std::vector<uint8_t> eager(bytes), replay(bytes);
-    SCALEMM_CUDA_CHECK(cudaMemcpy(eager.data(), d.p, bytes, cudaMemcpyDeviceToHost));
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    h.gemm(args, s);
-    SCALEMM_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    int identical = 0;
-    for (int i = 0; i < 100; ++i) {
-      SCALEMM_CUDA_CHECK(cudaMemsetAsync(d.p, 0xFF, bytes, s));
-      SCALEMM_CUDA_CHECK(cudaGraphLaunch(ge, s));
-      SCALEMM_CUDA_CHECK(cudaStreamSynchronize(s));
-      SCALEMM_CUDA_CHECK(cudaMemcpy(replay.data(), d.p, bytes, cudaMemcpyDeviceToHost));
-      identical += replay == eager;
-    }
     CAPTURE(to_string(ra), to_string(rb));
-    CHECK(identical == 100);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
+    CHECK(graph_replays_identical(h, args, s, bytes, 100) == 100);
     cudaStreamDestroy(s);
   }
 }
@@ -838,26 +845,6 @@ TEST_CASE("the contiguous backend forced at any shape, D off alignment, in a gra
   GemmArgs args;
   args.m = 16, args.n = 7168, args.k = 1024, args.a = da.op, args.b = db.op, args.d = d.p;
   CHECK(h.plan(args, st).backend == Backend::kContiguous);
-  h.gemm(args, st);
-  SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
-  std::vector<uint8_t> eager(bytes), replay(bytes);
-  SCALEMM_CUDA_CHECK(cudaMemcpy(eager.data(), d.p, bytes, cudaMemcpyDeviceToHost));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  SCALEMM_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  h.gemm(args, st);
-  SCALEMM_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-  SCALEMM_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  int identical = 0;
-  for (int i = 0; i < 20; ++i) {
-    SCALEMM_CUDA_CHECK(cudaMemsetAsync(d.p, 0xFF, bytes, st));
-    SCALEMM_CUDA_CHECK(cudaGraphLaunch(ge, st));
-    SCALEMM_CUDA_CHECK(cudaStreamSynchronize(st));
-    SCALEMM_CUDA_CHECK(cudaMemcpy(replay.data(), d.p, bytes, cudaMemcpyDeviceToHost));
-    identical += replay == eager;
-  }
-  CHECK(identical == 20);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
+  CHECK(graph_replays_identical(h, args, st, bytes, 20) == 20);
   cudaStreamDestroy(st);
 }
