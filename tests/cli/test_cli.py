@@ -443,7 +443,7 @@ def gemm_forced_backend_without_gpu():
     rng = np.random.default_rng(5)
     t = Tmp()
     files, _, _, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", 32, 32, 128, "e4m3", "e4m3")
-    for backend in ("native", "emulated"):
+    for backend in ("native", "emulated", "contiguous"):
         p = run(*gemm_args("mxfp8", "mxfp8", 128, files, t.path("d.npy"), None, None, "--backend", backend),
                 expect=1)
         assert "no backend can run" in p.stderr, p.stderr

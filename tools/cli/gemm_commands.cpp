@@ -764,8 +764,8 @@ void register_gemm_commands(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "f16", "f32", "e4m3", "e5m2"}));
   g.d_scale_opt = gemm->add_option("--d-scale", g.d_scale,
                                    "FP8 output only: D = fp8(d_scale * alpha * A * B^T), saturating");
-  gemm->add_option("--backend", g.backend, "Backend (default auto)")
-      ->check(CLI::IsMember({"auto", "native", "emulated", "reference"}));
+  gemm->add_option("--backend", g.backend, "Backend (default auto; contiguous: scalemm's blockwise kernel)")
+      ->check(CLI::IsMember({"auto", "native", "emulated", "reference", "contiguous"}));
   gemm->add_option("--alpha", g.alpha, "Scalar alpha (default 1; fold NVFP4 global scales in here)");
   g.a_dtype_opt = gemm->add_option("--a-dtype", g.a_dtype, "FP8 type of A (default e4m3; nvfp4 is always e2m1)")
                       ->check(CLI::IsMember({"e4m3", "e5m2"}));
