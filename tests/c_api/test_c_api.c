@@ -33,6 +33,8 @@ int main(void) {
   EXPECT_STR(scalemm_scale_format_name(SCALEMM_SCALE_FORMAT_CUBLASLT), "cublaslt");
   EXPECT_STR(scalemm_last_error_message(), "");
   EXPECT_STR(scalemm_backend_name(SCALEMM_BACKEND_EMULATED), "emulated");
+  EXPECT_STR(scalemm_backend_name(SCALEMM_BACKEND_CONTIGUOUS), "contiguous");
+  EXPECT_STR(scalemm_backend_name(SCALEMM_BACKEND_CONTIGUOUS + 1), "unknown");
 
   /* A host GEMM through the C ABI: A = 1.0 (e4m3 0x38), B = 2.0 (0x40), tensorwise scales 0.5 and 2,
    * K = 32: every D element is 32 * 1 * 2 * 0.5 * 2 = 64. */
