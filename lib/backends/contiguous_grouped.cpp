@@ -24,6 +24,13 @@ bool contiguous_grouped::decode_like(const GroupedGemmArgs& a) {
 // 1.15-1.2x on one group of 16-200 rows.
 namespace {
 bool many_rows(const GroupedGemmArgs& a) { return a.groups > 0 && a.m >= 256 * a.groups; }  // on average
+// The call's 128-row M tiles, from host sizes (0 where the sizes are on the device).
+int64_t host_m_tiles(const GroupedGemmArgs& a) {
+  if (a.group_sizes_device || !a.group_sizes) return 0;
+  int64_t tiles = 0;
+  for (int64_t g = 0; g < a.groups; ++g) tiles += layouts::ceil_div(std::max<int64_t>(a.group_sizes[g], 0), 128);
+  return tiles;
+}
 }  // namespace
 
 bool contiguous_grouped::wide_tiles(const GroupedGemmArgs& a) { return decode_like(a) || (a.k >= 4096 && many_rows(a)); }
@@ -49,19 +56,15 @@ bool contiguous_grouped::shared_b(const GroupedGemmArgs& a) { return wide_tiles(
 bool contiguous_grouped::narrow_tiles(const GroupedGemmArgs& a, int multiprocessors) {
   const bool wide = wide_tiles(a);
   if (!wide && !many_rows(a)) return false;  // 128 for few rows over a short K
-  if (a.group_sizes_device || !a.group_sizes || multiprocessors <= 0) return false;
-  int64_t m_tiles = 0;
-  for (int64_t g = 0; g < a.groups; ++g) m_tiles += layouts::ceil_div(std::max<int64_t>(a.group_sizes[g], 0), 128);
-  if (m_tiles == 0) return false;
+  const int64_t m_tiles = host_m_tiles(a);
+  if (m_tiles == 0 || multiprocessors <= 0) return false;
   auto cost = [&](int64_t width) { return layouts::ceil_div(m_tiles * layouts::ceil_div(a.n, width), multiprocessors) * width; };
   return wide ? 100 * cost(160) <= 92 * cost(192) : cost(160) <= cost(128);
 }
 
 // One group (the dense backend's calls): measured there only (bench_gemm --small-m).
 bool contiguous_grouped::half_tiles(const GroupedGemmArgs& a, int multiprocessors) {
-  if (a.groups != 1 || a.group_sizes_device || !a.group_sizes || multiprocessors <= 0) return false;
-  int64_t m_tiles = 0;
-  for (int64_t g = 0; g < a.groups; ++g) m_tiles += layouts::ceil_div(std::max<int64_t>(a.group_sizes[g], 0), 128);
+  const int64_t m_tiles = a.groups == 1 ? host_m_tiles(a) : 0;
   return m_tiles > 0 && 2 * m_tiles * layouts::ceil_div(a.n, 128) <= multiprocessors;
 }
 
