@@ -143,7 +143,7 @@ struct alignas(1024) SharedStorage {
 };
 
 struct Params {
-  CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (128 / cluster) rows (128 with kShareB), 128-byte swizzle
+  CUtensorMap a;  // A (m, k) e4m3 row-major; box 128 x (a_rows / cluster) rows (a_rows with kShareB), 128-byte swizzle
   CUtensorMap b;  // B (groups * n, k); box 128 x kBlockN rows (kBlockN / 2 with kShareB)
   CUtensorMap dmap;  // D (m, n) bf16; box kBoxCols columns x 128 rows, 128- or 64-byte swizzle (when tma_store)
   // Scales, as their layouts' offset functions place them (a row term plus a K-block term):
@@ -154,6 +154,12 @@ struct Params {
   __nv_bfloat16* d;  // (m, n)
   int64_t sa_row, sa_kb, sb_row, sb_group;
   int m, n, kb, groups, n_tiles;
+  // Rows of A each stage receives: 128, or for a call of one M tile (one group, M < 128) M rounded up
+  // to 16, so that TMA fetches no rows past M. Its zero fill of those rows cost more than loading real
+  // ones (M = 16 took 1.1-1.4x the time of M = 128 at 7168 x 2048, with or without the WGMMAs, H100).
+  // The stage's other rows are never written: each output row reads only its own row of A, and rows
+  // past M are never stored.
+  int a_rows;
   float alpha;
   const void* device_sizes;  // or host_sizes below
   bool sizes_int64;
@@ -395,13 +401,14 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
       uint32_t phase = 0;
       Tile tile;
       constexpr uint64_t hint = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
-      constexpr int kSliceM = kBlockM / kCluster;  // the rows of A this CTA loads for the cluster
+      const int slice_m = p.a_rows / kCluster;  // the rows of A this CTA loads for the cluster
+      const uint32_t stage_bytes = uint32_t(p.a_rows + kBlockN) * kBlockK;
       for (int64_t u = first; u < units; u += step) {
         tile.seek<C>(s, u, n_units, rank, total_tiles, p.m);
         const int brow0 = tile.g * p.n + tile.nt * kBlockN;
         for (int kb = 0; kb < p.kb; ++kb) {
           Empty::wait(&s.empty[stage], phase ^ 1);
-          Full::arrive_and_expect_tx(&s.full[stage], C::kStageBytes);
+          Full::arrive_and_expect_tx(&s.full[stage], stage_bytes);
           Fp8* a_dst = s.a + stage * kBlockM * kBlockK;
           Fp8* b_dst = s.b + stage * kBlockN * kBlockK;
           if constexpr (C::kShareB) {
@@ -418,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
           } else {
             if constexpr (kCluster > 1)
               SM90_TMA_LOAD_MULTICAST_2D::copy(&p.a, &s.full[stage], uint16_t((1 << kCluster) - 1), hint,
-                                               a_dst + rank * kSliceM * kBlockK, kb * kBlockK, tile.row0 + rank * kSliceM);
+                                               a_dst + rank * slice_m * kBlockK, kb * kBlockK, tile.row0 + rank * slice_m);
             else
               SM90_TMA_LOAD_2D::copy(&p.a, &s.full[stage], hint, a_dst, kb * kBlockK, tile.row0);
             SM90_TMA_LOAD_2D::copy(&p.b, &s.full[stage], hint, b_dst, kb * kBlockK, brow0);
@@ -651,6 +658,10 @@ struct ResidentClusters {  // (a lambda here trips nvcc 13.0's front end)
 // 16-byte aligned (its rows are: N % 8 == 0). Whole tiles then go through TMA, if there is one.
 bool stages_tiles(const GroupedGemmArgs& a) { return reinterpret_cast<uintptr_t>(a.d) % 16 == 0; }
 bool stores_through_tma(const GroupedGemmArgs& a) { return stages_tiles(a) && a.m >= kBlockM; }
+// Params::a_rows: a multiple of 16, so that each CTA of a pair loads whole 8-row swizzle atoms of A.
+int a_rows(const GroupedGemmArgs& a) {
+  return a.groups == 1 && a.m < kBlockM ? int(layouts::round_up(std::max<int64_t>(a.m, 1), 16)) : kBlockM;
+}
 
 template <int kCap, class C>
 void launch(const GroupedGemmArgs& a, Stream stream) {
@@ -658,6 +669,7 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
   // One cache per configuration (its boxes are fixed); never destroyed: calls may come from static destructors.
   static MapCache* cache = new MapCache;
   ParamsWith<kCap> p;
+  p.a_rows = a_rows(a);
   p.staged = stages_tiles(a);
   p.tma_store = stores_through_tma(a);
   const MapCache::Key key{a.a.data, a.b.data, p.tma_store ? a.d : nullptr, a.m, a.n, a.k, a.groups};
@@ -666,7 +678,7 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
     auto it = cache->maps.find(key);
     if (it == cache->maps.end()) {
       if (cache->maps.size() >= 256) cache->maps.clear();
-      MapCache::Maps maps{tensor_map(a.a.data, a.m, a.k, C::kShareB ? kBlockM : kBlockM / kCluster),
+      MapCache::Maps maps{tensor_map(a.a.data, a.m, a.k, C::kShareB ? p.a_rows : p.a_rows / kCluster),
                           tensor_map(a.b.data, a.groups * a.n, a.k, C::kShareB ? kBlockN / 2 : kBlockN), {}};
       if (p.tma_store) maps.d = tensor_map(a.d, a.m, a.n, kBlockM, /*bf16=*/true, C::kBoxCols * 2);
       it = cache->maps.emplace(key, maps).first;
@@ -781,6 +793,7 @@ std::string describe(const GroupedGemmArgs& a, Tiles tiles) {
     os << "128x192x128 tiles without clusters, one partial-sum fragment (a long K with few rows per group)";
   os << (stores_through_tma(a) ? ", tiles staged in shared memory and stored through TMA where whole"
                                  : stages_tiles(a) ? ", tiles staged in shared memory" : "")
+     << (a_rows(a) < kBlockM ? "; A loaded as its M = " + std::to_string(a.m) + " rows (no zero fill past M)" : std::string())
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
      << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
   return os.str();

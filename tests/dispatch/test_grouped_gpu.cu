@@ -552,6 +552,10 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       {decode, 512, 384},                 // G = 64, decode-like
       {{0, 300, 0}, 256, 8},              // empty first and last groups, N = 8
       {{1}, 16, 8},                       // smallest
+      // One M tile (a dense call at small M): only A's rows are loaded (a 16-row box, a 112-row one
+      // split 56 + 56 between a pair); K tail, N tail
+      {{7}, 704, 264},
+      {{100}, 4112, 392},
       {{1000, 24, 0, 513}, 1024, 1024},   // several tiles per group, more tiles than SMs
       // Few rows per group over a long K: wide tiles, 160 columns (one wave either way) in clusters
       // sharing A; K tail, N = 12.85 (10.7) tiles, starting at 0, 32, 64 and 96 (0 and 64) within a
