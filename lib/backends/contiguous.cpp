@@ -61,8 +61,11 @@ class Contiguous final : public BackendImpl {
   // the kernel's time over the cuBLASLt call's:
   //  * K 2048 (7168 x 2048): 0.45-0.79x at every M from 1 to 256;
   //  * K 7168-8192 (4096 x 7168 with 128 x 64 tiles, 10240 x 8192): 0.67-0.95x at M = 1 (the cuBLASLt
-  //    call pads A to 4 rows) and at M = 64-256, but 0.89-1.21x at M = 16, where cuBLASLt's split-K
-  //    kernels spread a long K over the SMs (1.01-1.21x on the H200);
+  //    call pads A to 4 rows) and at M = 64-256. At M = 16 cuBLASLt's split-K kernels spread the long K
+  //    over the SMs, and the kernel took 0.89-1.21x the call's time until a call of one M tile loaded
+  //    A's rows alone (no zero fill of the other 112 rows): then 22.8 us on the GPU against 22.7 for
+  //    the cuBLASLt call's two kernels at 16 x 4096 x 7168, 40.7 against 40.0 at 16 x 10240 x 8192, with
+  //    9-12 us less host time per call (H100, torch_interleaved.py --small-m --force contiguous);
   //  * with its tiles on 24% of the SMs (4096 x 7168 in 128-wide tiles, runs IC, ID) 1.04-1.33x.
   // Above M = 256 the conversion launch is a small part of the call and cuBLASLt's kernels are even
   // with ours or faster (bench_gemm --contiguous, run HI: 0.76-1.04x cuBLASLt's speed).
@@ -79,10 +82,6 @@ class Contiguous final : public BackendImpl {
       return "N = " + std::to_string(p.n) + " gives " + std::to_string(tiles) + " tiles of " + std::to_string(width) +
              " columns for " + std::to_string(sms) + " SMs: auto takes scalemm's kernel from 40% of the SMs "
              "(cuBLASLt splits K over the idle ones and measured faster below that)";
-    if (p.k >= 4096 && p.m < 64 && p.m % 4 == 0)
-      return "M = " + std::to_string(p.m) + " over K = " + std::to_string(p.k) + ": cuBLASLt's split-K kernels "
-             "spread a long K over the SMs and measured as fast or faster at M < 64 (auto takes scalemm's kernel "
-             "there only where cuBLASLt would pad A to a multiple of 4 rows)";
     return {};
   }
 

@@ -376,11 +376,11 @@ TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the S
     WARN("SKIPPED: the sm_90a kernels are not built here (no CUTLASS headers or no sm_90 architecture)");
     return;
   }
-  // Taken: M = 1 to 256 where the kernel's tiles cover at least 40% of the SMs, except M < 64 over a
-  // long K where cuBLASLt runs unpadded; no conversion, no workspace, no padding of M = 1.
+  // Taken: M = 1 to 256 where the kernel's tiles cover at least 40% of the SMs, long K included; no
+  // conversion, no workspace, no padding of M = 1.
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7168, 2048}, {7, 7168, 2048}, {16, 7168, 2048},
                          {129, 10240, 8192}, {256, 7168, 2048}, {64, 6784, 1040}, {1, 4096, 7168}, {3, 10240, 8192},
-                         {64, 4096, 7168}, {256, 4096, 7168}}) {
+                         {64, 4096, 7168}, {256, 4096, 7168}, {16, 4096, 7168}, {16, 10240, 8192}, {60, 7168, 4096}}) {
     const Plan p = plan(blockwise(m, n, k), h200);
     CAPTURE(m, n, k, p.explain());
     CHECK(p.backend == Backend::kContiguous);
@@ -403,13 +403,10 @@ TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the S
   DeviceTarget small = h200;
   small.multiprocessors = 78;
   CHECK(plan(blockwise(64, 2048, 2048), small).backend == Backend::kContiguous);
-  // M < 64 (a multiple of 4) over a long K: cuBLASLt's split-K kernels.
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 4096, 7168}, {16, 10240, 8192}, {60, 7168, 4096}}) {
-    const Plan p = plan(blockwise(m, n, k), h200);
-    CAPTURE(m, n, k, p.explain());
-    CHECK(p.backend == Backend::kNative);
-    CHECK_THAT(p.explain(), Catch::Contains("cuBLASLt's split-K kernels"));
-  }
+  // A call of one M tile loads only A's rows; from 128 rows on, whole 128-row tiles.
+  CHECK_THAT(plan(blockwise(16, 4096, 7168), h200).explain(), Catch::Contains("A loaded as its M = 16 rows"));
+  CHECK_THAT(plan(blockwise(1, 7168, 2048), h200).explain(), Catch::Contains("A loaded as its M = 1 rows"));
+  CHECK_THAT(plan(blockwise(129, 10240, 8192), h200).explain(), !Catch::Contains("A loaded as its"));
   // What the kernel cannot run goes elsewhere with the reason (N % 8 != 0: to the reference, as before).
   GemmProblem lt_scales = blockwise(16, 7168, 2048);
   lt_scales.a_format = lt_scales.b_format = ScaleFormat::kCublasLt;
