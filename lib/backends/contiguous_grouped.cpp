@@ -14,8 +14,11 @@ namespace scalemm::backends {
 // H100, interleaved with the CUTLASS kernel in one process (bench_grouped, docs/benchmarks.md): at K
 // 7168 and N 4096, 64 groups of 8 or 32 rows 0.95-0.97x its time, and 16 groups of 64 rows with the
 // wide tile 180 against 191 us; at K 2048 (32 x 16 rows, N 7168) the 128-wide tile is the faster one.
+// One group (a dense call) is not decode-like: its few tiles fill fewer SMs when wider. At 1-64 x
+// 10240 x 8192, 128-wide tiles in clusters sharing A took 0.92-0.93x the GPU time of the 160-wide
+// ones and 0.91x of 192-wide ones (H100, run IR, the same bits).
 bool contiguous_grouped::decode_like(const GroupedGemmArgs& a) {
-  return a.groups > 0 && a.m <= 64 * a.groups && a.k >= 4096 && a.n >= 2048;
+  return a.groups > 1 && a.m <= 64 * a.groups && a.k >= 4096 && a.n >= 2048;
 }
 
 // The kernel against itself on an H100 (interleaved, the same bits, run GO): at K 4096-7168, 128 x 192

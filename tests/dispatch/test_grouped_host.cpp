@@ -441,6 +441,14 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     GroupedGemmArgs dev = g;
     dev.group_sizes = nullptr, dev.group_sizes_device = one.data();
     CHECK_FALSE(cg::half_tiles(dev, 132));
+    // One group of few rows over a long K is not decode-like: 80 tiles of 128 columns in clusters,
+    // not 64 of 160 (two groups of the same rows are)
+    g.n = 10240, g.k = 8192;
+    CHECK_FALSE(cg::decode_like(g));
+    CHECK(cg::tiles(g, 132) == cg::Tiles::k128SharedA);
+    g2.n = 10240, g2.k = 8192;
+    CHECK(cg::decode_like(g2));
+    CHECK(cg::tiles(g2, 132) == cg::Tiles::k160SharedA);
   }
   {  // what it cannot run passes on under auto, with its reason: an f32 output
     GroupedGemmArgs fa = auto_args({256, 0, 300, 200}, 128, 16);
