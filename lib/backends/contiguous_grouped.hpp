@@ -45,8 +45,9 @@ enum class Tiles { k128SharedA, k160SharedA, k160SharedB, k192, k192SharedB, k64
 /// picks them; every configuration gives the same bits). Needs no workspace.
 void run(const GroupedGemmArgs& args, Stream stream, Tiles tiles);
 
-/// Few rows per group over a long K (average rows per group <= 64, K >= 4096, N >= 2048): the kernel
-/// then streams B and runs 128 x 192 tiles without clusters. A host-side rule, defined whether or
+/// Few rows per group over a long K (two or more groups, average rows per group <= 64, K >= 4096,
+/// N >= 2048): the kernel then streams B and runs 128 x 192 tiles without clusters. One group (a dense
+/// call) is not: its few tiles fill fewer SMs when wider. A host-side rule, defined whether or
 /// not the kernel is built.
 bool decode_like(const GroupedGemmArgs& args);
 
