@@ -1,9 +1,10 @@
-// The contiguous backend: a dense blockwise GEMM (block1x128 A, block128x128 B, compact scales, bf16
-// D) as one group of scalemm's own Hopper kernel (contiguous_grouped_sm90a.cu). The kernel reads the
-// compact scales where they are, so a call makes one launch where the native backend makes two (the
-// 1x128 scales' conversion to cuBLASLt's layout, then cuBLASLt), and at M = 1 none of the
-// convert-native backend's padding. The planner tries it first; auto_declines() keeps the calls where
-// cuBLASLt measured faster on cuBLASLt.
+// The contiguous backend: a dense blockwise GEMM (block1x128 A, block128x128 B, bf16 D) as one group
+// of scalemm's own Hopper kernel (contiguous_grouped_sm90a.cu). The kernel reads the scales where they
+// are, compact or in cuBLASLt's layout, so with compact scales a call makes one launch where the native
+// backend makes two (the 1x128 scales' conversion to cuBLASLt's layout, then cuBLASLt), at M = 1 none
+// of the convert-native backend's padding, and in either format a shorter host path than a cuBLASLt
+// call. The planner tries it first; auto_declines() keeps the calls where cuBLASLt measured faster on
+// cuBLASLt.
 #include <cstdint>
 #include <string>
 

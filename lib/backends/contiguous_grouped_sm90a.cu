@@ -275,12 +275,28 @@ __device__ __forceinline__ uint32_t staged_offset(int row, int chunk) {
 // keep the tensor cores busy. Columns [0, 8 kSplit) of the tile take the first scale block's
 // scale, the rest the second's (a 192-wide tile starts at 0 or 64 within a scale block, a 160-wide
 // one at 0, 32, 64 or 96).
+// `idle` (warp-uniform): none of the warpgroup's 64 rows belongs to the tile's group (a one-tile call of
+// M <= 64, a group's last tile ending in the first half, a pair's peer past M). Its WGMMAs would feed
+// no stored output, and they share the SM's tensor cores with the other warpgroup's, so it only keeps
+// the stage protocol: waits for each stage and hands it back.
 template <class C, int kSplit, class Ring, class Mma, class FragA, class FragB, class Accum>
 __device__ __forceinline__ void k_loop(const Params& p, Ring& ring, Mma& mma, const FragA& tCrA, const FragB& tCrB,
                                        Accum& accum, Accum& part, Accum& part2, int lane, const float* sfa,
-                                       const float* sfb) {
+                                       const float* sfb, bool idle) {
   using Full = cutlass::arch::ClusterTransactionBarrier;
   using Empty = cutlass::arch::ClusterBarrier;
+  if (idle) {
+    for (int kb = 0; kb < p.kb; ++kb) {
+      Full::wait(&ring.full[ring.read], ring.read_phase);
+      if (++ring.read == C::kStages) ring.read = 0, ring.read_phase ^= 1;
+      __syncwarp();
+      if (lane == 0)
+        for (int c = 0; c < C::kCluster; ++c) Empty::arrive(&ring.empty[ring.done], uint32_t(c), 1u);
+      if (++ring.done == C::kStages) ring.done = 0;
+    }
+    clear(accum);  // staged like any tile's rows past the group, never stored
+    return;
+  }
   struct Scales {
     float a0, a1, b0, b1;
   };
@@ -513,19 +529,20 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     tile.seek<C>(s, u, n_units, rank, total_tiles, p.m);
     const int col0 = tile.nt * kBlockN;
     const int in_block = col0 % 128;  // where the tile starts within its first scale block
-    if (kBlockN <= 128 || in_block == 0)  // one scale block across the tile
-      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
-    else if (in_block == 64)
-      k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
-    else if constexpr (kBlockN == 160) {
-      if (in_block == 32)
-        k_loop<C, 12>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
-      else
-        k_loop<C, 4>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb);
-    }
-    // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
     // (the tile's row count through lane 0: a branch the compiler knows is uniform)
     const int rows = __shfl_sync(0xffffffffu, tile.rows, 0);
+    const bool idle = rows <= 64 * mw;
+    if (kBlockN <= 128 || in_block == 0)  // one scale block across the tile
+      k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
+    else if (in_block == 64)
+      k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
+    else if constexpr (kBlockN == 160) {
+      if (in_block == 32)
+        k_loop<C, 12>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
+      else
+        k_loop<C, 4>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
+    }
+    // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
     if (p.staged && rows > 0) {
       // Once the previous tile's TMA stores have read the staging tile, both warpgroups write it (each
       // row's 16-byte chunks XOR-swizzled by row, as the map's swizzle reads them).
@@ -733,6 +750,12 @@ void launch(const GroupedGemmArgs& a, Stream stream) {
 
 bool built() { return true; }
 
+static std::string scale_formats(const GroupedGemmArgs& a) {
+  return a.a.scale_format == a.b.scale_format
+             ? std::string(to_string(a.a.scale_format))
+             : "A " + std::string(to_string(a.a.scale_format)) + ", B " + std::string(to_string(a.b.scale_format));
+}
+
 std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
   if (a.space != MemorySpace::kDevice) return "host memory";
   if (t.sm != 90) return "the contiguous grouped kernel is built for sm_90a; this device is sm_" + std::to_string(t.sm);
@@ -741,8 +764,12 @@ std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t) {
     return "the contiguous grouped kernel runs block1x128 x block128x128";
   if (a.a.dtype != DType::kE4M3 || a.b.dtype != DType::kE4M3) return "the contiguous grouped kernel is built for e4m3 x e4m3";
   if (a.d_dtype != DType::kBF16) return "the contiguous grouped kernel is built for bf16 output";
-  if (a.a.scale_format != ScaleFormat::kCompact || a.b.scale_format != ScaleFormat::kCompact)
-    return "the contiguous grouped kernel reads compact scales (pass scale_format compact)";
+  // Every scale is read at a row term plus a K-block term (Params::sa, sb): true of both formats of
+  // one buffer, and of B's per-expert buffers at a fixed stride; A's cuBLASLt-format buffers of several
+  // groups are padded one by one (grouped_scale_offsets()), so A's row term is not one stride there.
+  if (a.a.scale_format != ScaleFormat::kCompact && a.groups != 1)
+    return "the contiguous grouped kernel reads A's scales of several groups in the compact format (its cuBLASLt "
+           "format pads each group's buffer on its own); pass A's scales with scale_format compact";
   if (a.k % 16 != 0 || a.n % 8 != 0) return "the contiguous grouped kernel needs K % 16 == 0 and N % 8 == 0 (TMA row alignment)";
   if (a.groups > kMaxGroups) return "more than " + std::to_string(kMaxGroups) + " groups";
   if (a.m > INT32_MAX || a.k > INT32_MAX || a.groups * a.n > INT32_MAX) return "an extent beyond 2^31";
@@ -794,8 +821,9 @@ std::string describe(const GroupedGemmArgs& a, Tiles tiles) {
   os << (stores_through_tma(a) ? ", tiles staged in shared memory and stored through TMA where whole"
                                  : stages_tiles(a) ? ", tiles staged in shared memory" : "")
      << (a_rows(a) < kBlockM ? "; A loaded as its M = " + std::to_string(a.m) + " rows (no zero fill past M)" : std::string())
+     << (a.groups == 1 && a.m <= 64 ? "; the second warpgroup's rows lie past M: it skips its WGMMAs" : "")
      << "; one tensor map for A over all rows and one for B over all experts; group prefix scanned in each CTA from "
-     << (a.group_sizes_device ? "device-side" : "host") << " sizes; compact scales read in place";
+     << (a.group_sizes_device ? "device-side" : "host") << " sizes; " << scale_formats(a) << " scales read in place";
   return os.str();
 }
 

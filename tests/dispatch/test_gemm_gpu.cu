@@ -735,8 +735,8 @@ std::vector<uint8_t> blockwise_d(Handle& h, const DeviceOperand& a, const Device
 }  // namespace
 
 // The contiguous backend: dense blockwise calls at small M over wide N run scalemm's own kernel as one
-// group, reading the compact scales in place. Exact inputs give the reference's bytes; random ones the
-// native FP8 agreement floor and cuBLASLt's bytes (the two promote each K block alike).
+// group, reading the scales in place in either format. Exact inputs give the reference's bytes; random
+// ones the native FP8 agreement floor and cuBLASLt's bytes (the two promote each K block alike).
 TEST_CASE("dense blockwise at small M runs scalemm's kernel, exact against the reference and cuBLASLt",
           "[gpu][dispatch][contiguous]") {
   auto rng = scalemm::testing::rng(0xC0DE);
@@ -754,37 +754,43 @@ TEST_CASE("dense blockwise at small M runs scalemm's kernel, exact against the r
       return;
     }
   }
-  // M = 1, 7, 129, 256; a K tail (1040 = 8 blocks + 16), K / 128 = 5; N off a 128 multiple.
-  for (Shape s : {Shape{1, 7168, 512}, Shape{7, 7176, 1040}, Shape{129, 6784, 640}, Shape{256, 7168, 512}}) {
-    auto a = scalemm::testing::exact_operand(Recipe::kBlock1x128, s.m, s.k, ScaleFormat::kCompact, rng);
-    auto b = scalemm::testing::exact_operand(Recipe::kBlock128x128, s.n, s.k, ScaleFormat::kCompact, rng);
-    const Result r = run(h, a, b, DType::kBF16, nullptr, s.m == 7 ? 0.5f : 1.0f);
-    CAPTURE(s.m, s.n, s.k, to_string(r.backend), r.cmp.to_string());
-    CHECK(r.backend == Backend::kContiguous);
-    CHECK(r.cmp.bitwise_equal());
-  }
-  // Random data: the native floor, and cuBLASLt's bytes (forced native, M % 4 == 0).
+  // M = 1, 7, 64 (the second warpgroup idle), 129, 256; a K tail (1040 = 8 blocks + 16), K / 128 = 5
+  // (cuBLASLt's B scales padded to 8 K blocks); N off a 128 multiple. Compact and cuBLASLt-format scales
+  // (A's column-major over M rounded up to 4, B's K blocks padded to a multiple of 4), and one of each.
+  const ScaleFormat kC = ScaleFormat::kCompact, kLt = ScaleFormat::kCublasLt;
+  for (auto [fa, fb] : {std::pair{kC, kC}, {kLt, kLt}, {kC, kLt}})
+    for (Shape s : {Shape{1, 7168, 512}, Shape{7, 7176, 1040}, Shape{64, 7168, 640}, Shape{129, 6784, 640},
+                    Shape{256, 7168, 512}}) {
+      auto a = scalemm::testing::exact_operand(Recipe::kBlock1x128, s.m, s.k, fa, rng);
+      auto b = scalemm::testing::exact_operand(Recipe::kBlock128x128, s.n, s.k, fb, rng);
+      const Result r = run(h, a, b, DType::kBF16, nullptr, s.m == 7 ? 0.5f : 1.0f);
+      CAPTURE(to_string(fa), to_string(fb), s.m, s.n, s.k, to_string(r.backend), r.cmp.to_string());
+      CHECK(r.backend == Backend::kContiguous);
+      CHECK(r.cmp.bitwise_equal());
+    }
+  // Random data: the native floor, and cuBLASLt's bytes (forced native, M % 4 == 0), in both formats.
   HandleOptions lt;
   lt.plan.force = Backend::kNative;
   Handle native(lt);
-  for (Shape s : {Shape{16, 7168, 2048}, Shape{128, 10240, 1024}}) {
-    auto ha = scalemm::testing::random_operand(Recipe::kBlock1x128, s.m, s.k, ScaleFormat::kCompact, rng);
-    auto hb = scalemm::testing::random_operand(Recipe::kBlock128x128, s.n, s.k, ScaleFormat::kCompact, rng);
-    const Result r = run(h, ha, hb, DType::kBF16);
-    CAPTURE(s.m, s.n, s.k, r.cmp.to_string());
-    CHECK(r.backend == Backend::kContiguous);
-    CHECK(r.cmp.sqnr_db >= 40.0);  // bf16 output: its rounding bounds the agreement
-    DeviceOperand a(ha), b(hb);
-    Backend ours = Backend::kReference, theirs = Backend::kReference;
-    const auto mine = blockwise_d(h, a, b, s.m, s.n, s.k, 0, nullptr, &ours);
-    const auto lts = blockwise_d(native, a, b, s.m, s.n, s.k, 0, nullptr, &theirs);
-    CHECK(ours == Backend::kContiguous);
-    CHECK(theirs == Backend::kNative);
-    size_t differ = 0;
-    for (size_t i = 0; i < mine.size(); i += 2) differ += std::memcmp(&mine[i], &lts[i], 2) != 0;
-    CAPTURE(differ);
-    CHECK(differ == 0);
-  }
+  for (ScaleFormat f : {kC, kLt})
+    for (Shape s : {Shape{16, 7168, 2048}, Shape{128, 10240, 1024}}) {
+      auto ha = scalemm::testing::random_operand(Recipe::kBlock1x128, s.m, s.k, f, rng);
+      auto hb = scalemm::testing::random_operand(Recipe::kBlock128x128, s.n, s.k, f, rng);
+      const Result r = run(h, ha, hb, DType::kBF16);
+      CAPTURE(to_string(f), s.m, s.n, s.k, r.cmp.to_string());
+      CHECK(r.backend == Backend::kContiguous);
+      CHECK(r.cmp.sqnr_db >= 40.0);  // bf16 output: its rounding bounds the agreement
+      DeviceOperand a(ha), b(hb);
+      Backend ours = Backend::kReference, theirs = Backend::kReference;
+      const auto mine = blockwise_d(h, a, b, s.m, s.n, s.k, 0, nullptr, &ours);
+      const auto lts = blockwise_d(native, a, b, s.m, s.n, s.k, 0, nullptr, &theirs);
+      CHECK(ours == Backend::kContiguous);
+      CHECK(theirs == Backend::kNative);
+      size_t differ = 0;
+      for (size_t i = 0; i < mine.size(); i += 2) differ += std::memcmp(&mine[i], &lts[i], 2) != 0;
+      CAPTURE(differ);
+      CHECK(differ == 0);
+    }
 }
 
 TEST_CASE("the contiguous backend forced at any shape, D off alignment, in a graph and verified",

@@ -594,6 +594,21 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
       SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
       CHECK(bf16_mismatches(d, in.expected) == 0);
     }
+    {
+      // cuBLASLt-format scales, read in place: B's per-expert buffers, and A's where there is one group.
+      const ScaleFormat fa = c.sizes.size() == 1 ? ScaleFormat::kCublasLt : ScaleFormat::kCompact;
+      auto lt = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128, fa,
+                                               ScaleFormat::kCublasLt, c.sizes, c.k, c.n, rng);
+      DeviceGrouped dl(lt);
+      SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));
+      GroupedGemmArgs ga = dl.args(d.p, DType::kBF16);
+      ga.backend = GroupedBackend::kContiguous;
+      CAPTURE(to_string(fa));
+      CHECK(h.explain(ga).find("contiguous grouped backend: ") != std::string::npos);
+      h.grouped_gemm(ga);
+      SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());
+      CHECK(bf16_mismatches(d, lt.expected) == 0);
+    }
     // Arbitrary values (every finite e4m3 byte, scales spread over two octaves): the same promotion
     // order as CUTLASS's kernel, so the same bits.
     std::uniform_int_distribution<int> byte(0, 255);

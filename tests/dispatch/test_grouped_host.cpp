@@ -470,7 +470,7 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
   const Case cases[] = {
       {GroupDim::kK, Recipe::kBlock1x128, ScaleFormat::kCompact, {128, 128}, "runs m-grouped calls"},
       {GroupDim::kM, Recipe::kBlock1x128, ScaleFormat::kCompact, {64, 64}, "runs block1x128 x block128x128"},
-      {GroupDim::kM, Recipe::kBlock128x128, ScaleFormat::kCublasLt, {64, 64}, "reads compact scales"},
+      {GroupDim::kM, Recipe::kBlock128x128, ScaleFormat::kCublasLt, {64, 64}, "reads A's scales of several groups in the compact format"},
       {GroupDim::kM, Recipe::kBlock128x128, ScaleFormat::kCompact, std::vector<int64_t>(1025, 1), "more than 1024 groups"},
   };
   for (const Case& c : cases) {
@@ -478,6 +478,18 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     const GroupedGemmArgs ca = args(cin);
     CAPTURE(c.why);
     CHECK_THAT(refusal(h90, ca), Catch::Contains("contiguous grouped kernel cannot run this call") && Catch::Contains(c.why));
+  }
+  // cuBLASLt-format scales where each is a row term plus a K-block term: B's per-expert buffers, and A's
+  // one buffer of a single group. Read in place, as explain() says.
+  for (auto [fa, sizes, named] : {std::tuple{ScaleFormat::kCompact, std::vector<int64_t>{64, 0, 129}, "A compact, B cublaslt"},
+                                  {ScaleFormat::kCublasLt, std::vector<int64_t>{129}, "cublaslt"}}) {
+    const GroupedInputs lin = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128, fa,
+                                                             ScaleFormat::kCublasLt, sizes, 256, 128, rng);
+    const GroupedGemmArgs la = args(lin);
+    CAPTURE(named);
+    CHECK(refusal(h90, la) == "taken");
+    CHECK_THAT(h90.explain(la), Catch::Contains("contiguous grouped backend") &&
+                                    Catch::Contains(std::string("; ") + named + " scales read in place"));
   }
 }
 

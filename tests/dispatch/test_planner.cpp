@@ -390,7 +390,24 @@ TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the S
     CHECK(p.reasons.size() == 2);  // the problem, then how it runs
     CHECK_THAT(p.explain(), Catch::Contains("the call as one group") && Catch::Contains("no scale conversion launch") &&
                                 Catch::Contains("compact scales read in place"));
+    if (m <= 64)
+      CHECK_THAT(p.explain(), Catch::Contains("the second warpgroup's rows lie past M: it skips its WGMMAs"));
+    else
+      CHECK_THAT(p.explain(), !Catch::Contains("skips its WGMMAs"));
   }
+  // cuBLASLt-format scales too (row term plus K-block term, read in place): the kernel's shorter host
+  // path than cuBLASLt's, and the same rule.
+  for (auto [fa, fb, named] : {std::tuple{ScaleFormat::kCublasLt, ScaleFormat::kCublasLt, "cublaslt"},
+                               {ScaleFormat::kCompact, ScaleFormat::kCublasLt, "A compact, B cublaslt"}})
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7168, 2048}, {16, 4096, 7168}, {128, 10240, 8192}}) {
+      GemmProblem q = blockwise(m, n, k);
+      q.a_format = fa, q.b_format = fb;
+      const Plan p = plan(q, h200);
+      CAPTURE(m, n, k, p.explain());
+      CHECK(p.backend == Backend::kContiguous);
+      CHECK(p.conversions.empty());
+      CHECK_THAT(p.explain(), Catch::Contains(std::string("; ") + named + " scales read in place"));
+    }
   // Passed over by auto's measured rule, with the rule named; cuBLASLt runs them.
   const Plan big_m = plan(blockwise(260, 7168, 2048), h200);
   CHECK(big_m.backend == Backend::kNative);
@@ -408,8 +425,6 @@ TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the S
   CHECK_THAT(plan(blockwise(1, 7168, 2048), h200).explain(), Catch::Contains("A loaded as its M = 1 rows"));
   CHECK_THAT(plan(blockwise(129, 10240, 8192), h200).explain(), !Catch::Contains("A loaded as its"));
   // What the kernel cannot run goes elsewhere with the reason (N % 8 != 0: to the reference, as before).
-  GemmProblem lt_scales = blockwise(16, 7168, 2048);
-  lt_scales.a_format = lt_scales.b_format = ScaleFormat::kCublasLt;
   GemmProblem bias = blockwise(16, 7168, 2048);
   bias.has_bias = true;
   GemmProblem f32 = blockwise(16, 7168, 2048);
@@ -417,7 +432,7 @@ TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the S
   GemmProblem fp8_out = blockwise(16, 7168, 2048);
   fp8_out.d_dtype = DType::kE4M3;
   GemmProblem n_odd = blockwise(16, 7172, 2048);  // rows of D off 16 bytes: no TMA
-  for (auto [q, why] : {std::pair{lt_scales, "reads compact scales"}, {bias, "no bias epilogue"},
+  for (auto [q, why] : {std::pair{bias, "no bias epilogue"},
                         {f32, "built for bf16 output"}, {fp8_out, "built for bf16 output"},
                         {n_odd, "N % 8 == 0"}}) {
     const Plan p = plan(q, h200);
