@@ -71,8 +71,18 @@ bool contiguous_grouped::half_tiles(const GroupedGemmArgs& a, int multiprocessor
   return m_tiles > 0 && 2 * m_tiles * layouts::ceil_div(a.n, 128) <= multiprocessors;
 }
 
+// One group again, where one M tile or two over a wide N give 128-wide tiles to 40-75% of the SMs and
+// 64-wide ones would take two waves (1-128 x 10240 x 8192: 80 tiles of 128 columns, 107 of 96, 160 of 64).
+bool contiguous_grouped::third_tiles(const GroupedGemmArgs& a, int multiprocessors) {
+  const int64_t m_tiles = a.groups == 1 ? host_m_tiles(a) : 0;
+  if (m_tiles == 0 || half_tiles(a, multiprocessors)) return false;
+  const int64_t t96 = m_tiles * layouts::ceil_div(a.n, 96), t128 = m_tiles * layouts::ceil_div(a.n, 128);
+  return t96 <= multiprocessors && 4 * t96 >= 5 * t128;
+}
+
 contiguous_grouped::Tiles contiguous_grouped::tiles(const GroupedGemmArgs& a, int multiprocessors) {
   if (half_tiles(a, multiprocessors)) return Tiles::k64;
+  if (third_tiles(a, multiprocessors)) return Tiles::k96;
   // At decode, 160-wide tiles in clusters sharing A took 0.96x the time of the same without clusters
   // (99.9 against 104.3 us at 10 experts of up to 64 rows, H100; 82.5 against 86.0, H200).
   if (narrow_tiles(a, multiprocessors)) return decode_like(a) ? Tiles::k160SharedA : Tiles::k160SharedB;
@@ -83,6 +93,7 @@ contiguous_grouped::Tiles contiguous_grouped::tiles(const GroupedGemmArgs& a, in
 int contiguous_grouped::tile_columns(Tiles tiles) {
   switch (tiles) {
     case Tiles::k64: return 64;
+    case Tiles::k96: return 96;
     case Tiles::k128SharedA: return 128;
     case Tiles::k160SharedA:
     case Tiles::k160SharedB: return 160;

@@ -37,9 +37,9 @@ bool built();
 /// Empty when the kernel runs `args` on `t`; else why not (printable, one line).
 std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t);
 
-/// The kernel's tile configurations (128 rows each): 64, 128, 160 or 192 columns; in clusters of two N
-/// tiles sharing A (by multicast), of two M tiles sharing B, or without clusters.
-enum class Tiles { k128SharedA, k160SharedA, k160SharedB, k192, k192SharedB, k64 };
+/// The kernel's tile configurations (128 rows each): 64, 96, 128, 160 or 192 columns; in clusters of two
+/// N tiles sharing A (by multicast), of two M tiles sharing B, or without clusters.
+enum class Tiles { k128SharedA, k160SharedA, k160SharedB, k192, k192SharedB, k64, k96 };
 
 /// Enqueues the whole grouped GEMM on `stream` (blocker() was empty) with the given tiles (tiles()
 /// picks them; every configuration gives the same bits). Needs no workspace.
@@ -72,11 +72,16 @@ bool narrow_tiles(const GroupedGemmArgs& args, int multiprocessors);
 /// many SMs to streaming B. A host-side rule.
 bool half_tiles(const GroupedGemmArgs& args, int multiprocessors);
 
-/// The configuration run() takes on a device of `multiprocessors` SMs (half_tiles(), wide_tiles(),
-/// shared_b(), narrow_tiles()). A host-side rule.
+/// Tiles of 96 columns (one group with host sizes: a dense call): where 64-wide ones would need a
+/// second wave (half_tiles() is false) and 96-wide ones fill one wave at least a quarter fuller than
+/// 128-wide ones. A host-side rule.
+bool third_tiles(const GroupedGemmArgs& args, int multiprocessors);
+
+/// The configuration run() takes on a device of `multiprocessors` SMs (half_tiles(), third_tiles(),
+/// wide_tiles(), shared_b(), narrow_tiles()). A host-side rule.
 Tiles tiles(const GroupedGemmArgs& args, int multiprocessors);
 
-/// The columns of a configuration's tiles (64, 128, 160 or 192).
+/// The columns of a configuration's tiles (64, 96, 128, 160 or 192).
 int tile_columns(Tiles tiles);
 
 /// A one-line description for explain().

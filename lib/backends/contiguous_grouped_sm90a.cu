@@ -118,13 +118,14 @@ struct Config {
                                              Shape<Int<kBlockN>, Int<kBlockK>, Int<kStages>>{}));
   using Atom = std::conditional_t<
       kBlockN == 64, SM90_64x64x32_F32E4M3E4M3_SS_TN<>,
+      std::conditional_t<kBlockN == 96, SM90_64x96x32_F32E4M3E4M3_SS_TN<>,
       std::conditional_t<
           kBlockN == 128, SM90_64x128x32_F32E4M3E4M3_SS_TN<>,
-          std::conditional_t<kBlockN == 160, SM90_64x160x32_F32E4M3E4M3_SS_TN<>, SM90_64x192x32_F32E4M3E4M3_SS_TN<>>>>;
+          std::conditional_t<kBlockN == 160, SM90_64x160x32_F32E4M3E4M3_SS_TN<>, SM90_64x192x32_F32E4M3E4M3_SS_TN<>>>>>;
   using TiledMma = decltype(make_tiled_mma(Atom{}, Layout<Shape<_2, _1, _1>>{}));
   // Tiles start at multiples of 32 columns within a scale block, so a tile of at most 160 columns, or a
   // 192-wide one (starting at 0 or 64), spans at most two scale blocks; a 64-wide one (at 0 or 64) one.
-  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 160 || kBlockN == 192,
+  static_assert(kBlockN == 64 || kBlockN == 96 || kBlockN == 128 || kBlockN == 160 || kBlockN == 192,
                 "a tile spans at most two 128-column scale blocks");
 };
 
@@ -532,7 +533,8 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
     // (the tile's row count through lane 0: a branch the compiler knows is uniform)
     const int rows = __shfl_sync(0xffffffffu, tile.rows, 0);
     const bool idle = rows <= 64 * mw;
-    if (kBlockN <= 128 || in_block == 0)  // one scale block across the tile
+    // The first scale block takes the tile's first 128 - in_block columns (all of them where they fit).
+    if (in_block == 0 || in_block + kBlockN <= 128)
       k_loop<C, 16>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
     else if (in_block == 64)
       k_loop<C, 8>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
@@ -541,6 +543,8 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
         k_loop<C, 12>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
       else
         k_loop<C, 4>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
+    } else if constexpr (kBlockN == 96) {  // at 96 within the block (at 32 it fits)
+      k_loop<C, 4>(p, ring, mma, tCrA, tCrB, accum, part, part2, lane, s.sfa + r0, s.sfb, idle);
     }
     // alpha * acc rounded to bf16, as CUTLASS's LinearCombination epilogue with beta = 0.
     if (p.staged && rows > 0) {
@@ -784,6 +788,7 @@ void launch_for(const GroupedGemmArgs& a, Stream stream) {
 void run(const GroupedGemmArgs& a, Stream stream, Tiles tiles) {
   switch (tiles) {
     case Tiles::k64: return launch_for<Config<64, 1>>(a, stream);
+    case Tiles::k96: return launch_for<Config<96, 1>>(a, stream);
     case Tiles::k128SharedA: return launch_for<Config<128, 2>>(a, stream);
     case Tiles::k160SharedA: return launch_for<Config<160, 2>>(a, stream);
     case Tiles::k160SharedB: return launch_for<Config<160, 2, true>>(a, stream);
@@ -808,6 +813,9 @@ std::string describe(const GroupedGemmArgs& a, Tiles tiles) {
   if (tiles == Tiles::k64)
     os << "128x64x128 tiles without clusters, promotion overlapped by two partial-sum fragments (128-wide tiles "
           "would fill at most half the SMs)";
+  else if (tiles == Tiles::k96)
+    os << "128x96x128 tiles without clusters, promotion overlapped by two partial-sum fragments (they fill one wave "
+          "of the SMs fuller than 128-wide tiles; 64-wide ones would take two)";
   else if (tiles == Tiles::k128SharedA)
     os << "128x128x128 tiles in clusters of 2 (A multicast), promotion overlapped by two partial-sum fragments";
   else if (tiles == Tiles::k160SharedA)

@@ -635,7 +635,7 @@ TEST_CASE("the contiguous grouped kernel equals each group's exact product, and 
     CHECK(download(d) == want);
     // Every tile configuration, whichever the rule picks here: the same bits.
     for (cg::Tiles t : {cg::Tiles::k128SharedA, cg::Tiles::k160SharedA, cg::Tiles::k160SharedB, cg::Tiles::k192,
-                        cg::Tiles::k192SharedB, cg::Tiles::k64}) {
+                        cg::Tiles::k192SharedB, cg::Tiles::k64, cg::Tiles::k96}) {
       CAPTURE(cg::describe(dg.args(d.p, DType::kBF16), t));
       SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, bytes));
       GroupedGemmArgs ga = dg.args(d.p, DType::kBF16);

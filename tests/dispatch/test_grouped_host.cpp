@@ -441,11 +441,23 @@ TEST_CASE("the contiguous grouped kernel names why it does not take a call; auto
     GroupedGemmArgs dev = g;
     dev.group_sizes = nullptr, dev.group_sizes_device = one.data();
     CHECK_FALSE(cg::half_tiles(dev, 132));
-    // One group of few rows over a long K is not decode-like: 80 tiles of 128 columns in clusters,
-    // not 64 of 160 (two groups of the same rows are)
+    // One group of few rows over a long K is not decode-like: 107 tiles of 96 columns (80 of 128 fill
+    // 61% of the SMs, 160 of 64 would take two waves), not 64 of 160 (two groups of the same rows are)
     g.n = 10240, g.k = 8192;
     CHECK_FALSE(cg::decode_like(g));
+    CHECK_FALSE(cg::half_tiles(g, 132));
+    CHECK(cg::third_tiles(g, 132));
+    CHECK(cg::tiles(g, 132) == cg::Tiles::k96);
+    CHECK_THAT(cg::describe(g, cg::Tiles::k96), Catch::Contains("128x96x128 tiles without clusters"));
+    CHECK_FALSE(cg::third_tiles(g, 100));  // 107 tiles of 96 columns are more than 100 SMs
+    CHECK_FALSE(cg::third_tiles(g, 0));    // no SM count known
+    one[0] = 200;  // 2 M tiles: 214 of 96 columns, two waves; 160 of 128 columns
     CHECK(cg::tiles(g, 132) == cg::Tiles::k128SharedA);
+    one[0] = 16;
+    g.n = 7168;  // 64-wide tiles fit one wave: they win
+    CHECK_FALSE(cg::third_tiles(g, 132));
+    CHECK_FALSE(cg::third_tiles(g2, 132));  // two groups
+    CHECK_FALSE(cg::third_tiles(dev, 132));  // sizes on the device
     g2.n = 10240, g2.k = 8192;
     CHECK(cg::decode_like(g2));
     CHECK(cg::tiles(g2, 132) == cg::Tiles::k160SharedA);
