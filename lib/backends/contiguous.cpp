@@ -68,12 +68,16 @@ class Contiguous final : public BackendImpl {
   //    the cuBLASLt call's two kernels at 16 x 4096 x 7168, 40.7 against 40.0 at 16 x 10240 x 8192, with
   //    9-12 us less host time per call (H100, torch_interleaved.py --small-m --force contiguous);
   //  * with its tiles on 24% of the SMs (4096 x 7168 in 128-wide tiles, runs IC, ID) 1.04-1.33x.
+  // Since the idle warpgroup skips its WGMMAs (M <= 64) and 10240 x 8192 runs 96-wide tiles (runs IU on
+  // an H100, IT on an H200): 0.37-0.80x the cuBLASLt call's time at every M from 1 to 256, and 0.72-0.95x
+  // raw cuBLASLt's on cuBLASLt-format scales (no conversion to save), which the kernel reads in place
+  // too; on the GPU alone 1.03-1.09x cuBLASLt's split-K kernel at 16 x 4096 x 7168, even or faster elsewhere.
   // Above M = 256 the conversion launch is a small part of the call and cuBLASLt's kernels are even
   // with ours or faster (bench_gemm --contiguous, run HI: 0.76-1.04x cuBLASLt's speed).
   std::string auto_declines(const GemmProblem& p, const DeviceTarget& t) const override {
     if (p.m > 256)
-      return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the scale conversion "
-             "launch it saves is a large part of the call (above, cuBLASLt measured as fast or faster)";
+      return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the host path and scale conversion "
+             "it saves are a large part of the call (above, cuBLASLt measured as fast or faster)";
     const int sms = planning_sms(t);
     const int64_t rows = p.m;
     const GroupedGemmArgs g = one_group(p, &rows);

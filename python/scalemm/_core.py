@@ -437,7 +437,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     contiguous array of the right byte size is accepted (a flat 1-D buffer is simplest). NVFP4
     takes (scales, global) with one global decode scale per operand.
     grouped_backend: "auto" runs one launch for all groups where a kernel can: scalemm's own Hopper
-    kernel ("contiguous": m-grouped block1x128 x block128x128, compact scales, e4m3, bf16 out, sm_90;
+    kernel ("contiguous": m-grouped block1x128 x block128x128, compact scales or cuBLASLt-format B
+    scales (A's too with one group), e4m3, bf16 out, sm_90;
     no set-up launch, no workspace; bit-identical to the CUTLASS kernel and measured as fast or
     faster on every MoE shape), else a CUTLASS grouped kernel
     ("cutlass": block1x128 A with block128x128 or block1x128 B, or rowwise x rowwise; e4m3, bf16 out,
