@@ -76,8 +76,8 @@ class Contiguous final : public BackendImpl {
   // with ours or faster (bench_gemm --contiguous, run HI: 0.76-1.04x cuBLASLt's speed).
   std::string auto_declines(const GemmProblem& p, const DeviceTarget& t) const override {
     if (p.m > 256)
-      return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the host path and scale conversion "
-             "it saves are a large part of the call (above, cuBLASLt measured as fast or faster)";
+      return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the host path and "
+             "scale conversion it saves are a large part of the call (above, cuBLASLt measured as fast or faster)";
     const int sms = planning_sms(t);
     const int64_t rows = p.m;
     const GroupedGemmArgs g = one_group(p, &rows);

@@ -4,13 +4,17 @@
 //  * 384 threads, one CTA per SM, persistent: warpgroup 0 is the producer (one thread issues TMA
 //    loads, its registers given back with setmaxnreg), warpgroups 1 and 2 compute rows 0-63 and
 //    64-127 of each tile. Producer and consumers walk the same unit sequence (unit u, u + clusters,
-//    ...), so the stage ring's phases agree without any other hand-off.
+//    ...), so the stage ring's phases agree without any other hand-off. A warpgroup none of whose rows
+//    belongs to the tile's group issues no WGMMAs (the two share the tensor cores): at M <= 64 that
+//    took the GPU time of one-tile calls to 0.82-0.94x (H200, the same bits).
 //  * Tile configurations (Config): 128 x 128 tiles in clusters of two, and 128 x 192 tiles over a long
 //    K, without clusters for few rows per group and in clusters of two for many (wide_tiles() and
 //    shared_b() say where they measured faster); 128 x 160 instead where 192-wide tiles would leave
 //    the last wave nearly empty (narrow_tiles()). A wide tile spans two 128-column scale blocks, split
-//    at column 128 or 64 (192), or 128, 96, 64 or 32 (160); a 160-wide tile is staged for its store in
-//    32-column boxes (64-byte rows, 64-byte swizzle), the others in 64-column ones.
+//    at column 128 or 64 (192), or 128, 96, 64 or 32 (160); 160- and 96-wide tiles are staged for their
+//    store in 32-column boxes (64-byte rows, 64-byte swizzle), the others in 64-column ones. A call of one
+//    group at small M runs 128 x 64 or 128 x 96 tiles without clusters (half_tiles(), third_tiles()),
+//    whichever fills one wave of the SMs.
 //  * Clusters of two CTAs take two N tiles of one M tile with 128-wide tiles: each loads half of the A
 //    tile and multicasts it to both, so A crosses from L2 once per pair. With 192-wide tiles they take
 //    two M tiles of one N tile (kShareB): where both lie in one group each loads half of the B tile
@@ -100,8 +104,8 @@ using Fp8 = cutlass::float_e4m3_t;
 // scale blocks), kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing
 // one B tile. Tiles of up to 128 columns keep two partial-sum fragments. Whole tiles are stored
 // through shared memory and TMA, in boxes of 64 columns (32 with 160-wide tiles): the staged D tile
-// costs a pipeline stage (8 stages of 24 KB with 64-wide tiles, 5 of 32 KB with 128-wide ones, 4 of
-// 36 or 40 KB with the wider ones).
+// costs a pipeline stage (8 stages of 24 KB with 64-wide tiles, 6 of 28 KB with 96-wide ones, 5 of 32 KB
+// with 128-wide ones, 4 of 36 or 40 KB with the wider ones).
 template <int kBlockN_, int kCluster_, bool kShareB_ = false>
 struct Config {
   static constexpr int kBlockN = kBlockN_, kCluster = kCluster_;
@@ -124,7 +128,8 @@ struct Config {
           std::conditional_t<kBlockN == 160, SM90_64x160x32_F32E4M3E4M3_SS_TN<>, SM90_64x192x32_F32E4M3E4M3_SS_TN<>>>>>;
   using TiledMma = decltype(make_tiled_mma(Atom{}, Layout<Shape<_2, _1, _1>>{}));
   // Tiles start at multiples of 32 columns within a scale block, so a tile of at most 160 columns, or a
-  // 192-wide one (starting at 0 or 64), spans at most two scale blocks; a 64-wide one (at 0 or 64) one.
+  // 192-wide one (starting at 0 or 64), spans at most two scale blocks; a 64-wide one (at 0 or 64) one,
+  // a 96-wide one (at 0, 32, 64 or 96) one or two.
   static_assert(kBlockN == 64 || kBlockN == 96 || kBlockN == 128 || kBlockN == 160 || kBlockN == 192,
                 "a tile spans at most two 128-column scale blocks");
 };
@@ -274,8 +279,8 @@ __device__ __forceinline__ uint32_t staged_offset(int row, int chunk) {
 // (scale_a[row] * scale_b[block]), CUTLASS's expressions in its order, so the output is bit-identical
 // to the CUTLASS kernel's whatever the tile width. While one warpgroup promotes, the other's WGMMAs
 // keep the tensor cores busy. Columns [0, 8 kSplit) of the tile take the first scale block's
-// scale, the rest the second's (a 192-wide tile starts at 0 or 64 within a scale block, a 160-wide
-// one at 0, 32, 64 or 96).
+// scale, the rest the second's (a 192-wide tile starts at 0 or 64 within a scale block, a 160- or
+// 96-wide one at 0, 32, 64 or 96).
 // `idle` (warp-uniform): none of the warpgroup's 64 rows belongs to the tile's group (a one-tile call of
 // M <= 64, a group's last tile ending in the first half, a pair's peer past M). Its WGMMAs would feed
 // no stored output, and they share the SM's tensor cores with the other warpgroup's, so it only keeps
