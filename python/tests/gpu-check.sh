@@ -2,8 +2,11 @@
 # The Python package on a GPU machine without network: install it from the checkout, run the pytest
 # suite (GPU tests included), the training example and the overhead benchmark; logs go to $OUT.
 #
-#   bash python/tests/gpu-check.sh [all|install|test|example|bench|distributed]      (default: all)
+#   bash python/tests/gpu-check.sh [all|install|test|example|bench|distributed|grouped]      (default: all)
 #
+# grouped (not part of all: a few minutes): python/benchmarks/grouped.py, with DeepGEMM built first where
+# tools/fetch-deepgemm.sh staged it (.deps/deepgemm). Both in one command: a later call that copies
+# .deps with the tree again replaces the built extension.
 # distributed (part of all when the machine has >= 2 GPUs): python/benchmarks/distributed.py under
 # torchrun on every GPU for ddp, fsdp2, fsdp2-fp8 and ep, each against the same training on one GPU.
 #
@@ -85,6 +88,26 @@ bench() {
   return $rc
 }
 
+grouped() {
+  local rc=0 env=""
+  if [ -f "$root/.deps/deepgemm/setup.py" ]; then
+    if env=$(OUT=$OUT PYTHON=$PYTHON bash "$root/tools/build-deepgemm.sh" 2>"$OUT/deepgemm-build.err"); then
+      note "grouped: DeepGEMM built"
+    else
+      note "grouped: DeepGEMM did not build (deepgemm-build.err); timed without it"
+      env=""
+    fi
+  else
+    note "grouped: no DeepGEMM staged (tools/fetch-deepgemm.sh); timed without it"
+  fi
+  # DeepGEMM's environment (PYTHONPATH, LD_PRELOAD, its JIT cache) for this benchmark only.
+  (eval "$env"; cd "$OUT" && $PYTHON "$root/python/benchmarks/grouped.py" --json "$OUT/grouped.json") \
+    >"$OUT/grouped.log" 2>&1 || rc=$?
+  note "grouped benchmark: rc $rc"
+  tail -40 "$OUT/grouped.log" | tee -a "$OUT/summary.txt"
+  return $rc
+}
+
 distributed() {
   local gpus rc=0
   gpus=$($PYTHON -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
@@ -115,6 +138,7 @@ case "$stage" in
   example) example || status=1 ;;
   bench) bench || status=1 ;;
   distributed) distributed || status=1 ;;
+  grouped) grouped || status=1 ;;
   all)
     if install; then
       run_tests || status=1
@@ -124,7 +148,7 @@ case "$stage" in
     else
       status=1
     fi ;;
-  *) echo "usage: $0 [all|install|test|example|bench|distributed]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|install|test|example|bench|distributed|grouped]" >&2; exit 2 ;;
 esac
 note "done: status $status (logs in $OUT)"
 exit $status
