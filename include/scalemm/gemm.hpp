@@ -74,9 +74,9 @@ enum class Backend : uint8_t {
   kConvertNative = 1,   ///< convert the recipe (e.g. power-of-two 128x128 -> MXFP8), then cuBLASLt
   kEmulated = 2,        ///< exact dequantization to BF16, then a cuBLASLt BF16 GEMM (fp32 accumulate)
   kReference = 3,       ///< the reference emulator (GPU when there is one, else the host)
-  /// scalemm's blockwise kernel (block1x128 x block128x128, compact scales read in place, bf16 out,
-  /// sm_90) as one group: `auto` takes it at M <= 256 where its tiles fill enough SMs, saving the
-  /// scale conversion launch (docs/dispatch.md has the rule)
+  /// scalemm's blockwise kernel (block1x128 x block128x128, compact or cuBLASLt-format scales read in
+  /// place, bf16 out, sm_90) as one group: `auto` takes it at M <= 256 where its tiles fill enough SMs,
+  /// saving cuBLASLt's host path and, for compact scales, the conversion launch (docs/dispatch.md)
   kContiguous = 4,
 };
 inline constexpr int kBackendCount = 5;

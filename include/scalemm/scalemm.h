@@ -82,7 +82,7 @@ typedef enum scalemm_backend_t {
   SCALEMM_BACKEND_CONVERT_NATIVE = 1,
   SCALEMM_BACKEND_EMULATED = 2,
   SCALEMM_BACKEND_REFERENCE = 3,
-  SCALEMM_BACKEND_CONTIGUOUS = 4 /* added in 0.7: scalemm's blockwise kernel (sm_90, compact scales, bf16 out), tried first */
+  SCALEMM_BACKEND_CONTIGUOUS = 4 /* added in 0.7: scalemm's blockwise kernel (sm_90, scales read in place, bf16 out), tried first */
 } scalemm_backend_t;
 
 typedef enum scalemm_memory_space_t {

@@ -100,10 +100,10 @@ constexpr int kMaxGroups = 1024;  // the groups' prefix sums live in shared memo
 
 using Fp8 = cutlass::float_e4m3_t;
 
-// A tile configuration: kBlockN columns per tile (64 or 128; 160 or 192, which span two 128-column
-// scale blocks), kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two sharing
-// one B tile. Tiles of up to 128 columns keep two partial-sum fragments. Whole tiles are stored
-// through shared memory and TMA, in boxes of 64 columns (32 with 160-wide tiles): the staged D tile
+// A tile configuration: kBlockN columns per tile (64 or 128; 96, 160 or 192, which may span two
+// 128-column scale blocks), kCluster CTAs sharing one A tile by multicast (1 or 2), or with kShareB two
+// sharing one B tile. Tiles of up to 128 columns keep two partial-sum fragments. Whole tiles are stored
+// through shared memory and TMA, in boxes of 64 columns (32 with 96- and 160-wide tiles): the staged D tile
 // costs a pipeline stage (8 stages of 24 KB with 64-wide tiles, 6 of 28 KB with 96-wide ones, 5 of 32 KB
 // with 128-wide ones, 4 of 36 or 40 KB with the wider ones).
 template <int kBlockN_, int kCluster_, bool kShareB_ = false>
