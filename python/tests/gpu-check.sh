@@ -20,7 +20,9 @@
 #   .deps/usr   staged header packages for the C++ build (nlohmann-json is the one the library needs;
 #               Catch2 and CLI11 are not used: the package builds no tests or tools)
 # Environment: PYTHON (default /opt/torch/.venv/bin/python3, else python3), OUT (default out/python), COMMIT,
-#   SCALEMM_CUDA_ARCHITECTURES (default 90), JOBS (default nproc), MODES (distributed: default "ddp fsdp2 fsdp2-fp8 ep").
+#   SCALEMM_CUDA_ARCHITECTURES (default 90), JOBS (default nproc), MODES (distributed: default "ddp fsdp2 fsdp2-fp8 ep"),
+#   SCALEMM_DIR (install: link the scalemm installed there, <prefix>/lib/cmake/scalemm, instead of compiling the
+#   library again: `cmake --install build-gpu --prefix P` after a build of the tests takes the install to seconds).
 # Each stage fits in a few minutes; run them one by one where a command has a time limit.
 set -uo pipefail
 stage=${1:-all}
@@ -48,6 +50,7 @@ install() {
   if $PYTHON -m pip install --no-index --find-links .whl --no-build-isolation -v \
       --config-settings=cmake.args="-DCMAKE_PREFIX_PATH=$root/.deps/usr" \
       --config-settings=cmake.define.SCALEMM_CUDA_ARCHITECTURES="${SCALEMM_CUDA_ARCHITECTURES:-90}" \
+      ${SCALEMM_DIR:+--config-settings=cmake.define.scalemm_DIR="$SCALEMM_DIR"} \
       ./python >"$OUT/pip-install.log" 2>&1; then
     note "install: ok in $((SECONDS - t0)) s; $(cd /tmp && $PYTHON -c 'import scalemm; print("scalemm", scalemm.__version__, "plans for", scalemm.device())')"
   else
