@@ -73,7 +73,8 @@ class Contiguous final : public BackendImpl {
   // raw cuBLASLt's on cuBLASLt-format scales (no conversion to save), which the kernel reads in place
   // too; on the GPU alone 1.03-1.09x cuBLASLt's split-K kernel at 16 x 4096 x 7168, even or faster elsewhere.
   // Above M = 256 the conversion launch is a small part of the call and cuBLASLt's kernels are even
-  // with ours or faster (bench_gemm --contiguous, run HI: 0.76-1.04x cuBLASLt's speed).
+  // with ours or faster (bench_gemm --contiguous: 0.86-1.05x cuBLASLt's speed, run IW, H100; 0.76-1.04x
+  // in run HI, H200).
   std::string auto_declines(const GemmProblem& p, const DeviceTarget& t) const override {
     if (p.m > 256)
       return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the host path and "
