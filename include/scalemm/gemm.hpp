@@ -76,7 +76,8 @@ enum class Backend : uint8_t {
   kReference = 3,       ///< the reference emulator (GPU when there is one, else the host)
   /// scalemm's blockwise kernel (block1x128 x block128x128, compact or cuBLASLt-format scales read in
   /// place, bf16 out, sm_90) as one group: `auto` takes it at M <= 256 where its tiles fill enough SMs,
-  /// saving cuBLASLt's host path and, for compact scales, the conversion launch (docs/dispatch.md)
+  /// saving cuBLASLt's host path and, for compact scales, the conversion launch, and for the largest
+  /// outputs (M >= 4096, N and K >= 2048, M x N >= 2^25), where it measured faster (docs/dispatch.md)
   kContiguous = 4,
 };
 inline constexpr int kBackendCount = 5;

@@ -4,7 +4,7 @@
 // backend makes two (the 1x128 scales' conversion to cuBLASLt's layout, then cuBLASLt), at M = 1 none
 // of the convert-native backend's padding, and in either format a shorter host path than a cuBLASLt
 // call. The planner tries it first; auto_declines() keeps the calls where cuBLASLt measured faster on
-// cuBLASLt.
+// cuBLASLt: large M except the largest outputs.
 #include <cstdint>
 #include <string>
 
@@ -72,13 +72,23 @@ class Contiguous final : public BackendImpl {
   // an H100, IT on an H200): 0.37-0.80x the cuBLASLt call's time at every M from 1 to 256, and 0.72-0.95x
   // raw cuBLASLt's on cuBLASLt-format scales (no conversion to save), which the kernel reads in place
   // too; on the GPU alone 1.03-1.09x cuBLASLt's split-K kernel at 16 x 4096 x 7168, even or faster elsewhere.
-  // Above M = 256 the conversion launch is a small part of the call and cuBLASLt's kernels are even
-  // with ours or faster (bench_gemm --contiguous: 0.86-1.05x cuBLASLt's speed, run IW, H100; 0.76-1.04x
-  // in run HI, H200).
+  // Above M = 256 the conversion launch is a small part of the call. Against the cuBLASLt call in one
+  // process, back to back as a training step runs them (interleaved, bit-identical outputs; runs JE-JG,
+  // H100, 4690a51), the kernel's time over the call's: 0.94-0.99x from 4096 rows and 2048 columns where
+  // the output has 2^25 elements or more (8192 x 8192 x 8192 0.94-0.95x, 16384 x 7168 x 2048 0.94x,
+  // 8192 x 14336 x 4096 0.98x, 8192 x 4096 x 14336 0.99x, 16384 x 2048 x 7168 and 4096 x 8192 x 2048
+  // 0.97x); below that 1.01-1.12x (4096^3 1.02x, 4096 x 2048 x 8192 1.01x, 2048 x 2048 x 7168 1.12x:
+  // fewer tiles, the last wave's idle SMs weigh more). On an H200 (run HI, an earlier kernel) 0.97-0.98x
+  // at 8192^3 and 8192 x 14336 x 4096, 1.03-1.32x on the three smaller ones.
+  static bool large_output(const GemmProblem& p) {
+    return p.m >= 4096 && p.n >= 2048 && p.k >= 2048 && p.m * p.n >= (int64_t(1) << 25);
+  }
   std::string auto_declines(const GemmProblem& p, const DeviceTarget& t) const override {
+    if (p.m > 256 && large_output(p)) return {};
     if (p.m > 256)
       return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the host path and "
-             "scale conversion it saves are a large part of the call (above, cuBLASLt measured as fast or faster)";
+             "scale conversion it saves are a large part of the call, and from 4096 x 2048 with K >= 2048 and "
+             "M x N >= 2^25, where its tiles fill many waves (between, cuBLASLt measured as fast or faster)";
     const int sms = planning_sms(t);
     const int64_t rows = p.m;
     const GroupedGemmArgs g = one_group(p, &rows);

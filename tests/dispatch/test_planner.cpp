@@ -353,7 +353,7 @@ bool contiguous_built() {
 }
 }  // namespace
 
-TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the SMs, and says why not elsewhere",
+TEST_CASE("dense blockwise at M <= 256 where N fills the SMs and at the largest outputs runs scalemm's kernel, and says why not elsewhere",
           "[dispatch][planner][contiguous]") {
   const auto h200 = DeviceTarget::simulated(90, 130100);
   const auto blockwise = [](int64_t m, int64_t n, int64_t k) {
@@ -412,6 +412,24 @@ TEST_CASE("dense blockwise at M <= 256 runs scalemm's kernel where N fills the S
   const Plan big_m = plan(blockwise(260, 7168, 2048), h200);
   CHECK(big_m.backend == Backend::kNative);
   CHECK_THAT(big_m.explain(), Catch::Contains("contiguous: M = 260: auto takes scalemm's kernel at M <= 256"));
+  // ...and where the output is below 2^25 elements, or N or K below 2048, or M below 4096.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{4096, 4096, 4096}, {4096, 2048, 8192}, {2048, 2048, 7168},
+                         {2048, 16384, 7168}, {16384, 2048, 1024}, {32768, 1024, 7168}})
+  {
+    const Plan p = plan(blockwise(m, n, k), h200);
+    CAPTURE(m, n, k, p.explain());
+    CHECK(p.backend == Backend::kNative);
+    CHECK_THAT(p.explain(), Catch::Contains("and from 4096 x 2048 with K >= 2048 and M x N >= 2^25"));
+  }
+  // Taken again from 4096 rows and 2048 columns where the output has 2^25 elements (measured faster there).
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{8192, 8192, 8192}, {16384, 7168, 2048}, {8192, 14336, 4096},
+                         {8192, 4096, 14336}, {16384, 2048, 7168}, {4096, 8192, 2048}}) {
+    const Plan p = plan(blockwise(m, n, k), h200);
+    CAPTURE(m, n, k, p.explain());
+    CHECK(p.backend == Backend::kContiguous);
+    CHECK(p.conversions.empty());
+    CHECK_THAT(p.explain(), Catch::Contains("the call as one group"));
+  }
   const Plan few_n = plan(blockwise(64, 2048, 2048), h200);  // 16 N tiles of 128 columns, 32 of 64
   CHECK(few_n.backend == Backend::kNative);
   CHECK_THAT(few_n.explain(), Catch::Contains("N = 2048 gives 32 tiles of 64 columns for 132 SMs"));

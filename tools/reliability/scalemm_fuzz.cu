@@ -187,7 +187,7 @@ Config draw(uint64_t seed, uint64_t id) {
   }
   const double b = unif(g);
   // Forced contiguous (scalemm's blockwise kernel as one group) runs blockwise pairs at any shape the
-  // kernel takes; auto takes it only at M <= 256 over wide N.
+  // kernel takes; auto takes it at M <= 256 over wide N and for the largest outputs.
   c.backend = b < 0.5 ? -1 : b < 0.66 ? int(Backend::kNative) : b < 0.76 ? int(Backend::kConvertNative)
             : b < 0.86 ? int(Backend::kEmulated) : b < 0.93 ? int(Backend::kReference) : int(Backend::kContiguous);
   c.data_seed = g();
