@@ -84,7 +84,7 @@ class Contiguous final : public BackendImpl {
     return p.m >= 4096 && p.n >= 2048 && p.k >= 2048 && p.m * p.n >= (int64_t(1) << 25);
   }
   std::string auto_declines(const GemmProblem& p, const DeviceTarget& t) const override {
-    if (p.m > 256 && large_output(p)) return {};
+    if (large_output(p)) return {};
     if (p.m > 256)
       return "M = " + std::to_string(p.m) + ": auto takes scalemm's kernel at M <= 256, where the host path and "
              "scale conversion it saves are a large part of the call, and from 4096 x 2048 with K >= 2048 and "

@@ -414,8 +414,7 @@ TEST_CASE("dense blockwise at M <= 256 where N fills the SMs and at the largest 
   CHECK_THAT(big_m.explain(), Catch::Contains("contiguous: M = 260: auto takes scalemm's kernel at M <= 256"));
   // ...and where the output is below 2^25 elements, or N or K below 2048, or M below 4096.
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{4096, 4096, 4096}, {4096, 2048, 8192}, {2048, 2048, 7168},
-                         {2048, 16384, 7168}, {16384, 2048, 1024}, {32768, 1024, 7168}})
-  {
+                         {2048, 16384, 7168}, {16384, 2048, 1024}, {32768, 1024, 7168}}) {
     const Plan p = plan(blockwise(m, n, k), h200);
     CAPTURE(m, n, k, p.explain());
     CHECK(p.backend == Backend::kNative);
