@@ -793,6 +793,41 @@ TEST_CASE("dense blockwise at small M runs scalemm's kernel, exact against the r
     }
 }
 
+// Dense blockwise at the largest outputs (M >= 4096, N and K >= 2048, 2^25 output elements) also runs
+// the kernel under auto; on random data it writes cuBLASLt's bytes, a K tail and both scale formats included.
+TEST_CASE("dense blockwise at the largest outputs runs scalemm's kernel and equals cuBLASLt bit for bit",
+          "[gpu][dispatch][contiguous]") {
+  auto rng = scalemm::testing::rng(0xC0E0);
+  std::printf("contiguous large: seed 0xC0E0\n");
+  Handle h;
+  HandleOptions lt;
+  lt.plan.force = Backend::kNative;
+  Handle native(lt);
+  for (auto [s, f] : {std::pair{Shape{4096, 8192, 2048}, ScaleFormat::kCompact},
+                      std::pair{Shape{4100, 8200, 2112}, ScaleFormat::kCublasLt}}) {
+    auto ha = scalemm::testing::random_operand(Recipe::kBlock1x128, s.m, s.k, f, rng);
+    auto hb = scalemm::testing::random_operand(Recipe::kBlock128x128, s.n, s.k, f, rng);
+    DeviceOperand a(ha), b(hb);
+    Backend ours = Backend::kReference, theirs = Backend::kReference;
+    const auto mine = blockwise_d(h, a, b, s.m, s.n, s.k, 0, nullptr, &ours);
+    if (ours != Backend::kContiguous) {
+      GemmArgs probe;
+      probe.m = s.m, probe.n = s.n, probe.k = s.k, probe.a = a.op, probe.b = b.op;
+      probe.space = MemorySpace::kDevice;
+      const std::string why = h.plan(probe).explain();
+      WARN("SKIPPED: " << why);
+      REQUIRE_THAT(why, Catch::Contains("not built"));
+      return;
+    }
+    const auto lts = blockwise_d(native, a, b, s.m, s.n, s.k, 0, nullptr, &theirs);
+    size_t differ = 0;
+    for (size_t i = 0; i < mine.size(); i += 2) differ += std::memcmp(&mine[i], &lts[i], 2) != 0;
+    CAPTURE(to_string(f), s.m, s.n, s.k, differ);
+    CHECK(theirs == Backend::kNative);
+    CHECK(differ == 0);
+  }
+}
+
 TEST_CASE("the contiguous backend forced at any shape, D off alignment, in a graph and verified",
           "[gpu][dispatch][contiguous]") {
   auto rng = scalemm::testing::rng(0xC0DF);
