@@ -732,6 +732,20 @@ std::vector<uint8_t> blockwise_d(Handle& h, const DeviceOperand& a, const Device
   SCALEMM_CUDA_CHECK(cudaMemcpy(raw.data(), static_cast<char*>(d.p) + d_offset, bytes, cudaMemcpyDeviceToHost));
   return raw;
 }
+
+// The same blockwise call through `h` (expected on the contiguous kernel) and through `native` (a
+// handle forcing cuBLASLt): the two write the same bytes.
+void check_equals_cublaslt(Handle& h, Handle& native, const DeviceOperand& a, const DeviceOperand& b, Shape s) {
+  Backend ours = Backend::kReference, theirs = Backend::kReference;
+  const auto mine = blockwise_d(h, a, b, s.m, s.n, s.k, 0, nullptr, &ours);
+  const auto lts = blockwise_d(native, a, b, s.m, s.n, s.k, 0, nullptr, &theirs);
+  size_t differ = 0;
+  for (size_t i = 0; i < mine.size(); i += 2) differ += std::memcmp(&mine[i], &lts[i], 2) != 0;
+  CAPTURE(s.m, s.n, s.k, differ);
+  CHECK(ours == Backend::kContiguous);
+  CHECK(theirs == Backend::kNative);
+  CHECK(differ == 0);
+}
 }  // namespace
 
 // The contiguous backend: dense blockwise calls at small M over wide N run scalemm's own kernel as one
@@ -780,16 +794,7 @@ TEST_CASE("dense blockwise at small M runs scalemm's kernel, exact against the r
       CAPTURE(to_string(f), s.m, s.n, s.k, r.cmp.to_string());
       CHECK(r.backend == Backend::kContiguous);
       CHECK(r.cmp.sqnr_db >= 40.0);  // bf16 output: its rounding bounds the agreement
-      DeviceOperand a(ha), b(hb);
-      Backend ours = Backend::kReference, theirs = Backend::kReference;
-      const auto mine = blockwise_d(h, a, b, s.m, s.n, s.k, 0, nullptr, &ours);
-      const auto lts = blockwise_d(native, a, b, s.m, s.n, s.k, 0, nullptr, &theirs);
-      CHECK(ours == Backend::kContiguous);
-      CHECK(theirs == Backend::kNative);
-      size_t differ = 0;
-      for (size_t i = 0; i < mine.size(); i += 2) differ += std::memcmp(&mine[i], &lts[i], 2) != 0;
-      CAPTURE(differ);
-      CHECK(differ == 0);
+      check_equals_cublaslt(h, native, DeviceOperand(ha), DeviceOperand(hb), s);
     }
 }
 
@@ -808,23 +813,16 @@ TEST_CASE("dense blockwise at the largest outputs runs scalemm's kernel and equa
     auto ha = scalemm::testing::random_operand(Recipe::kBlock1x128, s.m, s.k, f, rng);
     auto hb = scalemm::testing::random_operand(Recipe::kBlock128x128, s.n, s.k, f, rng);
     DeviceOperand a(ha), b(hb);
-    Backend ours = Backend::kReference, theirs = Backend::kReference;
-    const auto mine = blockwise_d(h, a, b, s.m, s.n, s.k, 0, nullptr, &ours);
-    if (ours != Backend::kContiguous) {
-      GemmArgs probe;
-      probe.m = s.m, probe.n = s.n, probe.k = s.k, probe.a = a.op, probe.b = b.op;
-      probe.space = MemorySpace::kDevice;
-      const std::string why = h.plan(probe).explain();
-      WARN("SKIPPED: " << why);
-      REQUIRE_THAT(why, Catch::Contains("not built"));
+    GemmArgs probe;
+    probe.m = s.m, probe.n = s.n, probe.k = s.k, probe.a = a.op, probe.b = b.op;
+    const Plan plan = h.plan(probe);
+    if (plan.backend != Backend::kContiguous) {
+      WARN("SKIPPED: " << plan.explain());
+      REQUIRE_THAT(plan.explain(), Catch::Contains("not built"));
       return;
     }
-    const auto lts = blockwise_d(native, a, b, s.m, s.n, s.k, 0, nullptr, &theirs);
-    size_t differ = 0;
-    for (size_t i = 0; i < mine.size(); i += 2) differ += std::memcmp(&mine[i], &lts[i], 2) != 0;
-    CAPTURE(to_string(f), s.m, s.n, s.k, differ);
-    CHECK(theirs == Backend::kNative);
-    CHECK(differ == 0);
+    CAPTURE(to_string(f));
+    check_equals_cublaslt(h, native, a, b, s);
   }
 }
 
