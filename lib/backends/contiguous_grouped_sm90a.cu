@@ -113,8 +113,8 @@ struct Config {
   static_assert(!kShareB || kCluster == 2, "B is shared by a pair of M tiles");
   static constexpr bool kTwoFragments = kBlockN <= 128;
   // How a consumer warp hands a stage back to the cluster's CTAs: with one fragment one lane per CTA,
-  // at once (0.99x the time of lane 0 arriving on each in turn, runs JA, JB); with two, lane 0 (the
-  // parallel arrives measured 1.005x at 16 x 256 x 2048 x 2048, run JA).
+  // at once (0.99x the time of lane 0 arriving on each in turn); with two, lane 0 (the parallel
+  // arrives measured 1.005x at 16 x 256 x 2048 x 2048).
   static constexpr bool kLaneArrives = !kTwoFragments;
   static constexpr uint32_t kStageBytes = (kBlockM + kBlockN) * kBlockK;
   static constexpr int kStages = (208 * 1024 - kBlockM * kBlockN * 2) / kStageBytes;
@@ -227,7 +227,7 @@ __device__ void scan_groups(const ParamsWith<kCap>& p, S& s, int lane) {
 // consecutive M tiles and one N tile): its group (g advances monotonically along a CTA's units),
 // first row, row count and N tile. Units are numbered M tile by M tile: the clusters running at one
 // time share a few A tiles and one expert's B (bands of 4-16 M tiles, M fastest, measured no better,
-// with B shared 1.00-1.05x the time in run HB). The N tile of a cluster's last unit may lie past N
+// with B shared 1.00-1.05x the time). The N tile of a cluster's last unit may lie past N
 // (odd tile count), and with kShareB the last M tile's peer past M: that CTA loads and computes for
 // its peer's sake and stores nothing.
 struct Tile {
@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1) contiguous_grouped_kernel(const _
         for (int j = 0; j < 4; ++j) sa[j] = p.sa + int64_t(min(tile.row0 + lane + 32 * j, p.m - 1)) * p.sa_row;
         // Running pointers (one add each per stage, not a 64-bit multiply per copy): this warp issues
         // for every stage and had fallen behind the tensor cores. With them the kernel took 0.87-0.97x
-        // its time with 256 or more rows per group over a long K (run GO, the same bits).
+        // its time with 256 or more rows per group over a long K (the same bits).
         const int64_t sa_kb = p.sa_kb;
         for (int kb = 0; kb < p.kb; ++kb) {
           Empty::wait(&s.empty[stage], phase ^ 1);
