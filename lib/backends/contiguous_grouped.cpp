@@ -16,12 +16,12 @@ namespace scalemm::backends {
 // wide tile 180 against 191 us; at K 2048 (32 x 16 rows, N 7168) the 128-wide tile is the faster one.
 // One group (a dense call) is not decode-like: its few tiles fill fewer SMs when wider. At 1-64 x
 // 10240 x 8192, 128-wide tiles in clusters sharing A took 0.92-0.93x the GPU time of the 160-wide
-// ones and 0.91x of 192-wide ones (H100, run IR, the same bits).
+// ones and 0.91x of 192-wide ones (H100, the same bits).
 bool contiguous_grouped::decode_like(const GroupedGemmArgs& a) {
   return a.groups > 1 && a.m <= 64 * a.groups && a.k >= 4096 && a.n >= 2048;
 }
 
-// The kernel against itself on an H100 (interleaved, the same bits, run GO): at K 4096-7168, 128 x 192
+// The kernel against itself on an H100 (interleaved, the same bits): at K 4096-7168, 128 x 192
 // tiles took 0.89-0.96x the time of 128 x 128 ones with 256-2048 rows per group (N 4096-7168; even at
 // 256 rows and N 2048) and 0.99x at 64 x 8-32 rows; 1.04x at K 2048 with 256 rows per group, and
 // 1.15-1.2x on one group of 16-200 rows.
@@ -38,23 +38,15 @@ int64_t host_m_tiles(const GroupedGemmArgs& a) {
 
 bool contiguous_grouped::wide_tiles(const GroupedGemmArgs& a) { return decode_like(a) || (a.k >= 4096 && many_rows(a)); }
 
-// Interleaved against the same tiles without clusters (H100, the same bits, runs HA, HB): 0.92-0.98x the
+// Interleaved against the same tiles without clusters (H100, the same bits): 0.92-0.98x the
 // time at 256-2048 rows per group (8 x 2048 x 4096 x 7168 884 against 903 us, 16 x 256 x 2048 x 7168
 // 130 against 141), 1.00x at 16 x 384, 1.01-1.02x at 16 x 256 uneven with K 4096. Decode-like calls
 // have one M tile per group, so no pair would share B.
 bool contiguous_grouped::shared_b(const GroupedGemmArgs& a) { return wide_tiles(a) && !decode_like(a); }
 
 // Each tile of a wave takes about as long, so a call takes about (waves) x (tile width) x (the width's
-// cost per column). Interleaved, the same bits (runs HJ on an H200, HM on an H100):
-//  * against 192-wide tiles, 160-wide ones took 1.01-1.10x the time on the many-wave shapes (the last
-//    wave full either way) and 0.85-0.96x where this ratio is 0.83-0.92: 10 experts of up to 64 rows
-//    (N 4096, K 7168) 99.9 against 108.6 us (H100; 82.5 against 93.1, H200), 16 uneven experts x 2048
-//    x 7168 155.7 against 176.4 (145.3 against 171.4), 8 x 512 x 7168 x 4096 267.1 against 277.2
-//    (241.2 against 253.2); at 0.95 they were even;
-//  * against 128-wide tiles in clusters sharing A (short K, many rows per group), 160-wide ones
-//    sharing B took 0.95-0.97x the time where the two fill the same width of waves (16 uneven experts
-//    x 2048 x 2048, 38 M tiles: 49.9 against 52.6 us, H100) and 1.00-1.01x over many waves (4096 x
-//    8192 x 2048), 1.11-1.16x where 160 fill more (16 x 256 x 2048 x 2048 equal).
+// cost per column). Interleaved, the same bits: 160-wide tiles took 0.85-0.97x the time of 192- or
+// 128-wide ones where they fill the waves better and 1.00-1.16x elsewhere (docs/history/performance-notes.md).
 // Device sizes are not read on the host: no 160 there.
 bool contiguous_grouped::narrow_tiles(const GroupedGemmArgs& a, int multiprocessors) {
   const bool wide = wide_tiles(a);
@@ -118,8 +110,7 @@ class ContiguousGrouped final : public GroupedBackendImpl {
     std::string why = contiguous_grouped::blocker(a, t);
     if (!why.empty() || a.backend != GroupedBackend::kAuto) return why;
     // auto takes it wherever it runs. bench_grouped, interleaved, the same bits: 0.81-0.96x the CUTLASS
-    // kernel's time on all twelve MoE shapes on an H100 (run HC), 0.80-0.99x on an H200 (run HE;
-    // decode 0.93-0.99x), and below the per-group backend's time on the large shapes.
+    // kernel's time on all twelve MoE shapes on an H100, 0.80-0.99x on an H200 (decode 0.93-0.99x), and below the per-group backend's time on the large shapes.
     return {};
   }
 
