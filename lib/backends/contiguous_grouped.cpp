@@ -110,7 +110,8 @@ class ContiguousGrouped final : public GroupedBackendImpl {
     std::string why = contiguous_grouped::blocker(a, t);
     if (!why.empty() || a.backend != GroupedBackend::kAuto) return why;
     // auto takes it wherever it runs. bench_grouped, interleaved, the same bits: 0.81-0.96x the CUTLASS
-    // kernel's time on all twelve MoE shapes on an H100, 0.80-0.99x on an H200 (decode 0.93-0.99x), and below the per-group backend's time on the large shapes.
+    // kernel's time on all twelve MoE shapes on an H100, 0.80-0.99x on an H200 (decode 0.93-0.99x),
+    // and below the per-group backend's time on the large shapes.
     return {};
   }
 
