@@ -57,29 +57,11 @@ class Contiguous final : public BackendImpl {
                       "; no scale conversion launch"};
   }
 
-  // Measured against the same call forced onto cuBLASLt with compact scales (bench_gemm --small-m,
-  // interleaved; runs IE and IG on an H100, IF and IH on an H200, docs/history/performance-notes.md),
-  // the kernel's time over the cuBLASLt call's:
-  //  * K 2048 (7168 x 2048): 0.45-0.79x at every M from 1 to 256;
-  //  * K 7168-8192 (4096 x 7168 with 128 x 64 tiles, 10240 x 8192): 0.67-0.95x at M = 1 (the cuBLASLt
-  //    call pads A to 4 rows) and at M = 64-256. At M = 16 cuBLASLt's split-K kernels spread the long K
-  //    over the SMs, and the kernel took 0.89-1.21x the call's time until a call of one M tile loaded
-  //    A's rows alone (no zero fill of the other 112 rows): then 22.8 us on the GPU against 22.7 for
-  //    the cuBLASLt call's two kernels at 16 x 4096 x 7168, 40.7 against 40.0 at 16 x 10240 x 8192, with
-  //    9-12 us less host time per call (H100, torch_interleaved.py --small-m --force contiguous);
-  //  * with its tiles on 24% of the SMs (4096 x 7168 in 128-wide tiles, runs IC, ID) 1.04-1.33x.
-  // Since the idle warpgroup skips its WGMMAs (M <= 64) and 10240 x 8192 runs 96-wide tiles (runs IU on
-  // an H100, IT on an H200): 0.37-0.80x the cuBLASLt call's time at every M from 1 to 256, and 0.72-0.95x
-  // raw cuBLASLt's on cuBLASLt-format scales (no conversion to save), which the kernel reads in place
-  // too; on the GPU alone 1.03-1.09x cuBLASLt's split-K kernel at 16 x 4096 x 7168, even or faster elsewhere.
-  // Above M = 256 the conversion launch is a small part of the call. Against the cuBLASLt call in one
-  // process, back to back as a training step runs them (interleaved, bit-identical outputs; runs JE-JG,
-  // H100, 4690a51), the kernel's time over the call's: 0.94-0.99x from 4096 rows and 2048 columns where
-  // the output has 2^25 elements or more (8192 x 8192 x 8192 0.94-0.95x, 16384 x 7168 x 2048 0.94x,
-  // 8192 x 14336 x 4096 0.98x, 8192 x 4096 x 14336 0.99x, 16384 x 2048 x 7168 and 4096 x 8192 x 2048
-  // 0.97x); below that 1.01-1.12x (4096^3 1.02x, 4096 x 2048 x 8192 1.01x, 2048 x 2048 x 7168 1.12x:
-  // fewer tiles, the last wave's idle SMs weigh more). On an H200 (run HI, an earlier kernel) 0.97-0.98x
-  // at 8192^3 and 8192 x 14336 x 4096, 1.03-1.32x on the three smaller ones.
+  // auto's two regions for dense blockwise, measured against the same call on cuBLASLt (interleaved,
+  // bit-identical outputs; docs/history/performance-notes.md): at M <= 256 the host path and the scale
+  // conversion the kernel saves are a large part of the call (0.37-0.80x the cuBLASLt call's time at
+  // M = 1-256), and where the output has 2^25 elements or more from 4096 x 2048 with K >= 2048 its tiles
+  // fill many waves (0.94-0.99x); between, cuBLASLt measured as fast or faster (1.01-1.12x).
   static bool large_output(const GemmProblem& p) {
     return p.m >= 4096 && p.n >= 2048 && p.k >= 2048 && p.m * p.n >= (int64_t(1) << 25);
   }
