@@ -1280,7 +1280,7 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
 // The arithmetic is compute_scale's and the encoder the element encoder's (tested over all inputs),
 // so the bytes equal the host's. Needs 16-byte aligned source rows and 8-byte aligned outputs.
 // Staging the whole tile through shared memory first (16 consecutive lanes per row per 16-byte load,
-// rows encoded from there) measured 9% slower than each lane loading its own rows (run BP).
+// rows encoded from there) measured 9% slower than each lane loading its own rows.
 constexpr int kWn = 68;  // words per shared tile row of rc_nvfp4_tile
 /// Byte offset in rc_nvfp4_tile's shared tile of 16-byte chunk k (< 16) of tile row r.
 __device__ __forceinline__ uint32_t nv_chunk_bytes(int r, int k) {

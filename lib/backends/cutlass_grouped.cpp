@@ -18,7 +18,7 @@ bool rowwise(const GroupedGemmArgs& a) { return a.a.recipe == Recipe::kRowwise; 
 // G = 32, M_g = 1024), and at M_g = 2048 the blockwise one (825 vs 868 us equal, 836 vs 879 us uneven);
 // at G = 32 blockwise the kernel won uneven sizes (968 vs 1082 us). With fast accumulation the kernel's
 // 256 x 128 tiles (wide_fast_accum()) won at G = 32, M_g = 1024 (803.7 against 869.3 us equal, 878.6
-// against 977.8 uneven) and lost at G = 8, M_g = 2048 (791.6 against 766.0, 824.8 against 795.9; run HX,
+// against 977.8 uneven) and lost at G = 8, M_g = 2048 (791.6 against 766.0, 824.8 against 795.9;
 // grouped.py, interleaved). Device-side sizes stay here: per-group would read them back with a
 // synchronisation.
 std::string slower_than_per_group(const GroupedGemmArgs& a) {
@@ -65,7 +65,7 @@ class CutlassGrouped final : public GroupedBackendImpl {
 
 }  // namespace
 
-// The 256 x 128 tiles against the 128 x 128 ones (H100, run HW, interleaved, the same bits): 0.92-0.99x
+// The 256 x 128 tiles against the 128 x 128 ones (H100, interleaved, the same bits): 0.92-0.99x
 // the time from 256 rows per group on average (equal and grouped.py's uneven sizes), 1.04-1.32x below.
 bool cutlass_grouped::wide_fast_accum(const GroupedGemmArgs& a) {
   return rowwise(a) && a.fast_accum && a.group_dim == GroupDim::kM && a.groups > 0 && a.m >= 256 * a.groups;

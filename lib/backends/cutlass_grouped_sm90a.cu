@@ -127,7 +127,7 @@ using RowwiseEpilogue = typename cutlass::epilogue::collective::CollectiveBuilde
 // use_fast_accum=True grouped kernel). Fast accumulation over many rows per group takes 256 x 128
 // tiles (wide_fast_accum()): with no promotion each consumer warpgroup holds a 128 x 128 accumulator,
 // and each B tile crossing from L2 serves twice the rows. In clusters of two N tiles sharing A, as the
-// 128 x 128 ones: against those (H100, run HW, interleaved, the same bits) 0.92-0.94x the time at
+// 128 x 128 ones: against those (H100, interleaved, the same bits) 0.92-0.94x the time at
 // 8 x 2048 x 4096 x 7168, 32 x 1024 x 2048 x 7168 and 16 x 512 x 4096 x 7168, 0.94-0.96x at 256 rows
 // per group, 0.97-0.99x with grouped.py's uneven sizes; 1.04-1.32x below 256 rows per group on
 // average. Two M tiles sharing B (2 x 1) took 1.10-2.7x wherever groups end inside tiles, 2 x 2 1.04-2.1x.

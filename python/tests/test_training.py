@@ -491,7 +491,7 @@ def test_fused_swiglu_mlp_equals_three_layers_around_the_activation():
     s = (_sqnr(y64, results[0][0]), _sqnr(x64.grad, results[0][1]))
     print(f"FUSED SWIGLU MLP: SQNR against float64: y {s[0]:.1f} dB, dx {s[1]:.1f} dB")
     # Two FP8 GEMM outputs multiplied (silu(G) * U, and dP's two products in backward): their relative
-    # errors add, about 2 dB below the GELU block's 25 (measured 24.0-24.1 dB on an H100, run FA).
+    # errors add, about 2 dB below the GELU block's 25 (measured 24.0-24.1 dB on an H100).
     assert min(s) >= 23
 
 

@@ -131,7 +131,7 @@ struct Inputs {
     g = testing::make_grouped(GroupDim::kM, Recipe::kTensorwise, Recipe::kTensorwise, ScaleFormat::kCompact,
                               ScaleFormat::kCompact, {64, 0, 128, 64}, 256, 128, rng);
     // >= 256 rows per group at K >= 4096: wide tiles in clusters sharing B (contiguous_grouped::shared_b);
-    // seven M tiles fill less than a wave, so 128 x 160 ones (narrow_tiles), the configuration run HQ ran on both GPUs.
+    // seven M tiles fill less than a wave, so 128 x 160 ones (narrow_tiles), a configuration measured on two GPUs.
     gb = testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128, ScaleFormat::kCompact,
                                ScaleFormat::kCompact, {512, 0, 384}, 4096, 256, rng);
   }
