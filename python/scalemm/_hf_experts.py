@@ -1,0 +1,385 @@
+"""transformers' MoE experts on scalemm's FP8 experts engine.
+
+transformers 5.x runs a model's experts (3D parameters: gate_up_proj (E, 2I, H), down_proj (E, H, I)) through
+its experts registry, transformers.integrations.moe.ExpertsInterface. Once this module and that one are both
+imported, in either order, the registry has one implementation per training recipe:
+
+    "scalemm_blockwise"   activations 1x128, weights 128x128 (DeepSeek-V3's recipe)
+    "scalemm_rowwise"     one scale per row
+    "scalemm_mxfp8"       MX blocks of 32
+
+selected with from_pretrained(..., experts_implementation="scalemm_blockwise"), from_config(cfg,
+experts_implementation=...) or model.set_experts_implementation(...). Each trains the module's own bf16/fp32
+parameters (forward, dgrad and wgrad in FP8). scalemm never imports transformers: if its experts module is
+already loaded the names are registered at once, otherwise a one-shot import hook registers them right after
+it executes, and removes itself.
+
+A module whose shapes, dtype or device the recipe cannot take runs transformers' own grouped_mm instead, with
+the reason on the module (experts_status(module)) and one warning per module. A pre-quantized FP8 checkpoint's
+experts (finegrained FP8: FP8 weights, no master weights) cannot train: the same names in its
+FP8ExpertsInterface refuse by name and say how to load the checkpoint in bf16.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+
+import torch
+
+from ._errors import UnsupportedError
+
+RECIPES = ("blockwise", "rowwise", "mxfp8")
+NAMES = {f"scalemm_{r}": r for r in RECIPES}
+# Features (H and I) each recipe's grouped GEMMs take: each is the K of one GEMM and the N of another;
+# blockwise scales whole 128-wide blocks of both, MX blocks are 32 wide, rowwise wants K in 16s (cuBLASLt).
+FEATURE_MULTIPLE = {"blockwise": 128, "rowwise": 16, "mxfp8": 32}
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_MOE = "transformers.integrations.moe"
+_FP8 = "transformers.integrations.finegrained_fp8"
+
+
+# ---- the adaptation: module -> engine arguments ---------------------------------------------------------
+
+def _moe():
+    return sys.modules[_MOE]
+
+
+def _up(m):
+    """(weight, bias) of the first projection: gate_up_proj for gated experts, up_proj otherwise."""
+    name = "gate_up_proj" if m.has_gate else "up_proj"
+    return getattr(m, name), (getattr(m, name + "_bias") if m.has_bias else None)
+
+
+def _default_gate(m) -> bool:
+    gate = m.__dict__.get("_apply_gate") or getattr(type(m), "_apply_gate", None)
+    return gate is _moe()._default_apply_gate
+
+
+def _is_silu(act) -> bool:
+    return isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
+
+
+def _fused(m) -> bool:
+    """Whether the engine's own SiLU(gate) * up runs: the module's gate is transformers' default (chunk into
+    gate and up, act_fn(gate) * up) and its act_fn is SiLU. Any other gate runs unfused through apply_gate."""
+    return m.has_gate and _default_gate(m) and _is_silu(m.act_fn)
+
+
+def concatenated(t: torch.Tensor, axis: int) -> torch.Tensor:
+    """Interleaved gate/up features [g0, u0, g1, u1, ...] along `axis` reordered as [g0, g1, ..., u0, u1, ...].
+    A reshape of a permuted view: autograd maps the gradient back to the interleaved parameter."""
+    axis %= t.dim()
+    shape = list(t.shape)
+    half = shape[axis] // 2
+    pairs = t.reshape(shape[:axis] + [half, 2] + shape[axis + 1:])
+    return pairs.transpose(axis, axis + 1).reshape(shape)
+
+
+def ineligible(m, recipe: str):
+    """Why `recipe` cannot run experts module `m` (its parameters' shapes, dtype, device), or None."""
+    w, _ = _up(m)
+    d = m.down_proj
+    if m.is_transposed:  # (E, H, N) and (E, I, H)
+        hidden, inter = w.shape[1], d.shape[1]
+    else:  # (E, N, H) and (E, H, I)
+        hidden, inter = w.shape[2], d.shape[2]
+    mult = FEATURE_MULTIPLE[recipe]
+    for name, v in (("hidden size", hidden), ("intermediate size", inter)):
+        if v % mult:
+            return (f"{name} {v} is not a multiple of {mult} ({recipe}: each feature count is the K of one of the "
+                    f"experts' GEMMs)")
+    if w.dtype not in _DTYPES or d.dtype not in _DTYPES:
+        return f"weight dtype {w.dtype} (the FP8 experts train bf16, f16 or f32 master weights)"
+    if w.device.type != "cuda":
+        return f"parameters on {w.device} (the FP8 experts run on CUDA devices)"
+    return None
+
+
+def _status(m, name: str, reason, fallback: bool):
+    """Record on the module what its experts call runs; warn once per module and reason where the recipe
+    cannot take it (fallback), not where convert_to_float8's filter chose bf16."""
+    if torch.compiler.is_compiling() or getattr(m, "_scalemm_experts", None) == (name, reason):
+        return
+    m._scalemm_experts = (name, reason)
+    if fallback:
+        warnings.warn(f"{type(m).__name__}: experts_implementation={name!r} runs transformers' grouped_mm in "
+                      f"{m.down_proj.dtype} for this module: {reason}", stacklevel=3)
+
+
+def experts_status(m):
+    """(implementation asked, reason it runs grouped_mm instead or None) of an experts module's last call."""
+    return getattr(m, "_scalemm_experts", None)
+
+
+_engine_fn = []
+
+
+def _engine():
+    """scalemm's experts_forward, from scalemm.torch.moe where it exists, else scalemm._moe (imported at the
+    first call, so that this module does not depend on the engine's import)."""
+    if not _engine_fn:
+        for mod in ("scalemm.torch.moe", "scalemm._moe"):
+            try:
+                found = importlib.util.find_spec(mod) is not None
+            except ImportError:
+                found = False
+            if found:
+                _engine_fn.append(importlib.import_module(mod).experts_forward)
+                break
+        else:
+            raise UnsupportedError("experts_implementation='scalemm_*': scalemm's MoE experts engine "
+                                   "(scalemm.torch.experts_forward) is not in this build of scalemm.")
+    return _engine_fn[0]
+
+
+def _engine_recipes():
+    fn = _engine()
+    mod = sys.modules.get(fn.__module__)
+    return getattr(mod, "RECIPES", None) or getattr(mod, "EXPERT_RECIPES", None)
+
+
+def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
+    """One experts call of module `m` in `recipe`, or transformers' grouped_mm with a recorded reason."""
+    name = f"scalemm_{recipe}"
+    chosen = getattr(m, "_scalemm_not_converted", None) or _auto_small(m, hidden_states, top_k_index)
+    reason = chosen or ineligible(m, recipe)
+    if reason is not None:  # chosen: convert_to_float8's module_filter kept it in bf16
+        _status(m, name, reason, fallback=chosen is None)
+        return _moe().grouped_mm_experts_forward(m, hidden_states, top_k_index, top_k_weights)
+    supported = _engine_recipes()
+    if supported is not None and recipe not in supported:
+        raise UnsupportedError(f"experts_implementation={name!r}: scalemm's experts engine runs "
+                               f"{', '.join(repr(r) for r in supported)}, not {recipe!r} yet. Pick "
+                               f"{', '.join(repr('scalemm_' + r) for r in supported)}, or 'grouped_mm' for bf16.")
+    _status(m, name, None, False)
+    w, b = _up(m)
+    apply_gate = None
+    if m.has_gate and not m.is_concatenated and _default_gate(m):
+        # Declared interleaved, gated by the default chunk: the engine's layout is [gate; up] halves.
+        axis = -1 if m.is_transposed else 1
+        w = concatenated(w, axis)
+        b = concatenated(b, -1) if b is not None else None
+    if not _fused(m):
+        # The module's own gate (GPT-OSS's clamped one reads its interleaved layout itself) or activation.
+        apply_gate = m._apply_gate if m.has_gate else m.act_fn
+    return _engine()(hidden_states, top_k_index, top_k_weights, w, m.down_proj, num_experts=m.num_experts,
+                     recipe=recipe, apply_gate=apply_gate, gate_up_bias=b,
+                     down_bias=m.down_proj_bias if m.has_bias else None, is_transposed=m.is_transposed,
+                     power_of_two_scales=bool(getattr(m, "power_of_two_scales", False)))
+
+
+# ---- module_filter="auto" --------------------------------------------------------------------------------
+
+# The rule and its measurement: docs/python.md, "MoE models from transformers". Experts with fewer than
+# AUTO_MIN_FEATURES hidden or intermediate features stay bf16 (the dense layers' measured rule: their GEMMs
+# do not earn back FP8's per-call quantization cost), and a converted module runs a call in bf16 when its
+# first grouped GEMM (2 * rows * H * N FLOP over all experts) is below AUTO_MIN_GFLOP.
+AUTO_MIN_FEATURES = 1024
+AUTO_MIN_GFLOP = 256.0
+
+
+def _features(m):
+    w, _ = _up(m)
+    return (w.shape[1], m.down_proj.shape[1]) if m.is_transposed else (w.shape[2], m.down_proj.shape[2])
+
+
+def auto_skip(m):
+    """Why module_filter="auto" keeps experts module `m` in bf16, or None."""
+    hidden, inter = _features(m)
+    if min(hidden, inter) < AUTO_MIN_FEATURES:
+        return (f"auto: hidden {hidden}, intermediate {inter}: fewer than {AUTO_MIN_FEATURES} features on one "
+                f"side; FP8's per-call quantization is not earned back (measured slower than bf16)")
+    return None
+
+
+def _auto_small(m, hidden_states, top_k_index):
+    if not getattr(m, "_scalemm_auto", False):
+        return None
+    w, _ = _up(m)
+    n = w.shape[-1] if m.is_transposed else w.shape[1]
+    gflop = 2.0 * top_k_index.numel() * hidden_states.shape[-1] * n / 1e9
+    if gflop < AUTO_MIN_GFLOP:
+        return f"auto: this call's first grouped GEMM is {gflop:.1f} GFLOP, below {AUTO_MIN_GFLOP:g}"
+    return None
+
+
+# ---- registration ----------------------------------------------------------------------------------------
+
+def _implementation(recipe: str):
+    def experts_forward(self, hidden_states, top_k_index, top_k_weights):
+        return run(self, hidden_states, top_k_index, top_k_weights, recipe)
+
+    experts_forward.__name__ = experts_forward.__qualname__ = f"scalemm_{recipe}_experts_forward"
+    experts_forward.__doc__ = f"transformers experts in FP8 through scalemm, recipe {recipe!r}."
+    return experts_forward
+
+
+def _refuse_prequantized(name: str):
+    def experts_forward(self, hidden_states, top_k_index, top_k_weights):
+        raise UnsupportedError(
+            f"experts_implementation={name!r} on {type(self).__name__}: this model's experts were loaded from a "
+            f"pre-quantized FP8 checkpoint (FP8 weights and their scales, no high-precision master weights), which "
+            f"scalemm's experts do not train. Load it with quantization_config=FineGrainedFP8Config(dequantize=True) "
+            f"for bf16 experts, which take {name!r}.")
+
+    experts_forward.__name__ = experts_forward.__qualname__ = f"{name}_prequantized_refused"
+    return experts_forward
+
+
+_REGISTER = {_MOE: ("ExpertsInterface", _implementation), _FP8: ("FP8ExpertsInterface", None)}
+
+
+def _register(module_name: str) -> None:
+    mod = sys.modules.get(module_name)
+    cls_name, _ = _REGISTER[module_name]
+    interface = getattr(mod, cls_name, None)
+    if interface is None:  # a transformers without this interface: nothing to register in
+        return
+    for name, recipe in NAMES.items():
+        fn = _implementation(recipe) if module_name == _MOE else _refuse_prequantized(name)
+        interface.register(name, fn)
+
+
+class _Loader:
+    """The module's own loader, registering the experts right after the module executes."""
+
+    def __init__(self, loader, hook):
+        self._loader, self._hook = loader, hook
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._hook.loaded(module.__name__)
+
+
+class _ImportHook:
+    """sys.meta_path finder for the transformers modules not yet imported; it finds nothing itself (the
+    other finders do) and leaves sys.meta_path once every module it waits for is registered."""
+
+    def __init__(self, names):
+        self.pending = set(names)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.pending:
+            return None
+        for finder in list(sys.meta_path):
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None  # the usual import proceeds; nothing registered (no way to run after it)
+        spec.loader = _Loader(spec.loader, self)
+        return spec
+
+    def loaded(self, name):
+        self.pending.discard(name)
+        try:
+            _register(name)
+        finally:
+            if not self.pending:
+                self.remove()
+
+    def remove(self):
+        while self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+def install() -> None:
+    """Register the scalemm experts in transformers' interfaces now where they are imported, and when they
+    are imported otherwise."""
+    for hook in [f for f in sys.meta_path if isinstance(f, _ImportHook)]:
+        hook.remove()
+    waiting = []
+    for name in _REGISTER:
+        if name in sys.modules:
+            _register(name)
+        else:
+            waiting.append(name)
+    if waiting:
+        sys.meta_path.insert(0, _ImportHook(waiting))
+
+
+# ---- conversion ------------------------------------------------------------------------------------------
+
+def is_experts(m) -> bool:
+    """Whether `m` is an experts module of transformers' registry (decorated with use_experts_implementation)."""
+    return (_MOE in sys.modules and hasattr(m, "is_concatenated") and hasattr(m, "down_proj")
+            and hasattr(getattr(m, "config", None), "_experts_implementation"))
+
+
+def convert_experts(model, recipe: str, module_filter) -> int:
+    """Set every experts module of a transformers `model` to "scalemm_<recipe>" (convert_to_float8's part for
+    experts). Modules the filter or "auto" leave out keep the name but run grouped_mm, with the reason on the
+    module. Returns how many experts modules were found."""
+    found = [(fqn, m) for fqn, m in model.named_modules() if is_experts(m)]
+    if not found:
+        return 0
+    why = None
+    if recipe not in RECIPES:
+        why = f"no scalemm experts for recipe {recipe!r} (experts take {', '.join(repr(r) for r in RECIPES)})"
+    elif any(_up(m)[0].element_size() == 1 for _, m in found):
+        why = ("pre-quantized FP8 experts (no master weights to train); load with "
+               "FineGrainedFP8Config(dequantize=True) for bf16 experts")
+    if why is not None:
+        for _, m in found:
+            m._scalemm_not_converted = why
+        return len(found)
+    name = f"scalemm_{recipe}"
+    for fqn, m in found:
+        reason = None
+        if module_filter == "auto":
+            reason = auto_skip(m)
+        elif module_filter is not None and not module_filter(fqn, m):
+            reason = "module_filter returned False"
+        m._scalemm_not_converted = reason
+        m._scalemm_auto = module_filter == "auto"
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation(name)
+    for _, m in found:  # experts whose config the model's setter does not reach (a bare module, a sub-model)
+        if m.config._experts_implementation != name:
+            m.config._experts_implementation = name
+    return len(found)
+
+
+def report_rows(model):
+    """conversion_report's rows for the experts modules of `model`."""
+    rows = []
+    for fqn, m in model.named_modules():
+        if not is_experts(m):
+            continue
+        impl = m.config._experts_implementation
+        hidden, inter = _features(m)
+        recipe = NAMES.get(impl)
+        if recipe is None:
+            why = getattr(m, "_scalemm_not_converted", None) or f"experts_implementation={impl!r} (not a scalemm one)"
+            now = impl or "grouped_mm"
+        else:
+            why = getattr(m, "_scalemm_not_converted", None) or ineligible(m, recipe)
+            now = "grouped_mm" if why else impl
+            why = why or _converted_why(m, recipe)
+        rows.append(dict(name=fqn or "(model)", in_features=hidden, out_features=inter,
+                         layer=f"{type(m).__name__} ({m.num_experts} experts): {now}",
+                         recipe=recipe if now == impl else None, reason=why))
+    return rows
+
+
+def _converted_why(m, recipe):
+    gate = "SiLU(gate) * up fused" if _fused(m) else "the module's own gate, unfused"
+    why = f"FP8 {recipe} experts ({gate})"
+    if getattr(m, "_scalemm_auto", False):
+        why += f"; calls below {AUTO_MIN_GFLOP:g} GFLOP run grouped_mm (auto)"
+    return why
