@@ -369,6 +369,8 @@ NB_MODULE(_scalemm, m) {
   });
 
   m.def("set_error_classes", [](std::vector<nb::object> classes) { error_classes() = std::move(classes); });
+  void scalemm_register_ffi(nb::module_&);  // XLA FFI handlers for scalemm.jax (ffi.cpp)
+  scalemm_register_ffi(m);
   m.def("version", [] { return std::string(scalemm_version()); });
   m.def("status_name", [](int code) { return std::string(status_code_name(StatusCode(code))); });
   m.def("device", [] {
