@@ -85,20 +85,20 @@ def breakdown(iters: int) -> dict:
     """CPU time of the parts of one eager scalemm.scaled_mm call: the whole call, the output allocation
     (torch.empty) and the prepared library call on a preallocated output; the rest is the signature
     lookup in Python."""
-    from scalemm import torch as st
+    from scalemm.torch import _runtime, ops
 
     m = n = k = 128
     xq, wq, xs, ws = operands(m, n, k, "block1x128", "block128x128")
     call = lambda: scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128")  # noqa: E731
-    st._prepared.clear()
+    ops._prepared.clear()
     call()
-    (run, shape, dtype, device, index), = st._prepared.values()
+    (run, shape, dtype, device, index), = ops._prepared.values()
     d = torch.empty(shape, dtype=dtype, device=device)
-    stream = st._stream(index)
+    stream = _runtime._stream(index)
     parts = {
         "whole call": call,
         "output allocation (torch.empty)": lambda: torch.empty(shape, dtype=dtype, device=device),
-        "current stream": lambda: st._stream(index),
+        "current stream": lambda: _runtime._stream(index),
         "library call (Prepared.run)": lambda: run(xq.data_ptr(), xs.data_ptr(), wq.data_ptr(), ws.data_ptr(),
                                                    d.data_ptr(), 0, stream),
     }

@@ -10,6 +10,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import scalemm  # noqa: E402
 import scalemm.torch as st  # noqa: E402
+from scalemm import _scalemm  # noqa: E402
+from scalemm.torch.quantizers import _quantize_grouped_cuda, _tokens_padded  # noqa: E402
 from oracle import seed  # noqa: E402
 
 GPU = torch.cuda.is_available() and scalemm.has_gpu()
@@ -118,11 +120,11 @@ def test_token_quantization_equals_quantizing_the_aligned_copy():
     t, k = sum(sizes), 384
     x = torch.randn(t, k, generator=g).to(torch.bfloat16).cuda()
     sz = torch.tensor(sizes, dtype=torch.int64, device="cuda")
-    rows = st._C.padded_token_rows(t, len(sizes)) + 128  # slack after the last expert stays zero
+    rows = _scalemm.padded_token_rows(t, len(sizes)) + 128  # slack after the last expert stays zero
     assert rows - 128 == (t + 127 * len(sizes) + 127) // 128 * 128  # the layer's own formula
-    got = st._quantize_grouped_cuda(x, sz, rows, "block1x128", "e4m3", "compact")
+    got = _quantize_grouped_cuda(x, sz, rows, "block1x128", "e4m3", "compact")
     xq, xs = st.quantize(x, "block1x128")
-    _, _, xtq, xts = st.quantize(st._tokens_padded(x, sz, rows), "block1x128", columnwise=True)
+    _, _, xtq, xts = st.quantize(_tokens_padded(x, sz, rows), "block1x128", columnwise=True)
     host = torch.ops.scalemm.quantize_grouped(x.cpu(), sz.cpu(), rows, "block1x128", "e4m3", "compact")
     for name, a, b, h in zip(("data", "scales", "data_t", "scales_t"), got, (xq, xs, xtq, xts), host):
         assert a.shape == b.shape == h.shape, name
@@ -131,9 +133,9 @@ def test_token_quantization_equals_quantizing_the_aligned_copy():
         assert torch.equal(a.cpu().view(torch.uint8) if a.element_size() == 1 else a.cpu(),
                            h.view(torch.uint8) if h.element_size() == 1 else h), name
     with pytest.raises(scalemm.InvalidArgumentError, match="sizes"):
-        st._quantize_grouped_cuda(x, sz.to(torch.int32), rows, "block1x128", "e4m3", "compact")
+        _quantize_grouped_cuda(x, sz.to(torch.int32), rows, "block1x128", "e4m3", "compact")
     with pytest.raises(scalemm.InvalidArgumentError, match="padded_rows"):
-        st._quantize_grouped_cuda(x, sz, rows - 256, "block1x128", "e4m3", "compact")
+        _quantize_grouped_cuda(x, sz, rows - 256, "block1x128", "e4m3", "compact")
 
 
 @needs_gpu
