@@ -1,0 +1,300 @@
+"""The custom ops of the FP8 experts (scalemm._moe), each with a fake implementation:
+
+    torch.ops.scalemm.moe_route             (pos (T, k), row_pair (M,), sizes (E,)) of top_k_index (T, k):
+                                            the pairs p = t k + j sorted by expert, stable; pos[t, j] the
+                                            sorted row of pair (t, j), -1 for a sentinel (id outside
+                                            [0, E)); row_pair[r] the pair of sorted row r, -1 for the
+                                            sentinels' rows (after every expert's); sizes[e] expert e's
+                                            rows, the last one counting the sentinels' rows too (M = T k)
+    torch.ops.scalemm.moe_quantize_tokens   rowwise (M, C) + columnwise (C, rows) FP8 of the sorted rows:
+                                            x's rows as given, or x[gather[r]] (zero for gather -1) times
+                                            row_weight[r] rounded to x's type; the grouped quantizer's bytes
+    torch.ops.scalemm.moe_quantize_weights  (data, scales) of a dense (R, K) weight
+    torch.ops.scalemm.moe_combine           out[t] = sum_j w[t, j] y[pos[t, j]] (w = 1 without weights),
+                                            fp32 in j order, +0 for sentinels, rounded to y's type
+    torch.ops.scalemm.moe_combine_weight_grad
+                                            dw[t, j] = <dout[t], y[pos[t, j]]> (fp64 sums, fp32), 0 for sentinels
+
+`fused` picks the library's kernels (CUDA tensors) over torch index ops; both write the same bytes
+(up to the last bit of the fp64 sums of moe_combine_weight_grad). CPU tensors run the torch ops and
+the host quantizer. Eager calls skip the dispatcher; traced ones go through the ops.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import _core
+from . import _scalemm as _C
+from ._errors import UnsupportedError
+from ._arrays import DTYPE_CODE, torch_dtype
+
+_MODE = {False: 0, True: 2}  # numerics::ScaleMode kDefault, kAmaxPow2
+_FMT = 0  # compact scales
+_SRC = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+
+
+def _tracing() -> bool:
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+    return torch.compiler.is_compiling() or is_in_torch_dispatch_mode()
+
+
+def _stream(t: torch.Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def fused_applies(x: torch.Tensor) -> bool:
+    """Whether the fused kernels run for activations x: CUDA, 16-bit, and a library that has them."""
+    return x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and hasattr(_C, "moe_route")
+
+
+def _outputs(x, rows_m, cols, rows, recipe, rowwise=True, columnwise=True):
+    r = _core.recipe_code(recipe, "recipe")
+    sdt = torch_dtype(_core.scale_dtype_name(r))
+    out = ()
+    if rowwise:
+        out += (x.new_empty((rows_m, cols), dtype=torch.float8_e4m3fn),
+                x.new_empty(_core.scale_shape(r, rows_m, cols, _FMT), dtype=sdt))
+    if columnwise:
+        out += (x.new_empty((cols, rows), dtype=torch.float8_e4m3fn),
+                x.new_empty(_core.scale_shape(r, cols, rows, _FMT), dtype=sdt))
+    return r, out
+
+
+def _ptr(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+# ---- routing ---------------------------------------------------------------------------------------------
+
+def route_torch(top_k_index: torch.Tensor, num_experts: int):
+    """moe_route in torch index ops (the reference of the kernel's stable counting sort)."""
+    t, k = top_k_index.shape
+    flat = top_k_index.reshape(-1).long()
+    valid = (flat >= 0) & (flat < num_experts)
+    key = torch.where(valid, flat, num_experts)
+    order = torch.argsort(key, stable=True)
+    counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=flat.device).scatter_add_(0, key,
+                                                                                            torch.ones_like(key))
+    sizes = torch.cat([counts[:num_experts - 1], counts[num_experts - 1:num_experts] + counts[num_experts:]])
+    pos = torch.empty_like(flat).scatter_(0, order, torch.arange(t * k, device=flat.device))
+    pos = torch.where(valid, pos, -1).view(t, k)
+    row_pair = torch.where(valid[order], order, -1)
+    return pos, row_pair, sizes
+
+
+def _route_impl(top_k_index, num_experts, fused):
+    if not (fused and top_k_index.is_cuda):
+        return route_torch(top_k_index, num_experts)
+    t, k = top_k_index.shape
+    idx = top_k_index.to(torch.int64).contiguous()
+    pos = torch.empty((t, k), dtype=torch.int64, device=idx.device)
+    row_pair = torch.empty((t * k,), dtype=torch.int64, device=idx.device)
+    sizes = torch.empty((num_experts,), dtype=torch.int64, device=idx.device)
+    ws = torch.empty((_C.moe_route_workspace_bytes(t * k, num_experts),), dtype=torch.uint8, device=idx.device)
+    _C.moe_route(idx.data_ptr(), t, k, num_experts, pos.data_ptr(), row_pair.data_ptr(), sizes.data_ptr(),
+                 ws.data_ptr(), ws.numel(), 1, _stream(idx))
+    return pos, row_pair, sizes
+
+
+@torch.library.custom_op("scalemm::moe_route", mutates_args=())
+def _route_op(top_k_index: torch.Tensor, num_experts: int, fused: bool) -> Tuple[torch.Tensor, torch.Tensor,
+                                                                                  torch.Tensor]:
+    return _route_impl(top_k_index, num_experts, fused)
+
+
+@_route_op.register_fake
+def _(top_k_index, num_experts, fused):
+    t, k = top_k_index.shape
+    i64 = dict(dtype=torch.int64)
+    return (top_k_index.new_empty((t, k), **i64), top_k_index.new_empty((t * k,), **i64),
+            top_k_index.new_empty((num_experts,), **i64))
+
+
+def route(top_k_index, num_experts, fused):
+    return (_route_op if _tracing() else _route_impl)(top_k_index, num_experts, fused)
+
+
+# ---- quantizers ----------------------------------------------------------------------------------------
+
+def _quantize_dense(x, recipe, pow2, rowwise=True, columnwise=False):
+    """The library's quantizer (host emulator for CPU tensors) in the given scale mode."""
+    x = x.contiguous()
+    rows, cols = x.shape
+    r, out = _outputs(x, rows, cols, rows, recipe, rowwise, columnwise)
+    if not hasattr(_C, "quantize_mode"):
+        if pow2:
+            raise UnsupportedError("power_of_two_scales: this build of the extension has no scale-mode quantizer "
+                                   "(quantize_mode). Rebuild the extension from this checkout.")
+        full = _core.quantize_impl(x, recipe, "e4m3", "compact", columnwise)
+        return tuple(full) if rowwise and columnwise else (full[:2] if rowwise else full[2:])
+    d = list(out) if rowwise else [None, None] + list(out)
+    if not columnwise:
+        d += [None, None]
+    ctx = torch.cuda.device(x.device) if x.is_cuda else _nullctx()
+    with ctx:
+        _C.quantize_mode(x.data_ptr(), DTYPE_CODE[_SRC[x.dtype]], rows, cols, r, DTYPE_CODE["e4m3"], _FMT,
+                         _MODE[pow2], *(_ptr(t) for t in d), 1 if x.is_cuda else 0, _stream(x) if x.is_cuda else 0)
+    return out
+
+
+class _nullctx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def gather_rows(x, gather, row_weight):
+    """x[gather[r]] (zero rows for gather -1), times row_weight[r] in fp32 rounded to x's type."""
+    g = x[gather.clamp(min=0)]
+    if row_weight is not None:
+        g = (g.float() * row_weight[:, None]).to(x.dtype)
+    return torch.where((gather >= 0)[:, None], g, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def _torch_helper(name):
+    """A helper of scalemm.torch (imported on first use: scalemm.torch imports this module)."""
+    import importlib  # noqa: PLC0415
+
+    for mod in ("scalemm.torch.quantizers", "scalemm.torch._autograd", "scalemm.torch"):
+        try:
+            fn = getattr(importlib.import_module(mod), name, None)
+        except ImportError:
+            fn = None
+        if fn is not None:
+            return fn
+    raise ImportError(f"scalemm.torch has no {name}")
+
+
+def _tokens_padded(x, sizes, rows):
+    return _torch_helper("_tokens_padded")(x, sizes, rows)
+
+
+def _quantize_tokens_impl(x, gather, row_weight, sizes, rows, recipe, pow2, fused):
+    x = x.contiguous()
+    grouped = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and hasattr(_C, "quantize_grouped_rows")
+    if gather is not None and not (fused and grouped):
+        x, gather, row_weight = gather_rows(x, gather, row_weight), None, None
+    rows_m, cols = (gather.shape[0] if gather is not None else x.shape[0]), x.shape[1]
+    if not grouped:  # host (or an older extension): the grouped quantizer's contract, two dense calls
+        rowwise = _quantize_dense(x, recipe, pow2)
+        return tuple(rowwise) + tuple(_quantize_dense(_tokens_padded(x, sizes, rows), recipe, pow2, False, True))
+    r, out = _outputs(x, rows_m, cols, rows, recipe)
+    with torch.cuda.device(x.device):
+        _C.quantize_grouped_rows(x.data_ptr(), DTYPE_CODE[_SRC[x.dtype]], rows_m, cols, r, DTYPE_CODE["e4m3"], _FMT,
+                                 _MODE[pow2], sizes.data_ptr(), sizes.shape[0], rows, _ptr(gather), x.shape[0],
+                                 _ptr(row_weight), *(t.data_ptr() for t in out), _stream(x))
+    return out
+
+
+@torch.library.custom_op("scalemm::moe_quantize_tokens", mutates_args=())
+def _quantize_tokens_op(x: torch.Tensor, gather: Optional[torch.Tensor], row_weight: Optional[torch.Tensor],
+                        sizes: torch.Tensor, rows: int, recipe: str, power_of_two: bool,
+                        fused: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _quantize_tokens_impl(x, gather, row_weight, sizes, rows, recipe, power_of_two, fused)
+
+
+@_quantize_tokens_op.register_fake
+def _(x, gather, row_weight, sizes, rows, recipe, power_of_two, fused):
+    return _outputs(x, gather.shape[0] if gather is not None else x.shape[0], x.shape[1], rows, recipe)[1]
+
+
+def quantize_tokens(x, gather, row_weight, sizes, rows, recipe, pow2, fused):
+    if row_weight is not None:
+        row_weight = row_weight.float().contiguous()
+    return (_quantize_tokens_op if _tracing() else _quantize_tokens_impl)(x, gather, row_weight, sizes, rows, recipe,
+                                                                         pow2, fused)
+
+
+@torch.library.custom_op("scalemm::moe_quantize_weights", mutates_args=())
+def _quantize_weights_op(w: torch.Tensor, recipe: str, power_of_two: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    return tuple(_quantize_dense(w, recipe, power_of_two))
+
+
+@_quantize_weights_op.register_fake
+def _(w, recipe, power_of_two):
+    return _outputs(w, w.shape[0], w.shape[1], w.shape[0], recipe, True, False)[1]
+
+
+def quantize_weights(w, recipe, pow2):
+    return (_quantize_weights_op if _tracing() else _quantize_dense)(w, recipe, pow2)
+
+
+def transpose_fp8(t):
+    return _torch_helper("_transpose_fp8")(t)
+
+
+# ---- combine -------------------------------------------------------------------------------------------
+
+def combine_torch(y, pos, weights):
+    t, k = pos.shape
+    valid = (pos >= 0)[..., None]
+    g = y[pos.clamp(min=0)]
+    acc = torch.zeros((t, y.shape[1]), dtype=torch.float32, device=y.device)
+    for j in range(k):  # k order, one rounding per product and per sum (the kernel's arithmetic)
+        term = g[:, j].float() if weights is None else g[:, j].float() * weights[:, j, None]
+        acc = acc + torch.where(valid[:, j], term, 0.0)
+    return acc.to(y.dtype)
+
+
+def _combine_impl(y, pos, weights, fused):
+    if not (fused and y.is_cuda):
+        return combine_torch(y, pos, weights)
+    y, pos = y.contiguous(), pos.contiguous()
+    t, k = pos.shape
+    out = torch.empty((t, y.shape[1]), dtype=y.dtype, device=y.device)
+    _C.moe_combine(y.data_ptr(), DTYPE_CODE[_SRC[y.dtype]], y.shape[0], y.shape[1], pos.data_ptr(), t, k,
+                   _ptr(weights), out.data_ptr(), 1, _stream(y))
+    return out
+
+
+@torch.library.custom_op("scalemm::moe_combine", mutates_args=())
+def _combine_op(y: torch.Tensor, pos: torch.Tensor, weights: Optional[torch.Tensor], fused: bool) -> torch.Tensor:
+    return _combine_impl(y, pos, weights, fused)
+
+
+@_combine_op.register_fake
+def _(y, pos, weights, fused):
+    return y.new_empty((pos.shape[0], y.shape[1]))
+
+
+def combine(y, pos, weights, fused):
+    if weights is not None:
+        weights = weights.float().contiguous()
+    return (_combine_op if _tracing() else _combine_impl)(y, pos, weights, fused)
+
+
+def combine_weight_grad_torch(dout, y, pos):
+    g = y[pos.clamp(min=0)].double()
+    dw = (g * dout.double()[:, None, :]).sum(-1).float()
+    return torch.where(pos >= 0, dw, 0.0)
+
+
+def _weight_grad_impl(dout, y, pos, fused):
+    if not (fused and y.is_cuda):
+        return combine_weight_grad_torch(dout, y, pos)
+    dout, y, pos = dout.contiguous(), y.contiguous(), pos.contiguous()
+    t, k = pos.shape
+    dw = torch.empty((t, k), dtype=torch.float32, device=y.device)
+    _C.moe_combine_weight_grad(dout.data_ptr(), y.data_ptr(), DTYPE_CODE[_SRC[y.dtype]], y.shape[0], y.shape[1],
+                               pos.data_ptr(), t, k, dw.data_ptr(), 1, _stream(y))
+    return dw
+
+
+@torch.library.custom_op("scalemm::moe_combine_weight_grad", mutates_args=())
+def _weight_grad_op(dout: torch.Tensor, y: torch.Tensor, pos: torch.Tensor, fused: bool) -> torch.Tensor:
+    return _weight_grad_impl(dout, y, pos, fused)
+
+
+@_weight_grad_op.register_fake
+def _(dout, y, pos, fused):
+    return y.new_empty(tuple(pos.shape), dtype=torch.float32)
+
+
+def combine_weight_grad(dout, y, pos, fused):
+    return (_weight_grad_op if _tracing() else _weight_grad_impl)(dout, y, pos, fused)
