@@ -25,8 +25,8 @@ to a capturing stream raises UnsupportedError instead of breaking the capture).
 
 The package, one concern per module (each imports only the ones before it; docs/python.md, "Package layout"):
 
-    config       the recipe sets and the auto-filter constants (a leaf)
-    _runtime     streams, tracing checks, dtype names
+    config       the recipe sets, the auto-filter constants and Float8LinearConfig (a leaf)
+    _runtime     streams, tracing checks, dtype names, the bounded LRU of the prepared calls
     ops          the GEMM custom ops and their fakes, and the eager prepared paths
     quantizers   the quantizer custom ops (FP8, nvfp4, MoE tokens) and their fast path
     activations  the quantizers with GELU or SwiGLU fused in

@@ -7,12 +7,12 @@ import torch
 
 from .. import _core
 from .. import _scalemm as _C
-from ._runtime import _NAMES, _direct, _dispatch_modes, _is_compiling, _name, _stream
+from ._runtime import _NAMES, BoundedLRU, _direct, _dispatch_modes, _is_compiling, _name, _stream
 from .ops import _prepare, scaled_mm
 from .quantizers import _fast_quantize
 
 # The layers' prepared GEMMs, keyed by what their operands' layouts follow from.
-_layer_gemms: dict = {}
+_layer_gemms = BoundedLRU()
 
 
 def _layer_gemm(a, b, sa, sb, ra, rb, od, fmt, fast_accum=False):
@@ -28,9 +28,7 @@ def _layer_gemm(a, b, sa, sb, ra, rb, od, fmt, fast_accum=False):
                       fast_accum=fast_accum)  # validates
         with _core.naming_backend("auto"):
             p = _prepare(a, b, sa, sb, ra, rb, od, fmt, None, "auto", None, None, fast_accum)
-        if len(_layer_gemms) >= 4096:
-            _layer_gemms.clear()
-        _layer_gemms[key] = p
+        _layer_gemms.put(key, p)
         return d
     run, shape, dtype, device, index = p
     d = torch.empty(shape, dtype=dtype, device=device)

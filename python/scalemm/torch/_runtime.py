@@ -1,9 +1,10 @@
 """What every module of scalemm.torch asks of the running process: the current stream, whether anything
-traces, torch dtypes by the library's names."""
+traces, torch dtypes by the library's names, and the one bounded cache the prepared calls keep."""
 
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 
 import torch
 
@@ -52,3 +53,43 @@ def _direct(x) -> bool:
 def _on_device(x):
     """x's device made current for a library call (its stream argument then names the right device)."""
     return contextlib.nullcontext() if x.device.index == _current_device() else torch.cuda.device(x.device)
+
+
+# ---- the prepared calls' cache ------------------------------------------------------------------------------
+
+class BoundedLRU:
+    """A mapping of at most `limit` entries that drops the least recently used one when full: the prepared
+    calls of one signature each (a model runs a few hundred; a sweep over shapes must not grow without
+    bound, and the signatures still in use stay prepared). Values are never None (get's miss)."""
+
+    __slots__ = ("_d", "limit")
+
+    def __init__(self, limit: int = 4096):
+        self._d: OrderedDict = OrderedDict()
+        self.limit = limit
+
+    def get(self, key):
+        d = self._d
+        v = d.get(key)
+        if v is not None:
+            d.move_to_end(key)
+        return v
+
+    def put(self, key, value) -> None:
+        d = self._d
+        d[key] = value
+        d.move_to_end(key)
+        if len(d) > self.limit:
+            d.popitem(last=False)
+
+    def clear(self) -> None:
+        self._d.clear()
+
+    def values(self):
+        return self._d.values()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __contains__(self, key) -> bool:
+        return key in self._d

@@ -1,6 +1,14 @@
-"""The recipe sets the layers take and the auto-filter constants (a leaf: nothing here calls torch)."""
+"""The layers' options and the recipe sets they take (a leaf: nothing here calls torch).
+
+Float8LinearConfig names a Float8Linear's six options and their defaults; the layer's class attributes
+are those defaults, so that setting one on a layer (`layer.keep_saved = True`) or on a class
+(`Float8Linear.cache_weight = True`) works as before, and `layer.config` is what its forward reads.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
 
 from .. import _core
 
@@ -40,3 +48,29 @@ def _recipe_name(recipe) -> str:
         raise _core.invalid("recipe", "a training recipe", ", ".join(f'"{r}"' for r in LINEAR_RECIPES), repr(recipe),
                             "Pick one of the names; each sets both the activation and the weight recipe.")
     return recipe
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8LinearConfig:
+    """A Float8Linear's options, as one value (layer.config). Each field is also a class attribute of
+    Float8Linear, with the default below, that a layer or a subclass may override."""
+
+    recipe: str = "blockwise"  # a LINEAR_RECIPES name: the activation and the weight recipe
+    scale_format: str = "cublaslt"  # the quantizers write cuBLASLt's scale layout ("compact": the same products)
+    cache_weight: bool = False  # keep the forward's weight quantization until the next optimizer step
+    min_gflop: float = 0.0  # calls whose GEMMs are smaller run F.linear in the weight's dtype (convert "auto")
+    fast_accum: bool = True  # rowwise, tensorwise: fast accumulation in the forward GEMM (False: exact everywhere)
+    keep_saved: bool = False  # True: keep X^T's FP8 copy until the graph is freed (a second backward, retain_graph)
+
+    @property
+    def recipes(self) -> Tuple[str, str]:
+        """(activation recipe, weight recipe)."""
+        return LINEAR_RECIPES[self.recipe]
+
+    @property
+    def forward_fast_accum(self) -> bool:
+        """Whether the forward GEMM accumulates fast: asked for, and the recipe's convention."""
+        return self.fast_accum and self.recipe in _FAST_ACCUM_RECIPES
+
+
+DEFAULTS = Float8LinearConfig()

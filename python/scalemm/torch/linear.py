@@ -1,16 +1,15 @@
-"""FP8 linear layers: Float8Linear (one recipe of config.LINEAR_RECIPES), Float8BlockwiseLinear and MXLinear,
-and the autograd function of their three GEMMs."""
+"""FP8 linear layers: Float8Linear (one recipe of config.LINEAR_RECIPES, its options a Float8LinearConfig),
+Float8BlockwiseLinear and MXLinear, and the autograd function of their three GEMMs."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook as _register_step_hook
 
 from ._autograd import _as_rows, _check_not_released, _layer_gemm, _quantize_parts, _release, _wgrad
 from ._runtime import _NAMES, _dispatch_modes, _is_compiling, _name
-from .config import _FAST_ACCUM_RECIPES, LINEAR_RECIPES, _recipe_name
+from .config import DEFAULTS, Float8LinearConfig, _recipe_name
 from .fsdp import _GatheredFloat8Weight, _plain
 
 class _ScaledLinearFn(torch.autograd.Function):
@@ -82,13 +81,26 @@ class _ScaledLinearFn(torch.autograd.Function):
 # Optimizer steps seen in this process: a cached weight quantization is kept only within one. The version
 # counter alone misses fused optimizer kernels (AdamW(fused=True) updates parameters without bumping it).
 _optimizer_steps = [0]
+_step_hook = []  # the counter's hook handle, once the weight cache is first used
 
 
 def _count_step(optimizer, args, kwargs):
     _optimizer_steps[0] += 1
 
 
-_register_step_hook(_count_step)
+def _count_optimizer_steps():
+    """Registers the step counter on the weight cache's first use, not at import: a process that never
+    caches a weight keeps torch's global optimizer hooks as they were (no cached copy exists before the
+    first use, so the steps before it need no counting)."""
+    if not _step_hook:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _step_hook.append(register_optimizer_step_post_hook(_count_step))
+
+
+# One Float8LinearConfig per set of option values (a process has a handful): a forward reads its layer's
+# config without building one (a frozen dataclass takes microseconds to construct).
+_configs: dict = {}
 
 
 class Float8Linear(torch.nn.Module):
@@ -124,14 +136,20 @@ class Float8Linear(torch.nn.Module):
     scale_format: "cublaslt" (default) has the quantizers write every scale tensor in the layout
     cuBLASLt reads, so no GEMM converts one; "compact" keeps the quantizers' compact grids (the same
     products, bit for bit).
+
+    Options: recipe, scale_format, cache_weight, min_gflop, fast_accum and keep_saved are class
+    attributes with config.Float8LinearConfig's defaults, set on a layer or a class; `layer.config`
+    returns them as one frozen Float8LinearConfig, which the forward reads.
     """
 
-    recipe = "blockwise"
-    cache_weight = False
-    scale_format = "cublaslt"
-    min_gflop = 0.0  # calls whose GEMMs are smaller run F.linear in the weight's dtype (convert_to_float8 "auto")
-    fast_accum = True  # rowwise, tensorwise: fast accumulation in the forward GEMM (False: exact everywhere)
-    keep_saved = False  # True: keep X^T's FP8 copy until the graph is freed (a second backward, retain_graph)
+    # The options (config.Float8LinearConfig, where each is described): class attributes that a layer or a
+    # subclass overrides, read together as `config` on every forward.
+    recipe = DEFAULTS.recipe
+    cache_weight = DEFAULTS.cache_weight
+    scale_format = DEFAULTS.scale_format
+    min_gflop = DEFAULTS.min_gflop
+    fast_accum = DEFAULTS.fast_accum
+    keep_saved = DEFAULTS.keep_saved
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  recipe: str = "blockwise"):
@@ -156,30 +174,43 @@ class Float8Linear(torch.nn.Module):
         m.weight, m.bias = linear.weight, linear.bias
         return m
 
-    def _cached_weight(self, wgt):
+    @property
+    def config(self) -> Float8LinearConfig:
+        """The layer's options as one value, read from its attributes (its own, else its class's)."""
+        values = (self.recipe, self.scale_format, self.cache_weight, self.min_gflop, self.fast_accum, self.keep_saved)
+        c = _configs.get(values)
+        if c is None:
+            c = Float8LinearConfig(*values)
+            if not _is_compiling() and len(_configs) < 1024:
+                _configs[values] = c
+        return c
+
+    def _cached_weight(self, config: Float8LinearConfig, wgt):
         w = self.weight
-        if (not self.cache_weight or _is_compiling() or type(w) is not torch.nn.Parameter or not w.is_cuda
+        if (not config.cache_weight or _is_compiling() or type(w) is not torch.nn.Parameter or not w.is_cuda
                 or _dispatch_modes() or torch.cuda.is_current_stream_capturing()):
             return None  # a captured step quantizes in the graph: a cache hit would replay a stale weight
+        _count_optimizer_steps()
         key = (_optimizer_steps[0], w._version, w.data_ptr(), w.dtype, tuple(w.shape), w.device, wgt,
-               self.scale_format)
+               config.scale_format)
         c = self.__dict__.get("_weight_q")
         if c is None or c[0] != key:
             with torch.no_grad():
-                c = (key, _quantize_parts(w.detach(), wgt, self.scale_format, True, False))
+                c = (key, _quantize_parts(w.detach(), wgt, config.scale_format, True, False))
             self.__dict__["_weight_q"] = c
         return c[1]
 
     def forward(self, x):
-        if self.min_gflop and 2e-9 * (x.numel() // self.in_features) * self.in_features * self.out_features \
-                < self.min_gflop:
+        c = self.config
+        if c.min_gflop and 2e-9 * (x.numel() // self.in_features) * self.in_features * self.out_features \
+                < c.min_gflop:
             return torch.nn.functional.linear(x, self.weight, self.bias)
-        act, wgt = LINEAR_RECIPES[self.recipe]
-        return _ScaledLinearFn.apply(x, self.weight, self.bias, act, wgt, self._cached_weight(wgt), self.scale_format,
-                                     self.fast_accum and self.recipe in _FAST_ACCUM_RECIPES, self.keep_saved)
+        act, wgt = c.recipes
+        return _ScaledLinearFn.apply(x, self.weight, self.bias, act, wgt, self._cached_weight(c, wgt), c.scale_format,
+                                     c.forward_fast_accum, c.keep_saved)
 
     def extra_repr(self):
-        act, wgt = LINEAR_RECIPES[self.recipe]
+        act, wgt = self.config.recipes
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"recipe={self.recipe} (activations {act}, weights {wgt})")
 

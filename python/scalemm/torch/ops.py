@@ -20,7 +20,7 @@ import torch
 
 from .. import _core
 from .._arrays import DTYPE_CODE
-from ._runtime import _OUT, _dispatch_modes, _is_compiling, _out_name, _stream
+from ._runtime import _OUT, BoundedLRU, _dispatch_modes, _is_compiling, _out_name, _stream
 
 # ---- scaled_mm ------------------------------------------------------------------------------------------
 
@@ -56,7 +56,7 @@ def _split_global(s, recipe):
 
 
 # The prepared calls of each signature: (Prepared.run, output shape, dtype, device, device index).
-_prepared: dict = {}
+_prepared = BoundedLRU()
 
 
 def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
@@ -87,9 +87,7 @@ def _fast(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, b
         if p is None:  # a bias that needs converting: the general path
             return _core.scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
                                          backend, dtype_a, dtype_b, fast_accum=fast_accum)
-        if len(_prepared) >= 4096:
-            _prepared.clear()
-        _prepared[key] = p
+        _prepared.put(key, p)
     run, shape, dtype, device, index = p
     d = torch.empty(shape, dtype=dtype, device=device)
     run(a.data_ptr(), scale_a.data_ptr(), b.data_ptr(), scale_b.data_ptr(), d.data_ptr(),
@@ -178,7 +176,7 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
                          backend, dtype_a, dtype_b, grouped_backend, fast_accum)
 
 
-_prepared_grouped: dict = {}
+_prepared_grouped = BoundedLRU()
 
 
 def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, out_dtype, scale_format,
@@ -216,9 +214,7 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
             prepared = h.prepare_grouped(dim, *_core.sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
                                          va.space, gb, va.device, fast_accum)
         p = (prepared.run, out_shape, _OUT[od], a.device, va.device)
-        if len(_prepared_grouped) >= 4096:
-            _prepared_grouped.clear()
-        _prepared_grouped[key] = p
+        _prepared_grouped.put(key, p)
     run, shape, dtype, device, index = p
     d = torch.empty(shape, dtype=dtype, device=device)
     run(a.data_ptr(), scale_a.data_ptr(), b.data_ptr(), scale_b.data_ptr(), d.data_ptr(), sizes_ptr, _stream(index))

@@ -18,7 +18,7 @@ import torch
 from .. import _core
 from .. import _scalemm as _C
 from .._arrays import DTYPE_CODE, torch_dtype
-from ._runtime import _direct, _name, _on_device, _stream
+from ._runtime import BoundedLRU, _direct, _name, _on_device, _stream
 
 def _quantize_outputs(x, recipe, dtype, scale_format, columnwise=True, t_cols=None):
     """(recipe code, format code, outputs) of a quantizer on x (rows, cols): (data, scales) along cols
@@ -111,7 +111,7 @@ def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", columnwise=Fals
 
 
 # The prepared quantizations of each signature: (library codes, the outputs' shapes and dtypes, scratch bytes).
-_prepared_quantize: dict = {}
+_prepared_quantize = BoundedLRU()
 
 
 def _fast_quantize(x, recipe, dtype, scale_format, columnwise, rowwise=True):
@@ -130,9 +130,7 @@ def _fast_quantize(x, recipe, dtype, scale_format, columnwise, rowwise=True):
         # Scratch through torch's caching allocator (the amax recipes need some; block recipes none).
         ws = _C.quantize_workspace_bytes(codes[3], codes[4], codes[5], codes[0], codes[1], codes[2], rowwise,
                                                columnwise) if recipe in ("tensorwise", "rowwise") else 0
-        if len(_prepared_quantize) >= 4096:
-            _prepared_quantize.clear()
-        _prepared_quantize[key] = (codes, tuple((t.shape, t.dtype) for t in out), ws)
+        _prepared_quantize.put(key, (codes, tuple((t.shape, t.dtype) for t in out), ws))
         return out if rowwise else out[2:]
     (r, dt, fmt, src, rows, k), metas, ws = p
     scratch = torch.empty(ws, dtype=torch.uint8, device=x.device) if ws else None
