@@ -1,6 +1,7 @@
-"""PyTorch: tensors in and out, custom ops and their fake implementations, the linear layers, and on a
-GPU: bit-identity with torch._scaled_mm where torch is right, MXFP8/NVFP4 against the float64
-reference, torch.compile(fullgraph=True), CUDA-graph capture, the caller's current stream, CuPy/JAX.
+"""The GEMM custom ops (scalemm.torch.ops): torch tensors in and out, the ops and their fake
+implementations, tracing and torch.compile of the public calls, the prepared fast path; on a GPU:
+bit-identity with torch._scaled_mm where torch is right, MXFP8/NVFP4 against the float64 reference,
+CUDA-graph capture, the caller's current stream, fast accumulation, CuPy/JAX arrays.
 
 GPU tests skip with the reason when there is no usable CUDA device (they never pass silently). Every
 comparison with torch._scaled_mm prints one "TORCH-COMPARE" line (python/tests/gpu-check.sh collects
@@ -15,33 +16,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import scalemm  # noqa: E402
-import scalemm.torch as st  # noqa: E402
-from oracle import bound, dequant, gemm64, seed  # noqa: E402
+import scalemm.torch  # noqa: E402,F401  (registers the ops)
+from oracle import bound, gemm64, seed  # noqa: E402
+from torch_support import SM, _host64, _q, needs_gpu  # noqa: E402
 
-GPU = torch.cuda.is_available() and scalemm.has_gpu()
-needs_gpu = pytest.mark.skipif(not GPU, reason="no usable CUDA device (torch.cuda.is_available() = "
-                               f"{torch.cuda.is_available()}, scalemm: {scalemm.device()})")
-SM = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
-
-
-def _q(x, recipe, dtype="e4m3"):
-    return scalemm.quantize(x, recipe, dtype=dtype)
-
-
-def _host64(data, scales, recipe, dtype="e4m3"):
-    rows = data.shape[0]
-    d = data.cpu().view(torch.uint8).numpy()
-    if isinstance(scales, tuple):
-        s = (scales[0].cpu().view(torch.uint8).numpy() if scales[0].element_size() == 1 else scales[0].cpu().numpy(),
-             float(scales[1]))
-    else:
-        s = scales.cpu()
-        s = s.view(torch.uint8).numpy() if s.element_size() == 1 else s.numpy()
-    k = d.shape[1] * (2 if recipe == "nvfp4" else 1)
-    return dequant(d, s, recipe, "e2m1" if recipe == "nvfp4" else dtype, rows, k)
-
-
-# ---- host (CPU tensors: the reference emulator) -------------------------------------------------------------
 
 def test_cpu_tensors_in_and_out():
     g = torch.Generator().manual_seed(seed("cpu tensors"))
@@ -90,27 +68,6 @@ def test_tracing_records_the_custom_op():
     assert out.shape == (8, 8) and out.dtype == torch.bfloat16
 
 
-def test_linear_layers_forward_backward_cpu():
-    torch.manual_seed(seed("linear cpu"))
-    for cls in (st.Float8BlockwiseLinear, st.MXLinear):
-        lin = cls(128, 64)
-        ref = torch.nn.Linear(128, 64)
-        ref.load_state_dict(lin.state_dict())
-        x = torch.randn(16, 128, requires_grad=True)
-        x2 = x.detach().clone().requires_grad_()
-        y = lin(x)
-        y2 = ref(x2)
-        assert y.shape == (16, 64)
-        rel = ((y - y2).norm() / y2.norm()).item()
-        assert rel < 0.1, (cls.__name__, rel)
-        y.square().sum().backward()
-        y2.square().sum().backward()
-        for got, want, name in ((x.grad, x2.grad, "dx"), (lin.weight.grad, ref.weight.grad, "dw"),
-                                (lin.bias.grad, ref.bias.grad, "db")):
-            rel = ((got - want).norm() / want.norm()).item()
-            assert rel < 0.15, (cls.__name__, name, rel)
-
-
 def test_compile_fullgraph_of_the_public_calls_cpu():
     """scalemm.quantize and scalemm.scaled_mm inside a compiled function: no graph break."""
     g = torch.Generator().manual_seed(seed("compile public"))
@@ -126,19 +83,32 @@ def test_compile_fullgraph_of_the_public_calls_cpu():
     torch.testing.assert_close(got, f(x, w), rtol=0, atol=0)
 
 
-def test_compile_fullgraph_cpu():
-    torch.manual_seed(seed("compile cpu"))
-    model = torch.nn.Sequential(st.Float8BlockwiseLinear(128, 128), torch.nn.GELU(), st.MXLinear(128, 64))
-    x = torch.randn(32, 128)
-    want = model(x)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    got = compiled(x)
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    got.sum().backward()
+def test_prepared_fast_path_rechecks_per_call_properties():
+    """Repeated calls of one signature reuse the validated plan; values and addresses still count."""
+    g = torch.Generator().manual_seed(seed("fast path"))
+    outs = []
+    for _ in range(3):  # same shapes, new tensors each time
+        x = torch.randn(8, 256, generator=g)
+        xq, xs = _q(x, "block1x128")
+        wq, ws = _q(torch.randn(16, 256, generator=g), "block128x128")
+        d = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+        a64, b64 = _host64(xq, xs, "block1x128"), _host64(wq, ws, "block128x128")
+        assert np.all(np.abs(d.numpy() - gemm64(a64, b64)) <= bound(a64, b64, 256, "f32"))
+        outs.append(d)
+    bad = xs.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(scalemm.Error, match="f32-scale-non-finite"):
+        scalemm.scaled_mm(xq, wq, bad, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+    with pytest.raises(scalemm.InvalidLayoutError, match="scale_a"):  # new strides: a new signature, judged
+        scalemm.scaled_mm(xq, wq, xs.t().contiguous().t(), ws, recipe_a="block1x128", recipe_b="block128x128",
+                          out_dtype="f32")
+    bias = torch.randn(16, generator=g).to(torch.bfloat16)
+    d = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32", bias=bias)
+    torch.testing.assert_close(d, outs[-1] + bias.float(), rtol=1e-5, atol=1e-5)
+    d32 = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32",
+                            bias=bias.float())  # converted to bf16: the general path
+    torch.testing.assert_close(d32, d, rtol=0, atol=0)
 
-
-# ---- GPU ------------------------------------------------------------------------------------------------------
 
 def _torch_scales(recipe, s):
     """scalemm's compact scales in the form torch._scaled_mm takes for operand A (M, K)."""
@@ -302,26 +272,6 @@ def test_cuda_graph_capture_and_replay(ra, rb):
 
 
 @needs_gpu
-@pytest.mark.parametrize("cls", ["Float8BlockwiseLinear", "MXLinear"])
-def test_compile_fullgraph_linear_gpu(cls):
-    torch.manual_seed(seed(f"compile {cls}"))
-    layer = getattr(st, cls)
-    model = torch.nn.Sequential(layer(512, 1024), torch.nn.GELU(), layer(1024, 512)).cuda().to(torch.bfloat16)
-    x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    want = model(x)
-    want.float().square().mean().backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True)
-    got = compiled(x)
-    got.float().square().mean().backward()
-    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
-    for p, g in zip(model.parameters(), grads):
-        torch.testing.assert_close(p.grad, g, rtol=5e-2, atol=5e-3)
-
-
-@needs_gpu
 def test_custom_ops_pass_opcheck_on_gpu():
     x = torch.randn(64, 256, device="cuda")
     xq, xs = _q(x, "block1x128")
@@ -374,33 +324,6 @@ def test_jax_arrays():
     np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)), want.float().cpu().numpy())
 
 
-def test_prepared_fast_path_rechecks_per_call_properties():
-    """Repeated calls of one signature reuse the validated plan; values and addresses still count."""
-    g = torch.Generator().manual_seed(seed("fast path"))
-    outs = []
-    for _ in range(3):  # same shapes, new tensors each time
-        x = torch.randn(8, 256, generator=g)
-        xq, xs = _q(x, "block1x128")
-        wq, ws = _q(torch.randn(16, 256, generator=g), "block128x128")
-        d = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
-        a64, b64 = _host64(xq, xs, "block1x128"), _host64(wq, ws, "block128x128")
-        assert np.all(np.abs(d.numpy() - gemm64(a64, b64)) <= bound(a64, b64, 256, "f32"))
-        outs.append(d)
-    bad = xs.clone()
-    bad[0, 0] = float("nan")
-    with pytest.raises(scalemm.Error, match="f32-scale-non-finite"):
-        scalemm.scaled_mm(xq, wq, bad, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
-    with pytest.raises(scalemm.InvalidLayoutError, match="scale_a"):  # new strides: a new signature, judged
-        scalemm.scaled_mm(xq, wq, xs.t().contiguous().t(), ws, recipe_a="block1x128", recipe_b="block128x128",
-                          out_dtype="f32")
-    bias = torch.randn(16, generator=g).to(torch.bfloat16)
-    d = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32", bias=bias)
-    torch.testing.assert_close(d, outs[-1] + bias.float(), rtol=1e-5, atol=1e-5)
-    d32 = scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32",
-                            bias=bias.float())  # converted to bf16: the general path
-    torch.testing.assert_close(d32, d, rtol=0, atol=0)
-
-
 @needs_gpu
 def test_capture_of_a_call_new_to_the_capture_stream_is_refused_by_name():
     x = torch.randn(96, 256, device="cuda")
@@ -412,35 +335,6 @@ def test_capture_of_a_call_new_to_the_capture_stream_is_refused_by_name():
     with pytest.raises(scalemm.UnsupportedError, match="capture"):
         with torch.cuda.graph(graph, stream=s):
             scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128")
-
-
-@needs_gpu
-@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp8-32x32",
-                                    "nvfp4"])
-def test_device_quantize_layouts_dequantize_match_the_host_bytes(recipe):
-    """The GPU quantizer, layout conversion and dequantization give the host's bytes exactly."""
-    rows, k = 130, 320
-    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed(f"device bytes {recipe}")))
-
-    def raw(t):
-        t = t[0] if isinstance(t, tuple) else t
-        return t.cpu().reshape(-1).view(torch.uint8)  # the bytes, whatever the element type
-
-    dh, sh = scalemm.quantize(x, recipe)
-    dd, sd = scalemm.quantize(x.cuda(), recipe)
-    assert torch.equal(raw(dd), raw(dh)) and torch.equal(raw(sd), raw(sh))
-    if recipe == "nvfp4":
-        assert float(sd[1]) == sh[1]
-    s_host = sh[0] if recipe == "nvfp4" else sh
-    s_dev = sd[0] if recipe == "nvfp4" else sd
-    lt_h = scalemm.layouts.to_cublaslt(s_host, recipe, rows, k)
-    lt_d = scalemm.layouts.to_cublaslt(s_dev, recipe, rows, k)
-    assert lt_d.is_cuda and torch.equal(raw(lt_d), raw(lt_h))
-    assert torch.equal(raw(scalemm.layouts.from_cublaslt(lt_d, recipe, rows, k)), raw(s_host))
-    assert scalemm.layouts.check(lt_d, recipe, rows, k, scale_format="cublaslt") == []
-    deq_h = scalemm.dequantize(dh, sh, recipe)
-    deq_d = scalemm.dequantize(dd, sd, recipe)
-    assert torch.equal(deq_d.cpu(), deq_h)
 
 
 @needs_gpu
