@@ -78,14 +78,18 @@ def _recipe_name(recipe) -> str:
     return recipe
 
 
-def fp8_dot_general(recipe="blockwise", *, scale_format="cublaslt", fast_accum=True):
+def fp8_dot_general(recipe="blockwise", *, scale_format="cublaslt", fast_accum=True, mesh=None, batch_axis="data"):
     """A dot_general for flax.linen.Dense(dot_general=...) and flax.nnx.Linear(dot_general=...): the
     layer's forward, dgrad and wgrad GEMMs in FP8 through scalemm, for one recipe ("blockwise",
     "rowwise", "tensorwise", "mxfp8"; Float8Linear's table). Rowwise and tensorwise run the forward GEMM
     with fast accumulation (fast_accum=False: exact everywhere), as Float8Linear does. The output and
     dX come in the input's dtype, dW in the kernel's (Dense(dtype=jnp.bfloat16) hands both over in
     bf16). scale_format: where the quantizers write the scales ("cublaslt", read by the GEMMs in
-    place; "compact": the same products, bit for bit)."""
+    place; "compact": the same products, bit for bit).
+
+    mesh, batch_axis: with a jax.sharding.Mesh, each device runs its shard of the batch (the leading
+    dimension split over the mesh axis or axes `batch_axis`) and only the kernel is gathered and dW
+    summed (see _sharding.py); without one, a sharded batch is gathered to run the custom calls."""
     _recipe_name(recipe)
     act, wgt = LINEAR_RECIPES[recipe]
     fast = bool(fast_accum and recipe in _FAST_ACCUM_RECIPES)
@@ -97,7 +101,12 @@ def fp8_dot_general(recipe="blockwise", *, scale_format="cublaslt", fast_accum=T
                           "(((lhs.ndim - 1,), (0,)), ((), ())) with a 2-D (in, out) kernel",
                           f"{dimension_numbers} with a kernel of rank {jnp.ndim(rhs)}",
                           "Use it as the dot_general of flax.linen.Dense or flax.nnx.Linear.")
-        y = _linear(lhs, rhs, act, wgt, scale_format, fast)
+        if mesh is not None:
+            from ._sharding import sharded_linear
+
+            y = sharded_linear(lhs, rhs, act, wgt, scale_format, fast, mesh, batch_axis)
+        else:
+            y = _linear(lhs, rhs, act, wgt, scale_format, fast)
         return y if preferred_element_type is None else y.astype(preferred_element_type)
 
     dot_general.recipe = recipe
