@@ -225,3 +225,67 @@ def test_gradients_not_asked_for_are_not_computed_and_the_rest_unchanged(recipe)
     assert held["both"] - held["frozen"] >= 1024 * 2048  # X^T's FP8 bytes
     assert torch.equal(grads["frozen"][0], grads["both"][0])  # dX
     assert torch.equal(grads["no dx"][1], grads["both"][1])  # dW
+
+
+# ---- the layer's options and the weight cache's step hook ------------------------------------------------------
+
+def test_config_reads_the_layer_and_class_attributes():
+    import dataclasses
+
+    from scalemm.torch.config import Float8LinearConfig
+
+    a, b = st.Float8Linear(128, 64, recipe="rowwise"), st.Float8Linear(128, 64)
+    assert a.config == Float8LinearConfig(recipe="rowwise") and b.config == Float8LinearConfig()
+    assert st.MXLinear(128, 64).config.recipes == ("mxfp8", "mxfp8-32x32")
+    assert a.config.forward_fast_accum and not b.config.forward_fast_accum
+    a.keep_saved, a.fast_accum = True, False
+    assert a.config.keep_saved and not a.config.forward_fast_accum and not b.config.keep_saved
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.config.keep_saved = False
+    saved = st.Float8Linear.min_gflop
+    st.Float8Linear.min_gflop = 1e9  # a class attribute: every layer without its own value
+    try:
+        assert b.config.min_gflop == 1e9 and st.MXLinear(128, 64).config.min_gflop == 1e9
+        x = torch.randn(4, 128, generator=torch.Generator().manual_seed(seed("config min_gflop")))
+        # Below min_gflop the forward is F.linear in the weight's dtype: the forward reads the config.
+        assert torch.equal(b(x), torch.nn.functional.linear(x, b.weight, b.bias))
+    finally:
+        st.Float8Linear.min_gflop = saved
+    assert b.config.min_gflop == 0.0
+
+
+_HOOKS = ("import torch, torch.optim.optimizer as o, scalemm.torch as st\n"
+          "hooks = lambda: len(o._global_optimizer_post_hooks)\n")
+
+
+def _run(code):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _HOOKS + code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_importing_registers_no_optimizer_hook():
+    _run("assert hooks() == 0, hooks()\n"
+         "st.Float8Linear(128, 64)(torch.randn(4, 128))  # no weight cache: still none\n"
+         "assert hooks() == 0, hooks()\n")
+
+
+@needs_gpu
+def test_the_weight_cache_registers_the_step_hook_on_first_use():
+    _run("from scalemm.torch import linear\n"
+         "m = st.Float8Linear(256, 256, device='cuda', dtype=torch.bfloat16)\n"
+         "x = torch.randn(8, 256, device='cuda', dtype=torch.bfloat16)\n"
+         "m(x)\n"
+         "assert hooks() == 0, hooks()\n"
+         "m.cache_weight = True\n"
+         "m(x)\n"
+         "assert hooks() == 1, hooks()\n"
+         "first = m.__dict__['_weight_q']\n"
+         "opt = torch.optim.AdamW(m.parameters(), fused=True)\n"
+         "m(x).float().sum().backward()\n"
+         "opt.step()\n"
+         "assert linear._optimizer_steps[0] == 1 and hooks() == 1\n"
+         "m(x)\n"
+         "assert m.__dict__['_weight_q'] is not first  # the step requantized it\n")

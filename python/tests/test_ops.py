@@ -368,3 +368,75 @@ def test_fast_accum_against_float64_and_torch_fast_accum(recipe):
     with pytest.raises(scalemm.InvalidArgumentError, match="fast_accum"):
         bq, bs = _q(torch.randn(m, k, generator=gen, device="cuda"), "block1x128")
         scalemm.scaled_mm(bq, wq, bs, ws, recipe_a="block1x128", recipe_b=recipe, fast_accum=True)
+
+
+# ---- the prepared calls' cache and the op bodies ---------------------------------------------------------------
+
+def test_bounded_lru_drops_the_least_recently_used():
+    from scalemm.torch._runtime import BoundedLRU
+
+    c = BoundedLRU(3)
+    for k in "abc":
+        c.put(k, k.upper())
+    assert c.get("a") == "A"  # a is now the most recently used
+    c.put("d", "D")
+    assert "b" not in c and [k in c for k in "acd"] == [True] * 3 and len(c) == 3
+    assert c.get("b") is None
+    c.put("c", "C2")  # an update counts as a use
+    c.put("e", "E")
+    assert "a" not in c and c.get("c") == "C2" and sorted(c.values()) == ["C2", "D", "E"]
+    c.clear()
+    assert len(c) == 0
+
+
+def test_every_prepared_cache_is_bounded_and_evicted_calls_still_run():
+    from scalemm.torch import _autograd, ops, quantizers
+    from scalemm.torch._runtime import BoundedLRU
+
+    caches = (ops._prepared, ops._prepared_grouped, quantizers._prepared_quantize, _autograd._layer_gemms)
+    assert all(isinstance(c, BoundedLRU) and c.limit == 4096 for c in caches)
+    g = torch.Generator().manual_seed(seed("bounded cache"))
+    wq, ws = _q(torch.randn(16, 256, generator=g), "block128x128")
+    xs = [_q(torch.randn(m, 256, generator=g), "block1x128") for m in (3, 5, 7)]
+    kw = dict(recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+    saved = ops._prepared.limit
+    ops._prepared.clear()
+    ops._prepared.limit = 2
+    try:
+        for round_ in range(2):  # the second round runs the evicted signature again
+            for xq, xsc in xs:
+                d = scalemm.scaled_mm(xq, wq, xsc, ws, **kw)
+                a64, b64 = _host64(xq, xsc, "block1x128"), _host64(wq, ws, "block128x128")
+                assert np.all(np.abs(d.numpy() - gemm64(a64, b64)) <= bound(a64, b64, 256, "f32"))
+                assert 1 <= len(ops._prepared) <= 2, (round_, len(ops._prepared))
+        assert len(ops._prepared) == 2
+    finally:
+        ops._prepared.limit = saved
+        ops._prepared.clear()
+
+
+@needs_gpu
+def test_both_op_bodies_run_the_prepared_path():
+    """torch.ops.scalemm.scaled_mm and scaled_grouped_mm called on real tensors (what a compiled graph
+    does at run time) prepare a call as the eager paths do, with the eager calls' bytes."""
+    from scalemm.torch import ops
+
+    g = torch.Generator().manual_seed(seed("op bodies"))
+    x = torch.randn(192, 256, generator=g).cuda()
+    xq, xs = _q(x, "block1x128")
+    wq, ws = _q(torch.randn(128, 256, generator=g).cuda(), "block128x128")
+    ops._prepared.clear()
+    d = torch.ops.scalemm.scaled_mm(xq, wq, xs, ws, "block1x128", "block128x128", "bf16", "compact", None, "auto",
+                                    None, None, 1.0, 1.0)
+    assert len(ops._prepared) == 1
+    assert torch.equal(d, scalemm.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128"))
+    we = torch.randn(3, 128, 256, generator=g).cuda()
+    weq, wes = _q(we.reshape(384, 256), "block128x128")
+    weq, wes = weq.view(3, 128, 256), wes.view(3, 1, 2)
+    sizes = [64, 0, 128]
+    ops._prepared_grouped.clear()
+    dg = torch.ops.scalemm.scaled_grouped_mm(xq, weq, xs, wes, sizes, "m", "block1x128", "block128x128", "bf16",
+                                             "compact", "auto", None, None, 1.0, 1.0)
+    assert len(ops._prepared_grouped) == 1
+    want = scalemm.scaled_grouped_mm(xq, weq, xs, wes, sizes, recipe_a="block1x128", recipe_b="block128x128")
+    assert torch.equal(dg, want)
