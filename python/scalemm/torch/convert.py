@@ -1,5 +1,5 @@
-"""Model conversion: convert_to_float8 swaps a model's nn.Linear layers in place for Float8Linear ones,
-and conversion_report says what became of each and why."""
+"""Model conversion: convert_to_float8 swaps a model's nn.Linear layers in place for Float8Linear ones (and sets
+a transformers model's experts to scalemm's, hf_experts), and conversion_report says what became of each and why."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 
 from .. import _core
+from . import hf_experts
 from ._runtime import _NAMES
 from .config import _FEATURE_MULTIPLE, _FSDP_FP8_BLOCK, AUTO_MIN_FEATURES, AUTO_MIN_GFLOP, LINEAR_RECIPES, _recipe_name
 from .fsdp import Float8AllGatherWeight
@@ -45,6 +46,9 @@ def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", modu
     AUTO_MIN_FEATURES inputs or outputs stay nn.Linear, and converted layers run a call in FP8 only when
     its GEMMs reach AUTO_MIN_GFLOP (Float8Linear.min_gflop), else in the weight's dtype.
     conversion_report(model) lists every linear layer, what it became and why.
+    The experts modules of a transformers model (its experts registry) are set to "scalemm_<recipe>" where
+    scalemm has experts for the recipe; module_filter sees them as well (docs/python.md, "MoE models from
+    transformers"); conversion_report lists them too.
     Only exact nn.Linear instances are converted (subclasses may carry behaviour a swap would lose).
 
     fsdp_float8_all_gather (blockwise and mxfp8): each converted layer's weight becomes a
@@ -88,6 +92,7 @@ def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", modu
         for name, child in list(parent.named_children()):
             if id(child) in swaps:
                 setattr(parent, name, swaps[id(child)])
+    hf_experts.convert_experts(model, recipe, module_filter)
     return model
 
 
@@ -124,5 +129,6 @@ def conversion_report(model: torch.nn.Module) -> ConversionReport:
                        else "not converted (convert_to_float8 has not seen it)")
             out.append(dict(name=name or "(model)", in_features=m.in_features, out_features=m.out_features,
                             layer=type(m).__name__, recipe=None, reason=why))
+    out.extend(hf_experts.report_rows(model))
     return out
 

@@ -1,13 +1,11 @@
-"""transformers' MoE experts on scalemm's FP8 experts engine.
+"""transformers' MoE experts on scalemm's FP8 experts engine (experts_forward).
 
 transformers 5.x runs a model's experts (3D parameters: gate_up_proj (E, 2I, H), down_proj (E, H, I)) through
-its experts registry, transformers.integrations.moe.ExpertsInterface. Once this module and that one are both
-imported, in either order, the registry has one implementation per training recipe:
-
-    "scalemm_blockwise"   activations 1x128, weights 128x128 (DeepSeek-V3's recipe)
-    "scalemm_rowwise"     one scale per row
-    "scalemm_mxfp8"       MX blocks of 32
-
+its experts registry, transformers.integrations.moe.ExpertsInterface. Once scalemm.torch and that module are
+both imported, in either order, the registry has "scalemm_<recipe>" for every recipe of RECIPES that the engine
+runs ("scalemm_blockwise": activations and gradients 1x128, weights 128x128). "scalemm_rowwise" and
+"scalemm_mxfp8" are registered once the engine runs those recipes; until then they are not registered (asking
+for them is transformers' error listing the valid names) and unregistered() says why. The names are
 selected with from_pretrained(..., experts_implementation="scalemm_blockwise"), from_config(cfg,
 experts_implementation=...) or model.set_experts_implementation(...). Each trains the module's own bf16/fp32
 parameters (forward, dgrad and wgrad in FP8). scalemm never imports transformers: if its experts module is
@@ -15,26 +13,28 @@ already loaded the names are registered at once, otherwise a one-shot import hoo
 it executes, and removes itself.
 
 A module whose shapes, dtype or device the recipe cannot take runs transformers' own grouped_mm instead, with
-the reason on the module (experts_status(module)) and one warning per module. A pre-quantized FP8 checkpoint's
+the reason on the module (experts_status(module)) and one warning per module. Like the rest of scalemm.torch,
+CPU tensors run through the library's host emulator (the same bytes as the GPU, slowly). A pre-quantized FP8 checkpoint's
 experts (finegrained FP8: FP8 weights, no master weights) cannot train: the same names in its
 FP8ExpertsInterface refuse by name and say how to load the checkpoint in bf16.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 import warnings
 
 import torch
 
-from ._errors import UnsupportedError
+from .._errors import UnsupportedError
+from .config import AUTO_MIN_FEATURES, AUTO_MIN_GFLOP
 
-RECIPES = ("blockwise", "rowwise", "mxfp8")
-NAMES = {f"scalemm_{r}": r for r in RECIPES}
-# Features (H and I) each recipe's grouped GEMMs take: each is the K of one GEMM and the N of another;
-# blockwise scales whole 128-wide blocks of both, MX blocks are 32 wide, rowwise wants K in 16s (cuBLASLt).
-FEATURE_MULTIPLE = {"blockwise": 128, "rowwise": 16, "mxfp8": 32}
+RECIPES = ("blockwise", "rowwise", "mxfp8")  # the experts implementations, each registered once the engine runs it
+# Features (H and I) the engine takes: each is the K of one grouped GEMM and the N of another, and the weights
+# are quantized in whole 128x128 blocks.
+FEATURE_MULTIPLE = 128
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _MOE = "transformers.integrations.moe"
 _FP8 = "transformers.integrations.finegrained_fp8"
@@ -85,15 +85,17 @@ def ineligible(m, recipe: str):
         hidden, inter = w.shape[1], d.shape[1]
     else:  # (E, N, H) and (E, H, I)
         hidden, inter = w.shape[2], d.shape[2]
-    mult = FEATURE_MULTIPLE[recipe]
+    if not m.has_gate:
+        return "experts without a gate (up_proj): the engine runs gated experts (gate_up_proj, [gate | up])"
+    mult = FEATURE_MULTIPLE
     for name, v in (("hidden size", hidden), ("intermediate size", inter)):
         if v % mult:
             return (f"{name} {v} is not a multiple of {mult} ({recipe}: each feature count is the K of one of the "
                     f"experts' GEMMs)")
     if w.dtype not in _DTYPES or d.dtype not in _DTYPES:
         return f"weight dtype {w.dtype} (the FP8 experts train bf16, f16 or f32 master weights)"
-    if w.device.type != "cuda":
-        return f"parameters on {w.device} (the FP8 experts run on CUDA devices)"
+    if w.device.type not in ("cuda", "cpu"):
+        return f"parameters on {w.device} (scalemm runs CUDA devices, and the CPU through its emulator)"
     return None
 
 
@@ -113,31 +115,36 @@ def experts_status(m):
     return getattr(m, "_scalemm_experts", None)
 
 
-_engine_fn = []
+_ENGINES = ("scalemm.torch.moe", "scalemm._moe")
+_engine_mod = []
 
 
-def _engine():
-    """scalemm's experts_forward, from scalemm.torch.moe where it exists, else scalemm._moe (imported at the
-    first call, so that this module does not depend on the engine's import)."""
-    if not _engine_fn:
-        for mod in ("scalemm.torch.moe", "scalemm._moe"):
+def _engine_module():
+    """The module of scalemm's experts_forward (scalemm.torch.moe where it exists, else scalemm._moe), imported
+    at first use so that this module does not depend on the engine's import."""
+    if not _engine_mod:
+        for name in _ENGINES:
             try:
-                found = importlib.util.find_spec(mod) is not None
+                found = importlib.util.find_spec(name) is not None
             except ImportError:
                 found = False
             if found:
-                _engine_fn.append(importlib.import_module(mod).experts_forward)
+                _engine_mod.append(importlib.import_module(name))
                 break
         else:
             raise UnsupportedError("experts_implementation='scalemm_*': scalemm's MoE experts engine "
-                                   "(scalemm.torch.experts_forward) is not in this build of scalemm.")
-    return _engine_fn[0]
+                                   "(experts_forward) is not in this build of scalemm.")
+    return _engine_mod[0]
 
 
-def _engine_recipes():
-    fn = _engine()
-    mod = sys.modules.get(fn.__module__)
-    return getattr(mod, "RECIPES", None) or getattr(mod, "EXPERT_RECIPES", None)
+def engine_recipes():
+    """The recipes scalemm's experts engine runs."""
+    mod = _engine_module()
+    return tuple(getattr(mod, "RECIPES", None) or getattr(mod, "_RECIPES"))
+
+
+def _engine():
+    return _engine_module().experts_forward
 
 
 def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
@@ -148,11 +155,6 @@ def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
     if reason is not None:  # chosen: convert_to_float8's module_filter kept it in bf16
         _status(m, name, reason, fallback=chosen is None)
         return _moe().grouped_mm_experts_forward(m, hidden_states, top_k_index, top_k_weights)
-    supported = _engine_recipes()
-    if supported is not None and recipe not in supported:
-        raise UnsupportedError(f"experts_implementation={name!r}: scalemm's experts engine runs "
-                               f"{', '.join(repr(r) for r in supported)}, not {recipe!r} yet. Pick "
-                               f"{', '.join(repr('scalemm_' + r) for r in supported)}, or 'grouped_mm' for bf16.")
     _status(m, name, None, False)
     w, b = _up(m)
     apply_gate = None
@@ -167,7 +169,7 @@ def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
     return _engine()(hidden_states, top_k_index, top_k_weights, w, m.down_proj, num_experts=m.num_experts,
                      recipe=recipe, apply_gate=apply_gate, gate_up_bias=b,
                      down_bias=m.down_proj_bias if m.has_bias else None, is_transposed=m.is_transposed,
-                     power_of_two_scales=bool(getattr(m, "power_of_two_scales", False)))
+                     power_of_two_scales=bool(getattr(m, "_scalemm_power_of_two_scales", False)))
 
 
 # ---- module_filter="auto" --------------------------------------------------------------------------------
@@ -176,8 +178,6 @@ def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
 # AUTO_MIN_FEATURES hidden or intermediate features stay bf16 (the dense layers' measured rule: their GEMMs
 # do not earn back FP8's per-call quantization cost), and a converted module runs a call in bf16 when its
 # first grouped GEMM (2 * rows * H * N FLOP over all experts) is below AUTO_MIN_GFLOP.
-AUTO_MIN_FEATURES = 1024
-AUTO_MIN_GFLOP = 256.0
 
 
 def _features(m):
@@ -228,18 +228,35 @@ def _refuse_prequantized(name: str):
     return experts_forward
 
 
-_REGISTER = {_MOE: ("ExpertsInterface", _implementation), _FP8: ("FP8ExpertsInterface", None)}
+_REGISTER = {_MOE: "ExpertsInterface", _FP8: "FP8ExpertsInterface"}
+_unregistered = {}
+
+
+def registered():
+    """The recipes whose "scalemm_<recipe>" experts transformers gets: those of RECIPES the engine runs."""
+    try:
+        runs = engine_recipes()
+    except (ImportError, UnsupportedError) as e:
+        _unregistered.update({r: f"scalemm's experts engine is not available: {e}" for r in RECIPES})
+        return ()
+    for r in RECIPES:
+        if r not in runs:
+            _unregistered[r] = f"scalemm's experts engine runs {', '.join(runs)}; not {r} yet"
+    return tuple(r for r in RECIPES if r in runs)
+
+
+def unregistered():
+    """{recipe: why its "scalemm_<recipe>" experts are not registered} (empty before the first registration)."""
+    return dict(_unregistered)
 
 
 def _register(module_name: str) -> None:
-    mod = sys.modules.get(module_name)
-    cls_name, _ = _REGISTER[module_name]
-    interface = getattr(mod, cls_name, None)
+    interface = getattr(sys.modules.get(module_name), _REGISTER[module_name], None)
     if interface is None:  # a transformers without this interface: nothing to register in
         return
-    for name, recipe in NAMES.items():
-        fn = _implementation(recipe) if module_name == _MOE else _refuse_prequantized(name)
-        interface.register(name, fn)
+    for recipe in registered():
+        name = f"scalemm_{recipe}"
+        interface.register(name, _implementation(recipe) if module_name == _MOE else _refuse_prequantized(name))
 
 
 class _Loader:
@@ -329,8 +346,8 @@ def convert_experts(model, recipe: str, module_filter) -> int:
     if not found:
         return 0
     why = None
-    if recipe not in RECIPES:
-        why = f"no scalemm experts for recipe {recipe!r} (experts take {', '.join(repr(r) for r in RECIPES)})"
+    if recipe not in registered():
+        why = _unregistered.get(recipe) or f"no scalemm experts for recipe {recipe!r} (they take {', '.join(RECIPES)})"
     elif any(_up(m)[0].element_size() == 1 for _, m in found):
         why = ("pre-quantized FP8 experts (no master weights to train); load with "
                "FineGrainedFP8Config(dequantize=True) for bf16 experts")
@@ -363,7 +380,7 @@ def report_rows(model):
             continue
         impl = m.config._experts_implementation
         hidden, inter = _features(m)
-        recipe = NAMES.get(impl)
+        recipe = impl[len("scalemm_"):] if impl and impl.startswith("scalemm_") else None
         if recipe is None:
             why = getattr(m, "_scalemm_not_converted", None) or f"experts_implementation={impl!r} (not a scalemm one)"
             now = impl or "grouped_mm"
@@ -378,8 +395,11 @@ def report_rows(model):
 
 
 def _converted_why(m, recipe):
-    gate = "SiLU(gate) * up fused" if _fused(m) else "the module's own gate, unfused"
+    gate = "the engine's SiLU(gate) * up" if _fused(m) else "the module's own gate"
     why = f"FP8 {recipe} experts ({gate})"
     if getattr(m, "_scalemm_auto", False):
         why += f"; calls below {AUTO_MIN_GFLOP:g} GFLOP run grouped_mm (auto)"
     return why
+
+
+install()
