@@ -178,10 +178,12 @@ class Float8Linear(torch.nn.Module):
     def config(self) -> Float8LinearConfig:
         """The layer's options as one value, read from its attributes (its own, else its class's)."""
         values = (self.recipe, self.scale_format, self.cache_weight, self.min_gflop, self.fast_accum, self.keep_saved)
+        if _is_compiling():  # traced: a constant of the graph, and no guard on the module's dict of configs
+            return Float8LinearConfig(*values)
         c = _configs.get(values)
         if c is None:
             c = Float8LinearConfig(*values)
-            if not _is_compiling() and len(_configs) < 1024:
+            if len(_configs) < 1024:
                 _configs[values] = c
         return c
 
