@@ -211,6 +211,18 @@ def test_vmap_maps_over_a_batch_as_a_loop():
         assert same(got[i], one(jnp.asarray(x[i])))
 
 
+def test_eager_dlpack_path_still_runs_beside_jit():
+    """scalemm.scaled_mm on concrete JAX arrays (the DLPack path) and scalemm.jax under jit agree."""
+    pytest.importorskip("torch", reason="the eager DLPack path views JAX arrays through torch")
+    x = jnp.asarray(rng(16).standard_normal((64, 256)), jnp.float32)
+    q, s = scalemm.quantize(x, "block1x128")
+    eager = scalemm.scaled_mm(q, q, s, s, recipe_a="block1x128", recipe_b="block1x128")
+    jq, js = sj.quantize(x, "block1x128")
+    assert same(q, jq) and same(s, js)
+    assert same(eager, jax.jit(lambda q, s: sj.scaled_mm(q, q, s, s, recipe_a="block1x128",
+                                                         recipe_b="block1x128"))(jq, js))
+
+
 # ---- fp8_dot_general ---------------------------------------------------------------------------------------
 
 def _dense(recipe, x, kernel):
@@ -347,11 +359,19 @@ def test_gpu_scaled_mm_is_torchs(ra, rb):
     (qa, sa), (qb, sb) = st.quantize(x, ra), st.quantize(w, rb)
     want = st.scaled_mm(qa, qb, sa, sb, recipe_a=ra, recipe_b=rb)
     torch.cuda.synchronize()
-    j = lambda t: jnp.asarray(t.cpu().numpy() if t.dtype != torch.bfloat16 else t.float().cpu().numpy())  # noqa
-    jq = sj.quantize(j(x), ra), sj.quantize(j(w), rb)
-    assert same(jq[0][0], qa.view(torch.uint8).cpu().numpy()) and same(jq[0][1], sa.cpu().numpy())
-    got = jax.jit(lambda *a: sj.scaled_mm(*a, recipe_a=ra, recipe_b=rb))(jq[0][0], jq[1][0], jq[0][1], jq[1][1])
-    assert same(got, want.view(torch.int16).cpu().numpy().view(np.uint16))
+
+    def host(t):  # the tensor's bytes (torch has no NumPy form of its FP8 and E8M0 types)
+        return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]).cpu().numpy()
+
+    (ja, jsa), (jb, jsb) = sj.quantize(jnp.asarray(x.cpu().numpy()), ra), sj.quantize(jnp.asarray(w.cpu().numpy()), rb)
+    for j, t in ((ja, qa), (jsa, sa), (jb, qb), (jsb, sb)):
+        assert same(j, host(t)), ra
+    got = jax.jit(lambda *a: sj.scaled_mm(*a, recipe_a=ra, recipe_b=rb))(ja, jb, jsa, jsb)
+    assert same(got, host(want))
+    # the torch bytes themselves through the jitted GEMM
+    got_t = jax.jit(lambda *a: sj.scaled_mm(*a, recipe_a=ra, recipe_b=rb))(
+        *(jnp.asarray(host(t)).view(j.dtype) for t, j in ((qa, ja), (qb, jb), (sa, jsa), (sb, jsb))))
+    assert same(got_t, host(want))
 
 
 @needs_gpu
