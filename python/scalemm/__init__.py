@@ -37,7 +37,27 @@ def _preload_cuda_libraries(extra_dirs=()):
                     pass
 
 
+def _no_extension_here():
+    """The ImportError for a package folder that holds no compiled _scalemm module: the source folder
+    (python/scalemm) imported instead of the installed package, when Python runs from inside python/ or
+    PYTHONPATH names it. Said so, because the CUDA-library advice would send the user the wrong way."""
+    import importlib.machinery
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    if any(f.startswith("_scalemm") and f.endswith(tuple(suffixes)) for f in os.listdir(here)):
+        return None
+    return ImportError(f"scalemm: {here} holds no compiled extension (_scalemm{suffixes[0]}): this is the source "
+                       "folder, which shadows an installed scalemm when Python runs from inside python/ or "
+                       "PYTHONPATH names it. Run Python from another folder (the installed package is then "
+                       "imported), or build the extension into this folder (tools/quickstart.sh)")
+
+
 _preload_cuda_libraries()
+_missing = _no_extension_here()
+if _missing is not None:
+    raise _missing
 try:
     from . import _scalemm
 except ImportError as e:  # the CUDA libraries are not on the loader path: try the toolkit's

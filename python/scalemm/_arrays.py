@@ -98,6 +98,17 @@ def _cai_dtype(typestr: str, argument: str) -> str:
     return m[typestr] if m[typestr] != "u1" else "u8"
 
 
+def _native_byte_order(dtype, argument: str):
+    """Arrays are read as raw bytes: a float32 '>f4' scale of 1.0 would be taken as 4.6e-41. Refused,
+    not converted, because a converted copy would no longer be the caller's array (its address is what
+    the library reads, and an output would not land in it)."""
+    if dtype.byteorder == ">" or (dtype.byteorder == "<" and sys.byteorder == "big"):
+        raise invalid(argument, "array elements must be in the machine's byte order", f"{dtype.name} "
+                      f"({sys.byteorder}-endian, dtype '{dtype.newbyteorder('=').str}')",
+                      f"dtype '{dtype.str}' (the other byte order)",
+                      "Convert it: x.astype(x.dtype.newbyteorder('=')).")
+
+
 def view(x, argument: str) -> View:
     """A View of x, or InvalidArgumentError naming `argument` for anything that is not an array."""
     if _is_torch(x):
@@ -112,12 +123,14 @@ def view(x, argument: str) -> View:
         return View("torch", x, x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, 1 if cuda else 0,
                     x.get_device() if cuda else None)
     if isinstance(x, np.ndarray):
+        _native_byte_order(x.dtype, argument)
         dt = _NUMPY_NAMES.get(x.dtype.name, x.dtype.name)
         item = x.dtype.itemsize
         strides = tuple(s // item for s in x.strides)
         return View("numpy", x, x.ctypes.data if x.size else 0, tuple(x.shape), strides, dt, 0, None)
     mod = type(x).__module__.split(".")[0]
     if mod == "cupy":
+        _native_byte_order(x.dtype, argument)
         dt = _NUMPY_NAMES.get(x.dtype.name, x.dtype.name)
         item = x.dtype.itemsize
         return View("cupy", x, x.data.ptr, tuple(x.shape), tuple(s // item for s in x.strides), dt, 1, x.device.id)
@@ -185,12 +198,16 @@ def stream_of(v: View) -> int:
     return 0 if s in (None, 1) else s
 
 
-def empty(like: View, shape: tuple, dtype: str):
-    """A new array of the same kind and device as `like`."""
+def empty(like: View, shape: tuple, dtype: str, what: str = "the output"):
+    """A new array of the same kind and device as `like`. A device that has no room for it raises
+    scalemm.OutOfMemoryError naming `what` and its size (the framework's own error is its cause)."""
     if like.kind in ("torch", "dlpack"):
         import torch
 
-        return torch.empty(shape, dtype=torch_dtype(dtype), device=like.obj.device)
+        try:
+            return torch.empty(shape, dtype=torch_dtype(dtype), device=like.obj.device)
+        except torch.OutOfMemoryError as e:
+            raise _out_of_memory(what, shape, dtype, like.obj.device) from e
     if like.kind == "numpy":
         return np.empty(shape, dtype=_np_dtype(dtype))
     import cupy
@@ -198,7 +215,22 @@ def empty(like: View, shape: tuple, dtype: str):
     # CuPy has no bfloat16 or FP8 types: those come back as their raw bits.
     cp = {"f32": cupy.float32, "f16": cupy.float16, "bf16": cupy.uint16}.get(dtype, cupy.uint8)
     with cupy.cuda.Device(like.device if like.device is not None else cupy.cuda.Device().id):
-        return cupy.empty(shape, dtype=cp)
+        try:
+            return cupy.empty(shape, dtype=cp)
+        except cupy.cuda.memory.OutOfMemoryError as e:
+            raise _out_of_memory(what, shape, dtype, f"cuda:{like.device}") from e
+
+
+def _out_of_memory(what: str, shape: tuple, dtype: str, device):
+    from ._errors import OutOfMemoryError
+
+    count = 1
+    for n in shape:
+        count *= int(n)
+    item = {"f32": 4, "f16": 2, "bf16": 2}.get(dtype, 1)
+    return OutOfMemoryError(f"{what}: cannot allocate {count * item} bytes ({dtype}{list(shape)}) on {device}; "
+                            "nothing was written and the handle stays usable. Free memory (or raise the "
+                            "framework's memory limit) and call again.")
 
 
 def hand_back(like: View, out):

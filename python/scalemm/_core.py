@@ -134,6 +134,11 @@ def _scale_operand(s, recipe: int, space: int, argument: str, scale_format: int)
                           f"a tuple of {len(s)}")
         s, g = s
         glob = global_value(g, argument)
+    elif recipe == RECIPES["nvfp4"]:
+        # Taken alone the block scales would decode with global = 1: a result off by the encode scale.
+        raise invalid(argument, "nvfp4 scales are the pair (block_scales, global_decode_scale)",
+                      "a tuple (scales, global)", f"one {type(s).__name__}",
+                      "Pass the pair scalemm.quantize returns for nvfp4; (scales, 1.0) states a global of 1.")
     v = view(s, argument)
     if v.space != space:
         raise invalid(argument, "scales live with the data", "device" if space else "host memory",
@@ -153,8 +158,10 @@ def _scale_operand(s, recipe: int, space: int, argument: str, scale_format: int)
 
 
 def global_value(g, argument: str) -> float:
+    """The NVFP4 global decode scale as a float32 value: positive and finite (subnormal ones included:
+    they are numbers a tensor's amax can produce), or a refusal naming `argument`[1]."""
     if isinstance(g, (float, int, np.floating, np.integer)):
-        return float(g)
+        return _positive_finite_f32(float(g), argument + "[1]")
     try:
         v = view(g, argument + "[1]")
     except Exception:
@@ -166,7 +173,17 @@ def global_value(g, argument: str) -> float:
     a = np.asarray(g, dtype=np.float32).reshape(-1)
     if a.size != 1:
         raise invalid(argument + "[1]", "the NVFP4 global decode scale is one number", "1 element", str(a.size))
-    return float(a[0])
+    return _positive_finite_f32(float(a[0]), argument + "[1]")
+
+
+def _positive_finite_f32(value: float, argument: str) -> float:
+    with np.errstate(over="ignore"):
+        f = np.float32(value)
+    if not (np.isfinite(f) and f > 0):
+        raise invalid(argument, "the NVFP4 global decode scale must be a positive finite float32",
+                      "> 0 and at most 3.4e38", repr(value),
+                      "Pass the global scalemm.quantize returned (amax / (448 * 6) of the source tensor).")
+    return float(f)
 
 
 def _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b):
@@ -584,6 +601,10 @@ def dequantize(data, scales, recipe, *, dtype=None, scale_format="compact", out_
     t = _operand_dtype(v, r, dtype, "data", "dtype")
     rows, k = _data_shape(v, t, "data", "rows")
     glob = None
+    if r == RECIPES["nvfp4"] and not (isinstance(scales, tuple) and len(scales) == 2):
+        raise invalid("scales", "nvfp4 scales are the pair (block_scales, global_decode_scale)",
+                      "a tuple (scales, global)", f"one {type(scales).__name__}",
+                      "Pass the pair scalemm.quantize returns for nvfp4; (scales, 1.0) states a global of 1.")
     if isinstance(scales, tuple) and r == RECIPES["nvfp4"] and len(scales) == 2:
         scales, g = scales
         gv = None

@@ -16,6 +16,7 @@ import scalemm
 
 BLK = dict(recipe_a="block1x128", recipe_b="block128x128")
 MX = dict(recipe_a="mxfp8", recipe_b="mxfp8")
+NV = dict(recipe_a="nvfp4", recipe_b="nvfp4")
 STATUS = {
     scalemm.InvalidArgumentError: "SCALEMM_STATUS_INVALID_ARGUMENT",
     scalemm.InvalidLayoutError: "SCALEMM_STATUS_INVALID_LAYOUT",
@@ -46,6 +47,9 @@ class Ops:
         # k-grouped: A (4, 256), B (5, 256), K split [128, 128].
         self.ka, self.ksa = _q(rng, 4, 256, "block1x128")
         self.kb, self.ksb = _q(rng, 5, 256, "block128x128")
+        # nvfp4: (block scales, global decode scale) pairs.
+        self.na, (self.nsa, self.nga) = _q(rng, 4, 64, "nvfp4")
+        self.nb, (self.nsb, self.ngb) = _q(rng, 8, 64, "nvfp4")
 
     def arrays(self):
         return [v for v in vars(self).values() if isinstance(v, np.ndarray)]
@@ -62,6 +66,7 @@ def _valid_calls(o):
         lambda: scalemm.scaled_mm(o.da, o.db, o.sa, o.sb, **BLK),
         lambda: scalemm.scaled_mm(o.xa, o.xb, o.xsa, o.xsb, **MX),
         lambda: scalemm.quantize(o.src, "nvfp4"),
+        lambda: scalemm.scaled_mm(o.na, o.nb, (o.nsa, o.nga), (o.nsb, o.ngb), **NV),
         lambda: scalemm.layouts.check(o.sa, "block1x128", 8, 256),
         lambda: scalemm.scaled_grouped_mm(o.ga, o.gb, o.gsa, o.gsb, [3, 3], **BLK),
         lambda: scalemm.scaled_grouped_mm(o.ka, o.kb, o.ksa, o.ksb, [128, 128], group_dim="k", **BLK),
@@ -113,6 +118,21 @@ ROWS = [
      lambda o: scalemm.scaled_mm(o.da, o.db, o.sa, o.sb, backend="native", **BLK),
      scalemm.UnsupportedError, ["backend:", "expected a backend that can run it", "got 'native'",
                                 "backend=\"auto\"", "forced to native", "host pointers"]),
+    ("scale-byte-order", "scaled_mm",
+     lambda o: scalemm.scaled_mm(o.da, o.db, o.sa.astype(">f4"), o.sb, **BLK),
+     scalemm.InvalidArgumentError, ["scale_a:", "machine's byte order", "got dtype '>f4'", "newbyteorder('=')"]),
+    ("nvfp4-scales-without-global", "scaled_mm",
+     lambda o: scalemm.scaled_mm(o.na, o.nb, o.nsa, (o.nsb, o.ngb), **NV),
+     scalemm.InvalidArgumentError, ["scale_a:", "(block_scales, global_decode_scale)", "expected a tuple"]),
+    ("nvfp4-global-nan", "scaled_mm",
+     lambda o: scalemm.scaled_mm(o.na, o.nb, (o.nsa, o.nga), (o.nsb, float("nan")), **NV),
+     scalemm.InvalidArgumentError, ["scale_b[1]:", "positive finite float32", "got nan"]),
+    ("nvfp4-global-zero", "scaled_mm",
+     lambda o: scalemm.scaled_mm(o.na, o.nb, (o.nsa, 0.0), (o.nsb, o.ngb), **NV),
+     scalemm.InvalidArgumentError, ["scale_a[1]:", "positive finite float32", "got 0.0"]),
+    ("nvfp4-global-beyond-float32", "scaled_mm",
+     lambda o: scalemm.scaled_mm(o.na, o.nb, (o.nsa, 1e39), (o.nsb, o.ngb), **NV),
+     scalemm.InvalidArgumentError, ["scale_a[1]:", "at most 3.4e38", "got 1e+39"]),
     ("quantize-integer-source", "quantize",
      lambda o: scalemm.quantize(o.src.astype(np.uint8), "mxfp8"),
      scalemm.InvalidArgumentError, ["x:", "expected float32, bfloat16 or float16, got u8"]),

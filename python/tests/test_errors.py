@@ -135,3 +135,142 @@ def test_quantize_rejects_bad_sources():
         scalemm.quantize(np.zeros((4, 32), np.float32), "mxfp8", dtype="e3m4")
     with pytest.raises(scalemm.InvalidArgumentError, match="array"):
         scalemm.scaled_mm([[1]], [[1]], 1.0, 1.0, recipe_a="tensorwise", recipe_b="tensorwise")
+
+
+# ---- values that cannot be right (docs/reliability.md, "Values checked for what they can mean") -------
+
+def test_scales_in_the_other_byte_order_are_refused_by_name():
+    da, db, sa, sb = _ops()
+    for bad, argument in ((sa.astype(sa.dtype.newbyteorder(">")), "scale_a"),
+                          (sb.astype(sb.dtype.newbyteorder(">")), "scale_b")):
+        args = (bad, sb) if argument == "scale_a" else (sa, bad)
+        with pytest.raises(scalemm.InvalidArgumentError) as e:
+            scalemm.scaled_mm(da, db, *args, recipe_a="block1x128", recipe_b="block128x128")
+        assert e.value.message.startswith(argument + ":"), e.value.message
+        assert "byte order" in e.value.message and "'>f4'" in e.value.message, e.value.message
+        assert "newbyteorder('=')" in e.value.message, e.value.message
+    # The fix the message prints works: the converted copy runs and matches the native call.
+    big = sa.astype(">f4")
+    fixed = big.astype(big.dtype.newbyteorder("="))
+    d1 = scalemm.scaled_mm(da, db, fixed, sb, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+    d2 = scalemm.scaled_mm(da, db, sa, sb, recipe_a="block1x128", recipe_b="block128x128", out_dtype="f32")
+    assert np.array_equal(d1, d2)
+    with pytest.raises(scalemm.InvalidArgumentError, match="byte order"):
+        scalemm.layouts.check(sa.astype(">f4"), "block1x128", 8, 256)
+
+
+def _nvfp4_ops():
+    rng = np.random.default_rng(5)
+    da, (sa, ga) = scalemm.quantize(rng.standard_normal((4, 64)).astype(np.float32) * 30, "nvfp4")
+    db, (sb, gb) = scalemm.quantize(rng.standard_normal((4, 64)).astype(np.float32) * 30, "nvfp4")
+    return da, db, sa, ga, sb, gb
+
+
+def test_nvfp4_scales_without_their_global_are_refused():
+    da, db, sa, ga, sb, gb = _nvfp4_ops()
+    assert ga != 1.0  # the case the pair guards against: a global of 1 would be silently wrong
+    with pytest.raises(scalemm.InvalidArgumentError) as e:
+        scalemm.scaled_mm(da, db, sa, (sb, gb), recipe_a="nvfp4", recipe_b="nvfp4")
+    assert e.value.message.startswith("scale_a: nvfp4 scales are the pair (block_scales, global_decode_scale)")
+    with pytest.raises(scalemm.InvalidArgumentError, match="scale_b: nvfp4 scales are the pair"):
+        scalemm.scaled_mm(da, db, (sa, ga), sb, recipe_a="nvfp4", recipe_b="nvfp4")
+    with pytest.raises(scalemm.InvalidArgumentError, match="scales: nvfp4 scales are the pair"):
+        scalemm.dequantize(da, sa, "nvfp4")
+    # Stating a global of 1 explicitly is allowed.
+    scalemm.scaled_mm(da, db, (sa, 1.0), (sb, gb), recipe_a="nvfp4", recipe_b="nvfp4")
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), -float("inf"), 1e300])
+def test_nvfp4_global_scales_that_cannot_be_meant_are_refused(bad):
+    da, db, sa, ga, sb, gb = _nvfp4_ops()
+    with pytest.raises(scalemm.InvalidArgumentError) as e:
+        scalemm.scaled_mm(da, db, (sa, ga), (sb, bad), recipe_a="nvfp4", recipe_b="nvfp4")
+    assert e.value.message.startswith("scale_b[1]: the NVFP4 global decode scale must be a positive finite float32")
+    with pytest.raises(scalemm.InvalidArgumentError, match=r"scales\[1\]: the NVFP4 global"):
+        scalemm.dequantize(da, (sa, np.float32(bad) if abs(bad) < 1e38 else bad), "nvfp4")
+
+
+def test_a_subnormal_nvfp4_global_scale_is_a_number():
+    da, db, sa, ga, sb, gb = _nvfp4_ops()
+    d = scalemm.scaled_mm(da, db, (sa, 1e-40), (sb, gb), recipe_a="nvfp4", recipe_b="nvfp4", out_dtype="f32")
+    assert np.all(np.isfinite(d))
+
+
+def test_importing_the_source_folder_without_its_extension_says_so(tmp_path):
+    """Python run from inside python/ imports the source folder, which has no compiled module unless one
+    was built into it: the error names that, not the CUDA libraries."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    src = os.path.dirname(scalemm.__file__)
+    pkg = tmp_path / "scalemm"
+    shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("_scalemm*", "__pycache__"))
+    p = subprocess.run([sys.executable, "-c", "import scalemm"], cwd=tmp_path, capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=120)
+    assert p.returncode != 0
+    assert "holds no compiled extension" in p.stderr and str(pkg) in p.stderr, p.stderr
+    assert "Run Python from another folder" in p.stderr, p.stderr
+    assert "LD_LIBRARY_PATH" not in p.stderr, p.stderr
+
+
+# ---- GPU memory faults (docs/reliability.md, "GPU memory faults") -------------------------------------
+
+def _gpu():
+    try:
+        import torch
+    except ImportError:
+        return False, "torch is not installed"
+    ok = torch.cuda.is_available() and scalemm.has_gpu()
+    return ok, f"no usable CUDA device (torch.cuda.is_available() = {torch.cuda.is_available()})"
+
+
+@pytest.mark.skipif(not _gpu()[0], reason=_gpu()[1])
+def test_an_output_that_does_not_fit_raises_out_of_memory_and_the_next_call_runs():
+    """The array layer (scalemm._core, which every non-torch caller and DLPack arrays go through; torch
+    tensors take scalemm.torch) allocates the output through the framework: under a memory limit with no
+    room for it, a scalemm.OutOfMemoryError names the buffer and its size."""
+    import torch
+
+    from scalemm import _core
+
+    rng = np.random.default_rng(9)
+    m, n, k = 128, 256, 512
+    da, sa = scalemm.quantize(rng.standard_normal((m, k)).astype(np.float32), "block1x128")
+    db, sb = scalemm.quantize(rng.standard_normal((n, k)).astype(np.float32), "block128x128")
+    dev = torch.device("cuda")
+    a = torch.from_numpy(da.view(np.uint8)).to(dev)
+    b = torch.from_numpy(db.view(np.uint8)).to(dev)
+    ta, tb = torch.from_numpy(sa).to(dev), torch.from_numpy(sb).to(dev)
+    kw = dict(recipe_a="block1x128", recipe_b="block128x128", dtype_a="e4m3", dtype_b="e4m3", out_dtype="f32")
+    want = _core.scaled_mm(a, b, ta, tb, **kw).cpu()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # a cached block would serve the output whatever the limit
+    total = torch.cuda.get_device_properties(0).total_memory
+    used = torch.cuda.memory_allocated()
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (used + (1 << 10)) / total))
+    try:
+        with pytest.raises(scalemm.OutOfMemoryError) as e:
+            _core.scaled_mm(a, b, ta, tb, **kw)
+        assert e.value.message.startswith("the output: cannot allocate %d bytes" % (m * n * 4)), e.value.message
+        assert isinstance(e.value.__cause__, torch.OutOfMemoryError)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    got = _core.scaled_mm(a, b, ta, tb, **kw).cpu()  # the same process, handle and inputs run again
+    assert torch.equal(got, want)
+
+
+def test_torch_nvfp4_scales_without_their_global_are_refused_eager_and_traced():
+    torch = pytest.importorskip("torch")
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    da, db, sa, ga, sb, gb = _nvfp4_ops()
+    a, b = torch.from_numpy(da.view(np.uint8)), torch.from_numpy(db.view(np.uint8))
+    ta, tb = torch.from_numpy(sa.view(np.uint8)), torch.from_numpy(sb.view(np.uint8))
+    kw = dict(recipe_a="nvfp4", recipe_b="nvfp4", out_dtype="f32")
+    with pytest.raises(scalemm.InvalidArgumentError, match="scale_a: nvfp4 scales are the pair"):
+        scalemm.scaled_mm(a, b, ta, (tb, gb), **kw)
+    # Traced (a dispatch mode: the custom op's path), where the bare scales used to become (scales, 1.0).
+    with pytest.raises(scalemm.InvalidArgumentError, match="scale_b: nvfp4 scales are the pair"):
+        make_fx(lambda x, y, s, t: scalemm.scaled_mm(x, y, (s, ga), t, **kw))(a, b, ta, tb)

@@ -43,7 +43,7 @@ def _(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias,
     return a.new_empty((a.shape[0], b.shape[0]), dtype=_OUT[_out_name(out_dtype)])
 
 
-def _split_global(s, recipe):
+def _split_global(s, recipe, argument):
     if isinstance(s, tuple) and len(s) == 2:
         g = s[1]
         if isinstance(g, torch.Tensor):
@@ -52,6 +52,10 @@ def _split_global(s, recipe):
                 _core.global_value(g, "scale")
             g = float(g)
         return s[0], float(g)
+    if recipe == "nvfp4":  # the eager path refuses a bare nvfp4 scale in _core; so does the op path
+        raise _core.invalid(argument, "nvfp4 scales are the pair (block_scales, global_decode_scale)",
+                            "a tuple (scales, global)", f"one {type(s).__name__}",
+                            "Pass the pair the nvfp4 quantizer returns.")
     return s, 1.0
 
 
@@ -111,8 +115,8 @@ def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format
 
 def _via_op(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
             fast_accum=False):
-    sa, ga = _split_global(scale_a, recipe_a)
-    sb, gb = _split_global(scale_b, recipe_b)
+    sa, ga = _split_global(scale_a, recipe_a, "scale_a")
+    sb, gb = _split_global(scale_b, recipe_b, "scale_b")
     od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)
     return torch.ops.scalemm.scaled_mm(a, b, sa, sb, recipe_a, recipe_b, od, scale_format, bias, backend, dtype_a,
                                        dtype_b, ga, gb, fast_accum)
@@ -166,8 +170,8 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
         else:
             sizes = group_sizes if isinstance(group_sizes, (list, tuple)) else _core.group_size_list(group_sizes)
             dev = None
-        sa, ga = _split_global(scale_a, recipe_a)
-        sb, gb = _split_global(scale_b, recipe_b)
+        sa, ga = _split_global(scale_a, recipe_a, "scale_a")
+        sb, gb = _split_global(scale_b, recipe_b, "scale_b")
         od = out_dtype if isinstance(out_dtype, str) else _out_name(out_dtype)
         return torch.ops.scalemm.scaled_grouped_mm(a, b, sa, sb, [int(x) for x in sizes], group_dim, recipe_a,
                                                    recipe_b, od, scale_format, backend, dtype_a, dtype_b, ga, gb, dev,
