@@ -91,6 +91,12 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
         "room for every group padded to 128 rows, whatever the sizes (a multiple of 128)",
         "a multiple of 128 >= " + std::to_string(need), std::to_string(groups.padded_rows),
         "Use padded_token_rows(T, G).");
+  if (groups.row_weight && !groups.gather)
+    bad("groups.row_weight", "grouped-quantize-row-weight", "row weights apply to gathered rows", "gather set",
+        "gather = null");
+  if (groups.gather && groups.source_rows < 0)
+    bad("groups.source_rows", "grouped-quantize-gather", "the gathered source's row count", ">= 0",
+        std::to_string(groups.source_rows));
   if (src.cols > 0 && (!out.data_t || !out.scales_t))
     bad("out", "grouped-quantize-outputs", "the columnwise output (R rows even without tokens)",
         "data_t and scales_t", std::string(out.data_t ? "data_t" : "data_t = null") + ", " +
@@ -101,7 +107,8 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
   const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
   DeviceExec ex{stream};
   clear_scale_padding(ex, src, cfg, out, groups.padded_rows);
-  kernels::quantize_grouped(src, cfg, groups.sizes, groups.groups, groups.padded_rows, out, stream);
+  kernels::quantize_grouped(src, cfg, groups.sizes, groups.groups, groups.padded_rows,
+                            kernels::GatherRows{groups.gather, groups.source_rows, groups.row_weight}, out, stream);
 }
 
 namespace {

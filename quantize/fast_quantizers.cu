@@ -107,6 +107,11 @@ struct TileArgs {
   /// has src_rows rows, and `rows` is the padded row count of the columnwise output. Else nullptr.
   const int64_t* group_sizes = nullptr;
   int64_t groups = 0, src_rows = 0;
+  /// Grouped tokens gathered (TokenGroups::gather): row r of the grouped source is row gather[r] of the
+  /// gather_rows rows at src (zero for an index outside them), times row_weight[r] when not null.
+  const int64_t* gather = nullptr;
+  int64_t gather_rows = 0;
+  const float* row_weight = nullptr;
   /// rc1d_act_kernel's further inputs, laid out as src (act_needs_aux / act_needs_aux2): the activation's
   /// input (GELU's backward), SwiGLU's up (forward) or gate (backward), and up (the gate's gradient).
   const void* aux = nullptr;
@@ -1143,12 +1148,29 @@ __device__ __forceinline__ void encode_tile_columns(const TileArgs& a, const uin
   }
 }
 
+/// Elements (r, c..c+3) of gathered grouped tokens: row gather[r] of the source, times row_weight[r] in
+/// fp32 rounded to the source type (a framework's gather, then its multiply); zero for index -1.
+template <int S>
+__device__ __forceinline__ uint2 load_gathered4(const TileArgs& a, int64_t r, int64_t c) {
+  const int64_t g = a.gather[r];
+  if (g < 0 || g >= a.gather_rows) return uint2{};
+  const uint2 x = load_raw4<S>(a.src, a.gather_rows, a.cols, a.vec_in, g, c);
+  if (!a.row_weight) return x;
+  const float w = a.row_weight[r];
+  const uint32_t in[2] = {x.x, x.y};
+  uint32_t o[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+    o[i] = round16<S>(__fmul_rn(half_value<S>(in[i], 0), w)) | (round16<S>(__fmul_rn(half_value<S>(in[i], 1), w)) << 16);
+  return make_uint2(o[0], o[1]);
+}
+
 // One tile of rc1d_kernel. kWhole (the tile lies inside the matrix) is a template argument so that the
 // interior tiles, nearly all of a large matrix, run without bounds checks, divergent-branch bookkeeping
 // or the partial-store paths. The rows come from source rows rs0 .. rlim - 1 (zero below rlim) and go
 // to rowwise rows rs0..; the columnwise output takes them as rows r0.. of the (a.rows) transposed
 // columns. One matrix: rs0 = r0, rlim = a.rows; grouped tokens: group_rows().
-template <int S, int E, int BK, bool kWhole, int ACT = 0>
+template <int S, int E, int BK, bool kWhole, int ACT = 0, bool kGather = false>
 __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uint32_t (*cmax)[kPairs * 8],
                                           float (*cmult)[kPairs * 2 * 8], int64_t r0, int64_t c0, int64_t rs0,
                                           int64_t rlim) {
@@ -1179,8 +1201,11 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < kU; ++k)
-        raw[k] = load_raw4<S>(a.src, rlim, a.cols, a.vec_in, rs0 + warp + 8 * (b * kU + k), c0 + 4 * lane);
+      for (int k = 0; k < kU; ++k) {
+        const int64_t r = rs0 + warp + 8 * (b * kU + k);
+        if constexpr (kGather) raw[k] = r < rlim ? load_gathered4<S>(a, r, c0 + 4 * lane) : uint2{};
+        else raw[k] = load_raw4<S>(a.src, rlim, a.cols, a.vec_in, r, c0 + 4 * lane);
+      }
       if constexpr (ACT != 0) {  // outside the matrix every load gives +0, which the activations keep
 #pragma unroll
         for (int k = 0; k < kU; ++k) {
@@ -1515,7 +1540,8 @@ __global__ void __launch_bounds__(kQThreads, E == 2 ? 5 : 4) rc1d_kernel(TileArg
       group_rows(a, r0, rs0, rlim);
       full = whole && rlim - rs0 == kTile;
     }
-    if (full) rc1d_tile<S, E, BK, true>(a, tile, cmax, cmult, r0, c0, rs0, rlim);  // block-uniform
+    if (a.gather) rc1d_tile<S, E, BK, false, 0, true>(a, tile, cmax, cmult, r0, c0, rs0, rlim);  // block-uniform
+    else if (full) rc1d_tile<S, E, BK, true>(a, tile, cmax, cmult, r0, c0, rs0, rlim);
     else rc1d_tile<S, E, BK, false>(a, tile, cmax, cmult, r0, c0, rs0, rlim);
   }
 }
@@ -1839,7 +1865,7 @@ void launch_grouped(const TileArgs& a, int64_t tiles, cudaStream_t st) {
 }
 
 void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const int64_t* group_sizes, int64_t groups,
-                      int64_t padded_rows, const QuantizeOutputs& out, cudaStream_t st) {
+                      int64_t padded_rows, const GatherRows& gather, const QuantizeOutputs& out, cudaStream_t st) {
   const int64_t tiles = padded_rows / kTile * layouts::ceil_div(src.cols, kTile);
   SCALEMM_EXPECTS(tiles <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize::quantize_grouped: matrix too large");
   if (tiles == 0) return;
@@ -1847,6 +1873,9 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
   a.group_sizes = group_sizes;
   a.groups = groups;
   a.src_rows = src.rows;
+  a.gather = gather.index;
+  a.gather_rows = gather.source_rows;
+  a.row_weight = gather.row_weight;
   const bool e5m2 = a.elem == DType::kE5M2;
   if (src.dtype == DType::kBF16) e5m2 ? launch_grouped<1, 1>(a, tiles, st) : launch_grouped<1, 0>(a, tiles, st);
   else e5m2 ? launch_grouped<2, 1>(a, tiles, st) : launch_grouped<2, 0>(a, tiles, st);

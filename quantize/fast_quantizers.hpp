@@ -27,9 +27,16 @@ FastPlan plan_fast(const SourceMatrix& src, const QuantizeConfig& cfg);
 bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, float* scratch,
               Stream st);
 
+/// Grouped rows gathered from a source of source_rows rows (quantize::TokenGroups::gather); index null: none.
+struct GatherRows {
+  const int64_t* index = nullptr;
+  int64_t source_rows = 0;
+  const float* row_weight = nullptr;
+};
+
 /// quantize::quantize_grouped after validation: rc1d_kernel over the R padded rows.
 void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const int64_t* group_sizes, int64_t groups,
-                      int64_t padded_rows, const QuantizeOutputs& out, Stream st);
+                      int64_t padded_rows, const GatherRows& gather, const QuantizeOutputs& out, Stream st);
 
 /// The fused activations (fast_quantizers.cu, kAct*): 1 GELU, 2 GELU's input gradient, 3 SwiGLU,
 /// 4 SwiGLU's gate gradient, 5 its up gradient; aux and aux2 the further inputs each one reads.

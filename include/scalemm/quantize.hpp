@@ -37,6 +37,15 @@ struct TokenGroups {
   const int64_t* sizes = nullptr;  ///< G device int64 counts (negative counts are taken as 0)
   int64_t groups = 0;              ///< G >= 1
   int64_t padded_rows = 0;         ///< R: a multiple of 128, at least padded_token_rows(T, G)
+  /// Optional dispatch gather (device int64, T entries): grouped row r is row gather[r] of the source,
+  /// which then has `source_rows` rows (src.rows is T, the grouped rows); an index outside
+  /// [0, source_rows) (-1: an expert-parallel sentinel) reads as a zero row. The outputs are those of
+  /// the gathered (T, C) matrix, which is never written.
+  const int64_t* gather = nullptr;
+  int64_t source_rows = 0;
+  /// Optional, with gather: row r is multiplied by row_weight[r] (device fp32) and rounded to the
+  /// source type before it is quantized (MoE combine's backward: the routing-weighted output gradient).
+  const float* row_weight = nullptr;
 };
 
 /// The row count that holds T tokens in G groups with every group padded to a 128-row boundary,

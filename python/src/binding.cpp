@@ -30,6 +30,7 @@
 #include "scalemm/scalemm.h"
 #include "scalemm/status.hpp"
 #include "scalemm/types.hpp"
+#include "scalemm/moe.hpp"
 #include "scalemm/quantize.hpp"
 
 namespace nb = nanobind;
@@ -572,6 +573,64 @@ NB_MODULE(_scalemm, m) {
                                         stream_of(stream));
   });
   m.def("padded_token_rows", &scalemm::quantize::padded_token_rows);
+
+  // The quantizers with a scale mode (numerics::ScaleMode code: 0 default, 2 amax-pow2, ...): quantize()
+  // (space 0: the host emulator) and the grouped quantizer with an optional dispatch gather
+  // (TokenGroups::gather of source_rows rows, 0: none) and row weights (0: none).
+  m.def("quantize_mode", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe, int data_dtype,
+                            int format, int mode, uintptr_t data, uintptr_t scales, uintptr_t data_t,
+                            uintptr_t scales_t, int space, uintptr_t stream) {
+    emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
+    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format, data != 0, data_t != 0);
+    cfg.mode = emulation::ScaleMode(mode);
+    const emulation::QuantizeOutputs out{ptr(data), ptr(scales), ptr(data_t), ptr(scales_t), nullptr};
+    emulation::validate(s, cfg, out);
+    if (space == 0) {
+      nb::gil_scoped_release release;
+      emulation::quantize_host(s, cfg, out);
+    } else {
+      scalemm::quantize::quantize(s, cfg, out, nullptr, 0, stream_of(stream));
+    }
+  });
+  m.def("quantize_grouped_rows", [](uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe,
+                                    int data_dtype, int format, int mode, uintptr_t sizes, int64_t groups,
+                                    int64_t padded_rows, uintptr_t gather, int64_t source_rows, uintptr_t row_weight,
+                                    uintptr_t data, uintptr_t scales, uintptr_t data_t, uintptr_t scales_t,
+                                    uintptr_t stream) {
+    emulation::SourceMatrix s{ptr(src), DType(src_dtype), rows, cols, nullptr};
+    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format, data != 0, true);
+    cfg.mode = emulation::ScaleMode(mode);
+    scalemm::quantize::TokenGroups g{static_cast<const int64_t*>(ptr(sizes)), groups, padded_rows};
+    g.gather = static_cast<const int64_t*>(ptr(gather));
+    g.source_rows = source_rows;
+    g.row_weight = static_cast<const float*>(ptr(row_weight));
+    scalemm::quantize::quantize_grouped(s, cfg, g, emulation::QuantizeOutputs{ptr(data), ptr(scales), ptr(data_t),
+                                                                             ptr(scales_t), nullptr},
+                                        stream_of(stream));
+  });
+
+  // MoE dispatch and combine (scalemm::moe): space 0 runs them on host memory.
+  m.def("moe_route_workspace_bytes", &scalemm::moe::route_workspace_bytes);
+  m.def("moe_route", [](uintptr_t index, int64_t tokens, int64_t top_k, int64_t experts, uintptr_t pos,
+                        uintptr_t row_pair, uintptr_t sizes, uintptr_t workspace, size_t workspace_bytes, int space,
+                        uintptr_t stream) {
+    const scalemm::moe::TopK tk{static_cast<const int64_t*>(ptr(index)), tokens, top_k, experts};
+    scalemm::moe::route(tk, static_cast<int64_t*>(ptr(pos)), static_cast<int64_t*>(ptr(row_pair)),
+                        static_cast<int64_t*>(ptr(sizes)), ptr(workspace), workspace_bytes, space_of(space),
+                        stream_of(stream));
+  });
+  m.def("moe_combine", [](uintptr_t y, int dtype, int64_t rows, int64_t hidden, uintptr_t pos, int64_t tokens,
+                          int64_t top_k, uintptr_t weights, uintptr_t out, int space, uintptr_t stream) {
+    scalemm::moe::combine(ptr(y), DType(dtype), rows, hidden, static_cast<const int64_t*>(ptr(pos)), tokens, top_k,
+                          static_cast<const float*>(ptr(weights)), ptr(out), space_of(space), stream_of(stream));
+  });
+  m.def("moe_combine_weight_grad", [](uintptr_t dout, uintptr_t y, int dtype, int64_t rows, int64_t hidden,
+                                      uintptr_t pos, int64_t tokens, int64_t top_k, uintptr_t dw, int space,
+                                      uintptr_t stream) {
+    scalemm::moe::combine_weight_grad(ptr(dout), ptr(y), DType(dtype), rows, hidden,
+                                      static_cast<const int64_t*>(ptr(pos)), tokens, top_k,
+                                      static_cast<float*>(ptr(dw)), space_of(space), stream_of(stream));
+  });
 
   // An activation fused into the 1D-block quantizer (quantize::quantize_activation): GELU (tanh) of
   // src (input 0), or src * GELU'(input) (the activation's backward); columnwise always, rowwise when

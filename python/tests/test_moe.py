@@ -1,4 +1,4 @@
-"""experts_forward (scalemm._moe): routing index math on the host; forward and every gradient against a
+"""experts_forward (scalemm.torch.moe): routing index math on the host; forward and every gradient against a
 float64 torch reference with SQNR bounds (on the host through the library's emulator, and on the GPU);
 sentinels, empty experts, biases, transposed weights, a custom gate, power-of-two scales; on the GPU the
 fused dispatch/combine against the torch index ops byte for byte, CUDA-graph replay, torch.compile
@@ -11,8 +11,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import scalemm  # noqa: E402
-from scalemm import _moe as moe  # noqa: E402
-from scalemm import _moe_ops as ops  # noqa: E402
+import scalemm.torch as st  # noqa: E402
+from scalemm.torch import moe  # noqa: E402
+from scalemm.torch import moe_ops as ops  # noqa: E402
 from oracle import seed  # noqa: E402
 
 GPU = torch.cuda.is_available() and scalemm.has_gpu()
@@ -59,6 +60,24 @@ def test_routing_index_math_on_host(t, k, e, sentinel):
     if hasattr(_C, "moe_route"):  # the library's counting sort, its host branch
         for a, b in zip(got, ops._route_host(idx, e)):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_combine_and_its_weight_gradient_on_host_equal_the_torch_ops(dtype):
+    if not hasattr(_C, "moe_combine"):
+        pytest.skip("this extension has no moe_combine")
+    g = torch.Generator().manual_seed(seed(f"combine {dtype}"))
+    t, k, e, h = 33, 3, 5, 200
+    idx = torch.randint(0, e + 1, (t, k), generator=g)  # id e: a sentinel
+    pos, _, _ = ops.route_torch(idx, e)
+    y = torch.randn(t * k, h, generator=g).to(dtype)
+    w = torch.rand(t, k, generator=g)
+    for weights in (w, None):
+        assert torch.equal(ops._host_kernels(y, pos, weights), ops.combine_torch(y, pos, weights))
+    dout = torch.randn(t, h, generator=g).to(dtype)
+    got, want = ops._host_kernels(y, pos, dout=dout), ops.combine_weight_grad_torch(dout, y, pos)
+    assert bool((got[pos < 0] == 0).all())
+    torch.testing.assert_close(got, want, rtol=2e-7, atol=0)  # fp64 sums in two orders, rounded to fp32
 
 
 def test_padded_sizes_hold_every_expert_on_a_128_boundary():
@@ -184,3 +203,151 @@ def test_arguments_are_checked_by_name():
         moe.experts_forward(p["x"], p["idx"], p["w"], p["w1"], p["w2"][:, :, :64], num_experts=4)
     with pytest.raises(scalemm.InvalidArgumentError, match="top_k_weights"):
         moe.experts_forward(p["x"], p["idx"], p["w"][:, :1], p["w1"], p["w2"], num_experts=4)
+
+
+# ---- GPU --------------------------------------------------------------------------------------------
+
+DEV = dict(t=512, h=256, i=256, e=8, k=4)
+
+
+@needs_gpu
+@pytest.mark.parametrize("fused", [True, False])
+def test_gpu_forward_and_gradients_against_float64(fused):
+    p = problem(f"moe gpu {fused}", **DEV, device="cuda")
+    got, ref = run_both(p, fused=fused)
+    check(got, ref, p, f"gpu fused={fused}")
+
+
+@needs_gpu
+def test_gpu_biases_transposed_and_pow2():
+    p = problem("moe gpu gpt-oss", **DEV, transposed=True, bias=True, device="cuda")
+    got, ref = run_both(p, transposed=True, pow2=True)
+    check(got, ref, p, "gpu gpt-oss pow2", bound=20.0)
+
+
+@needs_gpu
+@pytest.mark.parametrize("transposed,bias,pow2", [(False, False, False), (True, True, True)])
+def test_gpu_fused_dispatch_and_combine_equal_the_torch_ops_bytes(transposed, bias, pow2):
+    p = problem(f"moe bytes {bias}", **DEV, transposed=transposed, bias=bias, device="cuda")
+    got_f, _ = run_both(p, transposed=transposed, pow2=pow2, fused=True)
+    got_u, _ = run_both(p, transposed=transposed, pow2=pow2, fused=False)
+    for n in got_f:
+        if n == "w":  # <dout, y> as fp64 sums in two orders, rounded to fp32
+            torch.testing.assert_close(got_f[n], got_u[n], rtol=2e-7, atol=0)
+        else:
+            assert torch.equal(got_f[n], got_u[n]), n
+    # The ops one by one: routing, the gathered (and row-weighted) quantization, combine.
+    e, idx, x = p["e"], p["idx"], p["dout"]
+    fused_route, torch_route = ops._route_impl(idx, e, True), ops.route_torch(idx, e)
+    for a, b in zip(fused_route, torch_route):
+        assert torch.equal(a, b)
+    pos, row_pair, sizes = fused_route
+    k = idx.shape[1]
+    row_token = torch.where(row_pair >= 0, row_pair // k, -1)
+    rows = (row_pair.numel() + 127 * e + 127) // 128 * 128
+    row_w = torch.rand(row_pair.numel(), device="cuda")
+    for weights in (None, row_w):
+        a = ops._quantize_tokens_impl(x, row_token, weights, sizes, rows, "block1x128", pow2, True)
+        b = ops._quantize_tokens_impl(x, row_token, weights, sizes, rows, "block1x128", pow2, False)
+        for u, v in zip(a, b):
+            assert torch.equal(u.view(torch.uint8), v.view(torch.uint8)) if u.element_size() == 1 else torch.equal(u, v)
+    y = torch.randn(row_pair.numel(), x.shape[1], device="cuda").to(x.dtype)
+    w = torch.rand(idx.shape, device="cuda")
+    for weights in (w, None):
+        assert torch.equal(ops._combine_impl(y, pos, weights, True), ops.combine_torch(y, pos, weights))
+
+
+@needs_gpu
+def test_gpu_pow2_quantizers_equal_the_host_emulator():
+    g = torch.Generator().manual_seed(seed("pow2 gpu"))
+    x = (torch.randn(384, 512, generator=g) * 5).to(torch.bfloat16)
+    for recipe in ("block1x128", "block128x128"):
+        dev = ops._quantize_dense(x.cuda(), recipe, True, True, recipe == "block1x128")
+        host = ops._quantize_dense(x, recipe, True, True, recipe == "block1x128")
+        for a, b in zip(dev, host):
+            assert torch.equal(a.cpu().view(torch.uint8), b.view(torch.uint8)) if a.element_size() == 1 else \
+                torch.equal(a.cpu(), b)
+    sizes = torch.tensor([100, 0, 200, 84])
+    rows = (384 + 127 * 4 + 127) // 128 * 128
+    grouped = ops._quantize_tokens_impl(x.cuda(), None, None, sizes.cuda(), rows, "block1x128", True, True)
+    host = ops._quantize_tokens_impl(x, None, None, sizes, rows, "block1x128", True, False)
+    for a, b in zip(grouped, host):
+        assert torch.equal(a.cpu().view(torch.uint8), b.view(torch.uint8)) if a.element_size() == 1 else \
+            torch.equal(a.cpu(), b)
+
+
+def _step(p, names):
+    out = moe.experts_forward(p["x"], p["idx"], p["w"], p["w1"], p["w2"], num_experts=p["e"])
+    return [out] + list(torch.autograd.grad(out, [p[n] for n in names], p["dout"]))
+
+
+@needs_gpu
+def test_gpu_cuda_graph_replays_bit_identically():
+    p = problem("moe graph", **DEV, device="cuda")
+    names = ["x", "w", "w1", "w2"]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            _step(p, names)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        static = _step(p, names)
+    g = torch.Generator().manual_seed(seed("moe graph replays"))
+    for trial in range(4):
+        new_idx = torch.randint(0, p["e"] + 1 - trial % 2, p["idx"].shape, generator=g)  # some sentinels, some not
+        p["idx"].copy_(new_idx)
+        graph.replay()
+        eager = _step(p, names)
+        for a, b in zip(static, eager):
+            assert torch.equal(a, b), trial
+
+
+@needs_gpu
+def test_gpu_torch_compile_fullgraph():
+    p = problem("moe compile", **DEV, device="cuda")
+    names = ["x", "w", "w1", "w2"]
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, idx, w, w1, w2: moe.experts_forward(x, idx, w, w1, w2, num_experts=p["e"]),
+                      fullgraph=True)
+    out = f(p["x"], p["idx"], p["w"], p["w1"], p["w2"])
+    got = [out] + list(torch.autograd.grad(out, [p[n] for n in names], p["dout"]))
+    _, ref = run_both(p)
+    check(dict(zip(["out"] + names, got)), ref, p, "compiled")
+
+
+@needs_gpu
+def test_gpu_step_never_synchronises():
+    p = problem("moe sync", **DEV, device="cuda", bias=True)
+    names = ["x", "w", "w1", "w2", "b1", "b2"]
+
+    def step():
+        out = moe.experts_forward(p["x"], p["idx"], p["w"], p["w1"], p["w2"], num_experts=p["e"],
+                                  gate_up_bias=p["b1"], down_bias=p["b2"])
+        return torch.autograd.grad(out, [p[n] for n in names], p["dout"])
+
+    step()  # first calls prepare the library's calls
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+def test_torch_compile_fullgraph_traces_the_ops_on_host():
+    """The fake implementations and the Functions under dynamo and AOTAutograd (aot_eager: the graph runs
+    the ops themselves, so it must give the eager bytes)."""
+    p = problem("moe compile host", **HOST)
+    names = ["x", "w", "w1", "w2"]
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, idx, w, w1, w2: moe.experts_forward(x, idx, w, w1, w2, num_experts=p["e"]),
+                      fullgraph=True, backend="aot_eager")
+    out = f(p["x"], p["idx"], p["w"], p["w1"], p["w2"])
+    got = [out] + list(torch.autograd.grad(out, [p[n] for n in names], p["dout"]))
+    assert st.experts_forward is moe.experts_forward
+    want = _step(p, names)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

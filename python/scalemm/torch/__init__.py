@@ -42,6 +42,7 @@ from .activations import quantize_activation, quantize_swiglu
 from .config import AUTO_MIN_FEATURES, AUTO_MIN_GFLOP, LINEAR_RECIPES
 from .convert import ConversionReport, conversion_report, convert_to_float8
 from .experts import Float8GroupedExperts
+from .moe import experts_forward  # noqa: F401 (FP8 experts from transformers' experts arguments)
 from .fsdp import Float8AllGatherWeight
 from .linear import Float8BlockwiseLinear, Float8Linear, MXLinear
 from .mlp import Float8MLP

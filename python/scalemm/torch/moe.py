@@ -48,8 +48,9 @@ from typing import Callable, Optional
 
 import torch
 
-from . import _core
-from . import _moe_ops as ops
+from .. import _core
+from . import moe_ops as ops
+from .ops import scaled_grouped_mm
 
 _RECIPES = {"blockwise": ("block1x128", "block128x128")}
 
@@ -88,19 +89,23 @@ def _check(hidden, top_k_index, top_k_weights, w1, w2, num_experts, recipe, is_t
                                 str(v), "Pad the experts to a multiple of 128.")
 
 
-class _Cfg:
-    """What a call's two Functions share: recipes, the scale mode, the fused switch."""
+def _cfg(recipe, pow2, fused):
+    """What a call's two Functions share, as constants (torch.compile traces them as such):
+    (activation recipe, weight recipe, power-of-two scales, fused kernels)."""
+    act, wgt = _RECIPES[recipe]
+    return act, wgt, pow2, fused
 
-    def __init__(self, recipe, pow2, fused):
-        self.act, self.wgt = _RECIPES[recipe]
-        self.pow2, self.fused = pow2, fused
+
+def _tok(cfg):
+    """quantize_tokens' (recipe, power_of_two, fused) of a call's constants."""
+    return cfg[0], cfg[2], cfg[3]
 
 
 def _weight_operands(w, cfg, dgrad):
     """(W, W^T) FP8 operands of (E, N, K) master weights: W for the forward GEMM, the exact transpose
     of its 128x128 blocks for dgrad (None when no dgrad runs)."""
     e, n, k = w.shape
-    wq, ws = ops.quantize_weights(w.reshape(e * n, k), cfg.wgt, cfg.pow2)
+    wq, ws = ops.quantize_weights(w.reshape(e * n, k), cfg[1], cfg[2])
     wq, ws = wq.view(e, n, k), ws.view(e, n // 128, k // 128)
     if not dgrad:
         return (wq, ws), None
@@ -108,11 +113,8 @@ def _weight_operands(w, cfg, dgrad):
 
 
 def _grouped(a, b, sa, sb, sizes, cfg, od, group_dim="m"):
-    from . import torch as st  # noqa: PLC0415 (scalemm.torch imports this module)
-
-    ra, rb = (cfg.act, cfg.wgt) if group_dim == "m" else (cfg.act, cfg.act)
-    return st.scaled_grouped_mm(a, b, sa, sb, sizes, group_dim=group_dim, recipe_a=ra, recipe_b=rb,
-                                out_dtype=od)
+    ra, rb = (cfg[0], cfg[1]) if group_dim == "m" else (cfg[0], cfg[0])
+    return scaled_grouped_mm(a, b, sa, sb, sizes, group_dim=group_dim, recipe_a=ra, recipe_b=rb, out_dtype=od)
 
 
 def _od(dt) -> str:
@@ -131,7 +133,7 @@ class _UpFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, row_token, pos, sizes, padded, rows, cfg):
-        xq, xs, xtq, xts = ops.quantize_tokens(x, row_token, None, sizes, rows, cfg.act, cfg.pow2, cfg.fused)
+        xq, xs, xtq, xts = ops.quantize_tokens(x, row_token, None, sizes, rows, *_tok(cfg))
         (wq, ws), wt = _weight_operands(w, cfg, ctx.needs_input_grad[0])
         up = _grouped(xq, wq, xs, ws, sizes, cfg, _od(x.dtype))
         del wq, ws
@@ -143,14 +145,13 @@ class _UpFn(torch.autograd.Function):
     def backward(ctx, dup):
         xtq, xts, wtq, wts, pos, sizes, padded = ctx.saved_tensors
         rows, cfg, w_dtype, x_dtype = ctx.meta
-        dyq, dys, dytq, dyts = ops.quantize_tokens(dup.contiguous(), None, None, sizes, rows, cfg.act, cfg.pow2,
-                                                   cfg.fused)
+        dyq, dys, dytq, dyts = ops.quantize_tokens(dup.contiguous(), None, None, sizes, rows, *_tok(cfg))
         dw = _wgrad((dytq, dyts), (xtq, xts), padded, cfg, w_dtype) if ctx.needs_input_grad[1] else None
         del dytq, dyts, xtq, xts
         dx = None
         if ctx.needs_input_grad[0]:
             dx_rows = _grouped(dyq, wtq, dys, wts, sizes, cfg, _od(x_dtype))
-            dx = ops.combine(dx_rows, pos, None, cfg.fused)
+            dx = ops.combine(dx_rows, pos, None, cfg[3])
         return dx, dw, None, None, None, None, None, None
 
 
@@ -160,11 +161,11 @@ class _DownFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, w, weights, row_pair, row_token, pos, sizes, padded, rows, cfg):
-        hq, hs, htq, hts = ops.quantize_tokens(h, None, None, sizes, rows, cfg.act, cfg.pow2, cfg.fused)
+        hq, hs, htq, hts = ops.quantize_tokens(h, None, None, sizes, rows, *_tok(cfg))
         (wq, ws), wt = _weight_operands(w, cfg, ctx.needs_input_grad[0])
         y = _grouped(hq, wq, hs, ws, sizes, cfg, _od(h.dtype))
         del wq, ws, hq, hs
-        out = ops.combine(y, pos, weights, cfg.fused)
+        out = ops.combine(y, pos, weights, cfg[3])
         ctx.save_for_backward(htq, hts, *(wt or (None, None)), y, weights, row_pair, row_token, pos, sizes, padded)
         ctx.meta = (rows, cfg, w.dtype, h.dtype)
         return out
@@ -176,9 +177,9 @@ class _DownFn(torch.autograd.Function):
         dout = dout.contiguous()
         if dout.dtype != y.dtype:
             dout = dout.to(y.dtype)
-        dweights = ops.combine_weight_grad(dout, y, pos, cfg.fused) if ctx.needs_input_grad[2] else None
+        dweights = ops.combine_weight_grad(dout, y, pos, cfg[3]) if ctx.needs_input_grad[2] else None
         row_w = torch.where(row_pair >= 0, weights.reshape(-1)[row_pair.clamp(min=0)], 0.0)
-        dyq, dys, dytq, dyts = ops.quantize_tokens(dout, row_token, row_w, sizes, rows, cfg.act, cfg.pow2, cfg.fused)
+        dyq, dys, dytq, dyts = ops.quantize_tokens(dout, row_token, row_w, sizes, rows, *_tok(cfg))
         dw = _wgrad((dytq, dyts), (htq, hts), padded, cfg, w_dtype) if ctx.needs_input_grad[1] else None
         del dytq, dyts, htq, hts
         dh = _grouped(dyq, wtq, dys, wts, sizes, cfg, _od(h_dtype)) if ctx.needs_input_grad[0] else None
@@ -204,7 +205,7 @@ def experts_forward(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_
                     gate_up_bias: Optional[torch.Tensor] = None, down_bias: Optional[torch.Tensor] = None,
                     is_transposed: bool = False, power_of_two_scales: bool = False) -> torch.Tensor:
     """The experts of an MoE layer in FP8 from transformers' experts arguments: see the module docstring
-    (scalemm._moe) for shapes, what runs and what is fused."""
+    (scalemm.torch.moe) for shapes, what runs and what is fused."""
     return _forward(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, num_experts=num_experts,
                     recipe=recipe, apply_gate=apply_gate, gate_up_bias=gate_up_bias, down_bias=down_bias,
                     is_transposed=is_transposed, power_of_two_scales=power_of_two_scales, fused=None)
@@ -218,9 +219,9 @@ def _forward(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
     _check(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, num_experts, recipe, is_transposed)
     t, k = top_k_index.shape
     x = hidden_states if hidden_states.dtype in (torch.bfloat16, torch.float16) else hidden_states.to(torch.bfloat16)
-    cfg = _Cfg(recipe, _core.flag(power_of_two_scales, "power_of_two_scales"),
+    cfg = _cfg(recipe, _core.flag(power_of_two_scales, "power_of_two_scales"),
                ops.fused_applies(x) if fused is None else bool(fused))
-    pos, row_pair, sizes = ops.route(top_k_index, num_experts, cfg.fused)
+    pos, row_pair, sizes = ops.route(top_k_index, num_experts, cfg[3])
     row_token = torch.where(row_pair >= 0, torch.div(row_pair, k, rounding_mode="floor"), -1)
     m = t * k
     # scalemm::quantize::padded_token_rows, in Python so that a traced (symbolic) token count passes.

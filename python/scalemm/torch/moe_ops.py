@@ -1,4 +1,4 @@
-"""The custom ops of the FP8 experts (scalemm._moe), each with a fake implementation:
+"""The custom ops of the FP8 experts (scalemm.torch.moe), each with a fake implementation:
 
     torch.ops.scalemm.moe_route             (pos (T, k), row_pair (M,), sizes (E,)) of top_k_index (T, k):
                                             the pairs p = t k + j sorted by expert, stable; pos[t, j] the
@@ -26,10 +26,14 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _core
-from . import _scalemm as _C
-from ._errors import UnsupportedError
-from ._arrays import DTYPE_CODE, torch_dtype
+from .. import _core
+from .. import _scalemm as _C
+from .._arrays import DTYPE_CODE, torch_dtype
+from .._errors import UnsupportedError
+from ._autograd import _transpose_fp8
+from ._runtime import _dispatch_modes, _is_compiling
+from ._runtime import _stream as _stream_of
+from .quantizers import _tokens_padded
 
 _MODE = {False: 0, True: 2}  # numerics::ScaleMode kDefault, kAmaxPow2
 _FMT = 0  # compact scales
@@ -37,13 +41,11 @@ _SRC = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
 
 def _tracing() -> bool:
-    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
-
-    return torch.compiler.is_compiling() or is_in_torch_dispatch_mode()
+    return _is_compiling() or _dispatch_modes()
 
 
 def _stream(t: torch.Tensor) -> int:
-    return torch.cuda.current_stream(t.device).cuda_stream
+    return _stream_of(t.device.index)
 
 
 def fused_applies(x: torch.Tensor) -> bool:
@@ -98,6 +100,32 @@ def _route_impl(top_k_index, num_experts, fused):
     _C.moe_route(idx.data_ptr(), t, k, num_experts, pos.data_ptr(), row_pair.data_ptr(), sizes.data_ptr(),
                  ws.data_ptr(), ws.numel(), 1, _stream(idx))
     return pos, row_pair, sizes
+
+
+def _route_host(top_k_index, num_experts):
+    """The library's counting sort on host memory (moe::route's host branch): the kernel's arithmetic."""
+    t, k = top_k_index.shape
+    idx = top_k_index.to(torch.int64).contiguous()
+    pos, row_pair = torch.empty((t, k), dtype=torch.int64), torch.empty((t * k,), dtype=torch.int64)
+    sizes = torch.empty((num_experts,), dtype=torch.int64)
+    _C.moe_route(idx.data_ptr(), t, k, num_experts, pos.data_ptr(), row_pair.data_ptr(), sizes.data_ptr(), 0, 0, 0,
+                 0)
+    return pos, row_pair, sizes
+
+
+def _host_kernels(y, pos, weights=None, dout=None):
+    """moe::combine (or, with dout, combine_weight_grad) on host tensors: the kernels' arithmetic."""
+    t, k = pos.shape
+    code = DTYPE_CODE[_SRC[y.dtype]]
+    if dout is None:
+        out = torch.empty((t, y.shape[1]), dtype=y.dtype)
+        _C.moe_combine(y.data_ptr(), code, y.shape[0], y.shape[1], pos.data_ptr(), t, k, _ptr(weights),
+                       out.data_ptr(), 0, 0)
+        return out
+    dw = torch.empty((t, k), dtype=torch.float32)
+    _C.moe_combine_weight_grad(dout.data_ptr(), y.data_ptr(), code, y.shape[0], y.shape[1], pos.data_ptr(), t, k,
+                               dw.data_ptr(), 0, 0)
+    return dw
 
 
 @torch.library.custom_op("scalemm::moe_route", mutates_args=())
@@ -157,24 +185,6 @@ def gather_rows(x, gather, row_weight):
     return torch.where((gather >= 0)[:, None], g, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def _torch_helper(name):
-    """A helper of scalemm.torch (imported on first use: scalemm.torch imports this module)."""
-    import importlib  # noqa: PLC0415
-
-    for mod in ("scalemm.torch.quantizers", "scalemm.torch._autograd", "scalemm.torch"):
-        try:
-            fn = getattr(importlib.import_module(mod), name, None)
-        except ImportError:
-            fn = None
-        if fn is not None:
-            return fn
-    raise ImportError(f"scalemm.torch has no {name}")
-
-
-def _tokens_padded(x, sizes, rows):
-    return _torch_helper("_tokens_padded")(x, sizes, rows)
-
-
 def _quantize_tokens_impl(x, gather, row_weight, sizes, rows, recipe, pow2, fused):
     x = x.contiguous()
     grouped = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and hasattr(_C, "quantize_grouped_rows")
@@ -226,7 +236,7 @@ def quantize_weights(w, recipe, pow2):
 
 
 def transpose_fp8(t):
-    return _torch_helper("_transpose_fp8")(t)
+    return _transpose_fp8(t)
 
 
 # ---- combine -------------------------------------------------------------------------------------------
