@@ -50,6 +50,23 @@ CHILD = textwrap.dedent('''
                 "rel_unsharded": [rel(a, np.asarray(b, np.float64)) for a, b in zip(got, ref)],
                 "rel_exact": [rel(a, e) for a, e in zip(got, exact)],
                 "y_sharding": str(got[0].sharding.spec), "batch_gathers": len(batch_gathers)}
+    # scaled_mm alone: A's rows over the mesh (B replicated), B's rows over it (A replicated), and a
+    # 128x128 A whose scales do not split with its rows (replicated: still the unsharded bytes)
+    xa = rng.standard_normal((512, 256)).astype(np.float32); wb = rng.standard_normal((256, 256)).astype(np.float32)
+    for ra, rb, sa_spec, sb_spec in (("block1x128", "block128x128", P("data"), P()),
+                                     ("mxfp8", "mxfp8", P(), P("data")),
+                                     ("tensorwise", "rowwise", P("data"), P()),
+                                     ("block128x128", "block1x128", P("data"), P())):
+        (qa, sa), (qb, sb) = sj.quantize(xa, ra), sj.quantize(wb, rb)
+        f = jax.jit(lambda *a, ra=ra, rb=rb: sj.scaled_mm(*a, recipe_a=ra, recipe_b=rb))
+        ref = f(qa, qb, sa, sb)
+        put = lambda v, spec: jax.device_put(v, NamedSharding(mesh, spec if v.ndim else P()))
+        args = (put(qa, sa_spec), put(qb, sb_spec), put(sa, sa_spec), put(sb, sb_spec))
+        got = f(*args)
+        hlo = f.lower(*args).compile().as_text()
+        out[f"gemm/{ra}/{rb}"] = {
+            "bitwise": bool(np.array_equal(np.asarray(got).view(np.uint16), np.asarray(ref).view(np.uint16))),
+            "sharding": [str(d) for d in (tuple(got.sharding.spec) + (None, None))[:2]], "gathers": sum("all-gather(" in l for l in hlo.splitlines())}
     print("RESULT " + json.dumps(out))
 ''')
 
@@ -76,6 +93,17 @@ def test_k_blocked_recipes_equal_the_unsharded_call(results, recipe, weights):
     assert r["bitwise"][:2] == [True, True], r  # Y, dX
     assert r["rel_unsharded"][2] < 1e-3, r  # dW: the psum's order, then one bf16 rounding
     assert r["y_sharding"] in ("P('data',)", "PartitionSpec('data',)") and r["batch_gathers"] == 0, r
+
+
+@pytest.mark.parametrize("pair,spec,gathers", [
+    ("block1x128/block128x128", ["data", "None"], 0),  # A's rows split: D's rows
+    ("mxfp8/mxfp8", ["None", "data"], 0),  # B's rows split: D's columns
+    ("tensorwise/rowwise", ["data", "None"], 0),  # one replicated scale for A
+    ("block128x128/block1x128", None, 2)])  # 128x128 scales do not split with rows: A gathered, run whole
+def test_scaled_mm_runs_each_devices_rows(results, pair, spec, gathers):
+    r = results["gemm/" + pair]
+    assert r["bitwise"], r
+    assert (spec is None or r["sharding"] == spec) and r["gathers"] <= gathers, r
 
 
 @pytest.mark.parametrize("weights", ["replicated", "fsdp"])

@@ -6,6 +6,8 @@ the semantics of a Python loop over the batch."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 import jax
@@ -92,7 +94,10 @@ def scaled_mm(a, b, scale_a, scale_b, *, recipe_a, recipe_b, out_dtype="bf16", s
     return scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format)
 
 
-def scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, fast_accum=False):
+def scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, fast_accum=False,
+                   partitioned=True):
+    """scaled_mm; partitioned: with the sharding rules of _partition.py (off inside shard_map, whose
+    bodies are already per device)."""
     ra, rb = _core.recipe_code(recipe_a, "recipe_a"), _core.recipe_code(recipe_b, "recipe_b")
     fmt = _core.choice(_core.SCALE_FORMATS, scale_format, "scale_format", "scale format")
     od = _core.choice(_core.OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
@@ -105,9 +110,24 @@ def scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_
     sb, cb, shb, gb = _scale(scale_b, rb, "scale_b")
     C.ffi_check_gemm(m, n, ka, (DTYPE_CODE[ta], ra, ca, sha), (DTYPE_CODE[tb], rb, cb, shb), fmt, DTYPE_CODE[od],
                      fast_accum)
-    return _call("scalemm_scaled_mm", _struct((m, n), od), a, b, sa, sb, ga, gb, recipe_a=ra, recipe_b=rb,
-                 dtype_a=DTYPE_CODE[ta], dtype_b=DTYPE_CODE[tb], sdtype_a=ca, sdtype_b=cb, format=fmt,
-                 d_dtype=DTYPE_CODE[od], fast_accum=bool(fast_accum))
+    call = GemmCall(od, (("recipe_a", ra), ("recipe_b", rb), ("dtype_a", DTYPE_CODE[ta]), ("dtype_b", DTYPE_CODE[tb]),
+                         ("sdtype_a", ca), ("sdtype_b", cb), ("format", fmt), ("d_dtype", DTYPE_CODE[od]),
+                         ("fast_accum", bool(fast_accum))))
+    if not partitioned:
+        return call(a, b, sa, sb, ga, gb)
+    from ._partition import gemm, scale_kind
+
+    return gemm(call, scale_kind(ra, fmt), scale_kind(rb, fmt), a, b, sa, sb, ga, gb)
+
+
+class GemmCall(NamedTuple):
+    """The custom call of one checked scaled_mm, on whatever rows it is handed (a device's shard)."""
+    out_dtype: str
+    attrs: tuple
+
+    def __call__(self, a, b, sa, sb, ga, gb):
+        return _call("scalemm_scaled_mm", _struct((a.shape[0], b.shape[0]), self.out_dtype), a, b, sa, sb, ga, gb,
+                     **dict(self.attrs))
 
 
 # ---- quantize ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from ._ops import scaled_mm_impl
 def _local_forward(x2, kernel, act, wgt, fmt, fast):
     xq, xs, xtq, xts, _ = _quantize(x2, act, fmt, True, True)
     _, _, wq, ws, _ = _quantize(kernel, wgt, fmt, False, True)
-    y = scaled_mm_impl(xq, wq, xs, ws, act, wgt, _out_name(x2.dtype), fmt, fast)
+    y = scaled_mm_impl(xq, wq, xs, ws, act, wgt, _out_name(x2.dtype), fmt, fast, partitioned=False)
     return y, xtq, xts.reshape(-1)
 
 
@@ -40,9 +40,9 @@ def _local_backward(dy2, xtq, xts_flat, kernel, x_proto, act, wgt, fmt, axis):
     r = _core.recipe_code(act, "recipe")
     xts = xts_flat.reshape(_core.scale_shape(r, k, m_local, _core.SCALE_FORMATS[fmt]))
     dyq, dys, dytq, dyts, _ = _quantize(dy2, act, fmt, True, True)
-    dw = jax.lax.psum(scaled_mm_impl(dytq, xtq, dyts, xts, act, act, "f32", fmt), axis)  # (N, K)
+    dw = jax.lax.psum(scaled_mm_impl(dytq, xtq, dyts, xts, act, act, "f32", fmt, partitioned=False), axis)
     wtq, wts, _, _, _ = _quantize(kernel, wgt, fmt, True, False)
-    dx = scaled_mm_impl(dyq, wtq, dys, wts, act, wgt, _out_name(x_proto.dtype), fmt)
+    dx = scaled_mm_impl(dyq, wtq, dys, wts, act, wgt, _out_name(x_proto.dtype), fmt, partitioned=False)
     return dx, dw.T.astype(kernel.dtype)
 
 
