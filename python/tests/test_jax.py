@@ -29,6 +29,16 @@ RECIPES = ["tensorwise", "rowwise", "block1x128", "block128x128", "mxfp8", "mxfp
 TRAINING = ["blockwise", "rowwise", "tensorwise", "mxfp8"]
 
 
+@pytest.fixture(autouse=True)
+def _host_unless_gpu_test(request):
+    """The host tests run on XLA's CPU device (the host path) on every machine; test_gpu_* on the GPU."""
+    if request.node.name.startswith("test_gpu_"):
+        yield
+        return
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
 def rng(salt=0):
     return np.random.default_rng(SEED + salt)
 
