@@ -13,10 +13,10 @@ already loaded the names are registered at once, otherwise a one-shot import hoo
 it executes, and removes itself.
 
 A module whose shapes, dtype or device the recipe cannot take runs transformers' own grouped_mm instead, with
-the reason on the module (experts_status(module)) and one warning per module. Like the rest of scalemm.torch,
-CPU tensors run through the library's host emulator (the same bytes as the GPU, slowly). A pre-quantized FP8 checkpoint's
-experts (finegrained FP8: FP8 weights, no master weights) cannot train: the same names in its
-FP8ExpertsInterface refuse by name and say how to load the checkpoint in bf16.
+the reason on the module (experts_status(module)) and one warning per module. As in the rest of scalemm.torch,
+CPU tensors run through the library's host emulator. A pre-quantized FP8 checkpoint's experts (finegrained FP8:
+FP8 weights, no master weights) cannot train: the same names in its FP8ExpertsInterface refuse by name and say
+how to load the checkpoint in bf16.
 """
 
 from __future__ import annotations
@@ -179,7 +179,6 @@ def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
 # do not earn back FP8's per-call quantization cost), and a converted module runs a call in bf16 when its
 # first grouped GEMM (2 * rows * H * N FLOP over all experts) is below AUTO_MIN_GFLOP.
 
-
 def _features(m):
     w, _ = _up(m)
     return (w.shape[1], m.down_proj.shape[1]) if m.is_transposed else (w.shape[2], m.down_proj.shape[2])
@@ -212,7 +211,6 @@ def _implementation(recipe: str):
         return run(self, hidden_states, top_k_index, top_k_weights, recipe)
 
     experts_forward.__name__ = experts_forward.__qualname__ = f"scalemm_{recipe}_experts_forward"
-    experts_forward.__doc__ = f"transformers experts in FP8 through scalemm, recipe {recipe!r}."
     return experts_forward
 
 
@@ -267,9 +265,6 @@ class _Loader:
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
 
     def exec_module(self, module):
         self._loader.exec_module(module)
