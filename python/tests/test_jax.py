@@ -156,6 +156,26 @@ def test_grouped_bad_device_sizes_come_back_as_the_librarys_error():
         jax.block_until_ready(f(qa, qb, sa, sb, jnp.asarray([64, 32], jnp.int32)))
 
 
+def test_install_checks_are_named(monkeypatch):
+    """An extension without the handlers, and a jaxlib outside the range or not the build's, are refused
+    at import with JaxUnavailableError saying how to fix it."""
+    import types
+
+    import jaxlib
+
+    check, have = sj._check_install, jaxlib.__version__
+    monkeypatch.setattr(scalemm, "_scalemm", types.SimpleNamespace(ffi_unavailable="built without jax"))
+    with pytest.raises(sj.JaxUnavailableError, match="built without jax.*pip install 'jax>=0.10,<0.12'"):
+        check()
+    monkeypatch.undo()
+    monkeypatch.setattr(jaxlib, "__version__", "0.9.1")
+    with pytest.raises(ImportError, match="unsupported jaxlib: expected >=0.10,<0.12, got 0.9.1"):
+        check()
+    monkeypatch.setattr(jaxlib, "__version__", "0.11.9" if have.startswith("0.10") else "0.10.0")
+    with pytest.raises(scalemm.UnsupportedError, match="compiled against jaxlib"):
+        check()
+
+
 # ---- trace-time refusals: the library's named errors, before anything is compiled -------------------------
 
 def _operands(ra="block1x128", rb="block128x128"):
