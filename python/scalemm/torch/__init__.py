@@ -48,6 +48,7 @@ from .linear import Float8BlockwiseLinear, Float8Linear, MXLinear
 from .mlp import Float8MLP
 from .ops import scaled_grouped_mm, scaled_mm
 from .quantizers import quantize
+from .ep import ExpertParallelExperts  # noqa: F401 (expert parallelism with FP8 token dispatch: scalemm.torch.ep)
 
 __all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "quantize_activation", "quantize_swiglu", "Float8MLP",
            "Float8Linear", "Float8BlockwiseLinear", "MXLinear", "Float8GroupedExperts", "convert_to_float8",

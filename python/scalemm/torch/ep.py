@@ -217,7 +217,7 @@ class _DispatchGroupedFn(torch.autograd.Function):
             return x.new_empty((0, weight.shape[1]))
         (wq, ws), wt = _weight_fp8(weight, ctx.needs_input_grad[0])
         y = _mgemm(q, s, wq, ws, plan, x.dtype)
-        ctx.save_for_backward(*((q, s) if fp8 else (None, None)), *xt, *wt)
+        ctx.save_for_backward(*((q, s) if fp8 and ctx.needs_input_grad[1] else (None, None)), *xt, *wt)
         return y
 
     @staticmethod
