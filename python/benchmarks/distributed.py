@@ -1,7 +1,7 @@
 """scalemm FP8 layers under torch.distributed (NCCL): data parallel (DDP), fully sharded (FSDP2) and expert
 parallel MoE, each checked against the same training on one GPU with the same global batch.
 
-    torchrun --nproc-per-node 2 python/benchmarks/distributed.py ddp|fsdp2|fsdp2-fp8|ep [--steps N] [--json FILE]
+    torchrun --nproc-per-node 2 python/benchmarks/distributed.py ddp|fsdp2|fsdp2-fp8|ep|ep-fp8 [--steps N] [--json FILE]
 
 ddp, fsdp2, fsdp2-fp8: an MLP stack (d -> f -> d blocks, GELU, residual) in Float8BlockwiseLinear, trained with SGD on
     a fixed random regression task. Rank 0 first trains a copy on one GPU with the whole global batch;
@@ -14,6 +14,10 @@ ddp, fsdp2, fsdp2-fp8: an MLP stack (d -> f -> d blocks, GELU, residual) in Floa
 ep: an MoE layer whose experts are split over the ranks: tokens go to their expert's rank with
     all_to_all_single, local experts run in Float8GroupedExperts (scaled_grouped_mm with the counts on
     the device), and come back. Outputs, input and weight gradients against the same layer on one GPU.
+ep-fp8: the same layer as scalemm.torch.ExpertParallelExperts, its tokens (and in backward dY) dispatched in
+    FP8 (1x128 blocks, scales packed into each row), combined in bf16: outputs and gradients against the layer
+    on one GPU (bit-identical), out and dX against bf16 dispatch (bit-identical), the bytes each rank sends to
+    the others (dispatch alone, and all of a step's exchanges) and the step time, both against bf16 dispatch.
 
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1): set here before
 NCCL starts, and inherited by anything this process starts.
@@ -38,6 +42,7 @@ import scalemm.torch as st  # noqa: E402
 from models import build  # noqa: E402
 
 LOSS_RTOL = 1e-2  # per-step loss, multi-GPU against one GPU (measured differences are printed)
+EP_FP8_SHAPE = (8, 1024, 1024, 4096)  # ep-fp8: experts, hidden, intermediate, tokens per rank (ep's layer)
 
 
 class Block(torch.nn.Module):
@@ -285,9 +290,137 @@ def expert_parallel(args, rank, world, device):
     return result
 
 
+class ExchangeBytes:
+    """Bytes this rank sends to the other ranks through torch.distributed.all_to_all_single while open (its
+    own share of each exchange stays on the GPU and is not counted)."""
+
+    def __init__(self, rank, world):
+        self.sent, self.calls = 0, 0
+        self.original = dist.all_to_all_single
+
+        def counted(output, input, output_split_sizes=None, input_split_sizes=None, *args, **kwargs):
+            own = input_split_sizes[rank] if input_split_sizes else input.shape[0] // world
+            self.calls += 1
+            self.sent += (input.shape[0] - own) * (input[0].numel() * input.element_size() if input.shape[0] else 0)
+            return self.original(output, input, output_split_sizes, input_split_sizes, *args, **kwargs)
+
+        dist.all_to_all_single = counted
+
+    def close(self):
+        dist.all_to_all_single = self.original
+        return self.sent
+
+
+def expert_parallel_fp8(args, rank, world, device):
+    """ep's layer as ExpertParallelExperts with FP8 dispatch, against one GPU and against bf16 dispatch."""
+    from scalemm.torch import ep
+
+    experts, d, f, tokens = EP_FP8_SHAPE
+    torch.manual_seed(0)
+    router = torch.randn(experts, d, device=device, dtype=torch.bfloat16)
+    w_up = torch.randn(experts, f, d, device=device, dtype=torch.bfloat16) / d ** 0.5
+    w_down = torch.randn(experts, d, f, device=device, dtype=torch.bfloat16) / f ** 0.5
+    xs = []
+    for r in range(world):
+        g = torch.Generator(device="cpu").manual_seed(77 + r)
+        xs.append(torch.randn(tokens, d, generator=g).to(device, torch.bfloat16))
+    # Routed per rank (the one-GPU layer takes the same ids: a GEMM over more rows may round differently).
+    ids = [(x @ router.t()).argmax(-1) for x in xs]
+    solo = dist.new_group([0])  # rank 0 alone: the layer holding every expert, no exchange
+
+    def layer(fp8, group=None):
+        m = st.ExpertParallelExperts(experts, d, f, group=group, fp8_dispatch=fp8, device=device,
+                                     dtype=torch.bfloat16)
+        mine = slice(m.first_expert, m.first_expert + m.num_local_experts)
+        with torch.no_grad():
+            m.up_weight.copy_(w_up[mine])
+            m.down_weight.copy_(w_down[mine])
+        return m
+
+    def run(m, x, ids):
+        x = x.clone().requires_grad_()
+        out = m(x, ids)
+        out.float().square().sum().backward()
+        return [out.detach(), x.grad, m.up_weight.grad, m.down_weight.grad]
+
+    def layer_ms(m, x, ids, iters=10):
+        x, times = x.clone().requires_grad_(), []
+        for i in range(iters + 3):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            m(x, ids).float().square().mean().backward()
+            b.record()
+            b.synchronize()
+            if i >= 3:
+                times.append(a.elapsed_time(b))
+        return statistics.median(times)
+
+    names = ["out", "dx", "dw_up", "dw_down"]
+    result = {"mode": "ep-fp8", "world": world}
+    got = {fp8: run(layer(fp8), xs[rank], ids[rank]) for fp8 in (True, False)}
+    gathered = {}
+    for fp8, pieces in got.items():
+        gathered[fp8] = []
+        for p in pieces:
+            bufs = [torch.empty_like(p) for _ in range(world)]
+            dist.all_gather(bufs, p.contiguous())
+            gathered[fp8].append(torch.cat(bufs))
+    if rank == 0:
+        report = {}
+        for fp8 in (True, False):
+            one = run(layer(fp8, solo), torch.cat(xs), torch.cat(ids))
+            for name, a, b in zip(names, gathered[fp8], one):
+                same, err = torch.equal(a, b), ((a.double() - b.double()).norm() / b.double().norm()).item()
+                report[f"{name}, {'fp8' if fp8 else 'bf16'} dispatch, against one GPU"] = {
+                    "bit_identical": same, "rel_error": err}
+                print(f"ep-fp8: {name} ({'FP8' if fp8 else 'bf16'} dispatch): relative error {err:.2e} against one "
+                      f"GPU{' (bit-identical)' if same else ''}")
+                assert same, f"ep-fp8: {name} differs from the one-GPU layer: {err:.3e}"
+        for name, a, b in zip(names, gathered[True], gathered[False]):
+            same, err = torch.equal(a, b), ((a.double() - b.double()).norm() / b.double().norm()).item()
+            report[f"{name}, fp8 against bf16 dispatch"] = {"bit_identical": same, "rel_error": err}
+            print(f"ep-fp8: {name}: FP8 against bf16 dispatch: relative difference {err:.2e}"
+                  f"{' (bit-identical)' if same else ''}")
+            # out and dX see the same FP8 bytes; dW's token-major operands are rounded twice under FP8 dispatch.
+            assert same if name in ("out", "dx") else err <= 0.1, f"ep-fp8: {name} against bf16 dispatch: {err:.3e}"
+        result["compare"] = report
+    dist.barrier()
+    # Bytes sent to the other ranks: the forward dispatch alone, and every exchange of a step.
+    x = xs[rank]
+    order, counts = ep.route(ids[rank], experts)
+    plan = ep.plan_dispatch(counts, experts // world)
+    rows = x.index_select(0, order[:plan.tokens])
+    sent = {}
+    for fp8 in (True, False):
+        counter = ExchangeBytes(rank, world)
+        (ep.dispatch_fp8 if fp8 else ep.dispatch_rows)(rows, plan)
+        dispatch = counter.close()
+        m = layer(fp8)
+        counter = ExchangeBytes(rank, world)
+        run(m, x, ids[rank])
+        sent[fp8] = (dispatch, counter.close())
+    ms = {fp8: layer_ms(layer(fp8), x, ids[rank]) for fp8 in (True, False)}
+    totals = torch.tensor([[*sent[True], *sent[False], ms[True], ms[False]]], dtype=torch.float64, device=device)
+    every = [torch.empty_like(totals) for _ in range(world)]
+    dist.all_gather(every, totals)
+    if rank == 0:
+        every = torch.cat(every).cpu()
+        fd, fs, bd, bs = (every[:, i].sum().item() for i in range(4))
+        fms, bms = every[:, 4].max().item(), every[:, 5].max().item()
+        result.update(dispatch_bytes_fp8=fd, dispatch_bytes_bf16=bd, dispatch_ratio=fd / bd, step_bytes_fp8=fs,
+                      step_bytes_bf16=bs, step_ratio=fs / bs, step_ms_fp8=fms, step_ms_bf16=bms)
+        print(f"ep-fp8: dispatch sent to other ranks, all ranks: FP8 {fd / 2**20:.2f} MiB, bf16 {bd / 2**20:.2f} MiB "
+              f"({fd / bd:.3f}x, target <= 0.55x); a step's exchanges (dispatch, combine, their backward, counts): "
+              f"{fs / bs:.3f}x")
+        print(f"ep-fp8: forward + backward, slowest rank: FP8 dispatch {fms:.2f} ms, bf16 dispatch {bms:.2f} ms "
+              f"({fms / bms:.3f}x)")
+        assert fd / bd <= 0.55, f"ep-fp8: dispatch bytes {fd / bd:.3f}x bf16's"
+    return result
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["ddp", "fsdp2", "fsdp2-fp8", "ep"])
+    ap.add_argument("mode", choices=["ddp", "fsdp2", "fsdp2-fp8", "ep", "ep-fp8"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -296,8 +429,12 @@ def main():
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
     torch.cuda.set_device(device)
     try:
-        result = expert_parallel(args, rank, world, device) if args.mode == "ep" else \
-            data_parallel(args.mode, args, rank, world, device)
+        if args.mode == "ep":
+            result = expert_parallel(args, rank, world, device)
+        elif args.mode == "ep-fp8":
+            result = expert_parallel_fp8(args, rank, world, device)
+        else:
+            result = data_parallel(args.mode, args, rank, world, device)
         if rank == 0:
             print(f"{args.mode}: PASSED on {world} GPUs ({torch.cuda.get_device_name(device)})")
             if args.json:
