@@ -67,6 +67,17 @@ CHILD = textwrap.dedent('''
         out[f"gemm/{ra}/{rb}"] = {
             "bitwise": bool(np.array_equal(np.asarray(got).view(np.uint16), np.asarray(ref).view(np.uint16))),
             "sharding": [str(d) for d in (tuple(got.sharding.spec) + (None, None))[:2]], "gathers": sum("all-gather(" in l for l in hlo.splitlines())}
+    # quantize alone: a rowwise-only per-row quantization splits with x's rows; tensorwise (one amax) and
+    # columnwise output (blocks across rows) run whole
+    xs = jax.device_put(xa, NamedSharding(mesh, P("data")))
+    for recipe, columnwise in (("block1x128", False), ("mxfp8", False), ("tensorwise", False), ("block1x128", True)):
+        f = jax.jit(lambda x, r=recipe, c=columnwise: sj.quantize(x, r, columnwise=c))
+        ref, got = f(xa), f(xs)
+        hlo = f.lower(xs).compile().as_text()
+        out[f"quantize/{recipe}/{columnwise}"] = {
+            "bitwise": all(np.asarray(a).tobytes() == np.asarray(b).tobytes() for a, b in zip(got, ref)),
+            "sharding": [str(d) for d in (tuple(got[0].sharding.spec) + (None, None))[:2]],
+            "gathers": sum("all-gather(" in l for l in hlo.splitlines())}
     print("RESULT " + json.dumps(out))
 ''')
 
@@ -104,6 +115,17 @@ def test_scaled_mm_runs_each_devices_rows(results, pair, spec, gathers):
     r = results["gemm/" + pair]
     assert r["bitwise"], r
     assert (spec is None or r["sharding"] == spec) and r["gathers"] <= gathers, r
+
+
+@pytest.mark.parametrize("case,split", [("block1x128/False", True), ("mxfp8/False", True),
+                                        ("tensorwise/False", False), ("block1x128/True", False)])
+def test_quantize_splits_with_the_rows_where_each_row_is_its_own(results, case, split):
+    r = results["quantize/" + case]
+    assert r["bitwise"], r
+    if split:
+        assert r["sharding"] == ["data", "None"] and r["gathers"] == 0, r
+    else:
+        assert r["gathers"] >= 1, r  # x gathered: its quantization needs every row
 
 
 @pytest.mark.parametrize("weights", ["replicated", "fsdp"])

@@ -29,8 +29,8 @@ def _out_name(dtype, fallback="bf16") -> str:
     return _NAMES.get(jnp.dtype(dtype), fallback)
 
 
-def _quantize(x, recipe, fmt, rowwise, columnwise):
-    return quantize_parts(x, recipe, "e4m3", fmt, rowwise, columnwise)
+def _quantize(x, recipe, fmt, rowwise, columnwise, partitioned=True):
+    return quantize_parts(x, recipe, "e4m3", fmt, rowwise, columnwise, partitioned)
 
 
 def _forward(x, kernel, act, wgt, fmt, fast, save):

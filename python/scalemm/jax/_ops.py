@@ -143,9 +143,11 @@ def _source(x):
     return v
 
 
-def quantize_parts(x, recipe, dtype="e4m3", scale_format="compact", rowwise=True, columnwise=False):
+def quantize_parts(x, recipe, dtype="e4m3", scale_format="compact", rowwise=True, columnwise=False,
+                   partitioned=True):
     """(data, scales, data_t, scales_t, global) of one quantizer call; directions not asked for are (0,)
-    arrays, and global is NVFP4's decode scale (a 0-d float32; 1 for the other recipes, unwritten)."""
+    arrays, and global is NVFP4's decode scale (a 0-d float32; not written for the other recipes).
+    partitioned: with the sharding rules of _partition.py (off inside shard_map)."""
     r = _core.recipe_code(recipe, "recipe")
     fmt = _core.choice(_core.SCALE_FORMATS, scale_format, "scale_format", "scale format")
     v = _source(x)
@@ -157,20 +159,37 @@ def quantize_parts(x, recipe, dtype="e4m3", scale_format="compact", rowwise=True
     else:
         dt = _core.choice({"e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e5m2": "e5m2", "float8_e5m2": "e5m2"}, dtype,
                           "dtype", "FP8 data type")
-    src = DTYPE_CODE[v.dtype]
-    C.ffi_check_quantize(src, rows, k, r, DTYPE_CODE[dt], fmt, rowwise, columnwise)
-    sdt = _core.scale_dtype_name(r)
-    half = 2 if r == NVFP4 else 1
-    none = (0,)
-    ws = C.quantize_workspace_bytes(src, rows, k, r, DTYPE_CODE[dt], fmt, rowwise, columnwise)
-    results = [_struct((rows, k // half) if rowwise else none, dt),
-               _struct(_core.scale_shape(r, rows, k, fmt) if rowwise else none, sdt),
-               _struct((k, rows // half) if columnwise else none, dt),
-               _struct(_core.scale_shape(r, k, rows, fmt) if columnwise else none, sdt),
-               _struct((), "f32"), _struct((ws,), "u8")]
-    out = _call("scalemm_quantize", results, x, recipe=r, data_dtype=DTYPE_CODE[dt], format=fmt, rowwise=rowwise,
-                columnwise=columnwise)
-    return tuple(out[:5])
+    C.ffi_check_quantize(DTYPE_CODE[v.dtype], rows, k, r, DTYPE_CODE[dt], fmt, rowwise, columnwise)
+    call = QuantizeCall(r, dt, fmt, rowwise, columnwise)
+    if not partitioned:
+        return call(x)
+    from ._partition import quantize_rows
+
+    return quantize_rows(call, x)
+
+
+class QuantizeCall(NamedTuple):
+    """The custom call of one checked quantization, on whatever rows it is handed (a device's shard)."""
+    recipe: int
+    data_dtype: str
+    format: int
+    rowwise: bool
+    columnwise: bool
+
+    def __call__(self, x):
+        r, dt, fmt = self.recipe, self.data_dtype, self.format
+        rows, k = x.shape
+        src = DTYPE_CODE[view(x, "x").dtype]
+        sdt, half, none = _core.scale_dtype_name(r), 2 if r == NVFP4 else 1, (0,)
+        ws = C.quantize_workspace_bytes(src, rows, k, r, DTYPE_CODE[dt], fmt, self.rowwise, self.columnwise)
+        results = [_struct((rows, k // half) if self.rowwise else none, dt),
+                   _struct(_core.scale_shape(r, rows, k, fmt) if self.rowwise else none, sdt),
+                   _struct((k, rows // half) if self.columnwise else none, dt),
+                   _struct(_core.scale_shape(r, k, rows, fmt) if self.columnwise else none, sdt),
+                   _struct((), "f32"), _struct((ws,), "u8")]
+        out = _call("scalemm_quantize", results, x, recipe=r, data_dtype=DTYPE_CODE[dt], format=fmt,
+                    rowwise=self.rowwise, columnwise=self.columnwise)
+        return tuple(out[:5])  # the workspace is the call's own
 
 
 def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", columnwise=False):

@@ -86,6 +86,55 @@ def _partitioned(a, b, sa, sb, ga, gb, call, kind_a, kind_b):
 _partitioned.def_partition(partition=_partition, sharding_rule=_rule)
 
 
+def _quantize_rule(call, mesh, operand_types, result_types):
+    """x's rows pass to the rowwise data and scales where they split with them; all else replicated."""
+    split = _splits_rows(call)
+    ranks = [len(t.shape) for t in result_types]
+    names = iter(f"f{i}" for i in range(16))
+    fresh = lambda: next(names)  # noqa: E731
+    k = fresh()
+    rows = "m" if split else fresh()
+    outs = [f"{rows} {k}" if ranks[0] == 2 else fresh(),
+            f"{rows} {fresh()}" if split else " ".join(fresh() for _ in range(ranks[1]))]
+    outs += [" ".join(fresh() for _ in range(r)) for r in ranks[2:]]
+    used = [f for f in " ".join([f"{rows} {k}"] + outs).split() if f != "m"]
+    return f"{rows} {k} -> {', '.join(outs)}", {"need_replication_factors": tuple(dict.fromkeys(used))}
+
+
+def _splits_rows(call) -> bool:
+    """A rowwise-only quantization whose every row's bytes and scales depend on that row alone."""
+    return (call.rowwise and not call.columnwise and call.format == 0 and call.recipe in _PER_ROW
+            and call.recipe != _core.RECIPES["nvfp4"])  # nvfp4's global scale is the whole tensor's
+
+
+def _quantize_partition(call, mesh, arg_shapes, result_shape):
+    ax = _axes(arg_shapes[0], 0, mesh) if _splits_rows(call) else None
+    rows = NamedSharding(mesh, P(ax, None))
+    rep = NamedSharding(mesh, P())
+    return mesh, call, (rows, rows if ax is not None else rep, rep, rep, rep), (rows,)
+
+
+@functools.partial(custom_partitioning, static_argnums=(1,))
+def _quantize(x, call):
+    return call(x)
+
+
+_quantize.def_partition(partition=_quantize_partition, sharding_rule=_quantize_rule)
+
+
+def quantize_rows(call, x):
+    """call(x) -> (data, scales, data_t, scales_t, global), with the quantizer's sharding rule above."""
+    @jax.custom_batching.custom_vmap
+    def f(x):
+        return _quantize(x, call)
+
+    @f.def_vmap
+    def _(axis_size, in_batched, x):
+        return jax.vmap(call)(x), (True,) * 5
+
+    return f(x)
+
+
 def gemm(call, kind_a: str, kind_b: str, *args):
     """call(a, b, scale_a, scale_b, global_a, global_b) -> D, with the sharding rules above."""
     @jax.custom_batching.custom_vmap

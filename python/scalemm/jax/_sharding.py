@@ -26,8 +26,8 @@ from ._ops import scaled_mm_impl
 
 
 def _local_forward(x2, kernel, act, wgt, fmt, fast):
-    xq, xs, xtq, xts, _ = _quantize(x2, act, fmt, True, True)
-    _, _, wq, ws, _ = _quantize(kernel, wgt, fmt, False, True)
+    xq, xs, xtq, xts, _ = _quantize(x2, act, fmt, True, True, False)
+    _, _, wq, ws, _ = _quantize(kernel, wgt, fmt, False, True, False)
     y = scaled_mm_impl(xq, wq, xs, ws, act, wgt, _out_name(x2.dtype), fmt, fast, partitioned=False)
     return y, xtq, xts.reshape(-1)
 
@@ -39,9 +39,9 @@ def _local_backward(dy2, xtq, xts_flat, kernel, x_proto, act, wgt, fmt, axis):
     m_local = dy2.shape[0]
     r = _core.recipe_code(act, "recipe")
     xts = xts_flat.reshape(_core.scale_shape(r, k, m_local, _core.SCALE_FORMATS[fmt]))
-    dyq, dys, dytq, dyts, _ = _quantize(dy2, act, fmt, True, True)
+    dyq, dys, dytq, dyts, _ = _quantize(dy2, act, fmt, True, True, False)
     dw = jax.lax.psum(scaled_mm_impl(dytq, xtq, dyts, xts, act, act, "f32", fmt, partitioned=False), axis)
-    wtq, wts, _, _, _ = _quantize(kernel, wgt, fmt, True, False)
+    wtq, wts, _, _, _ = _quantize(kernel, wgt, fmt, True, False, False)
     dx = scaled_mm_impl(dyq, wtq, dys, wts, act, wgt, _out_name(x_proto.dtype), fmt, partitioned=False)
     return dx, dw.T.astype(kernel.dtype)
 
