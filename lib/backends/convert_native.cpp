@@ -32,9 +32,14 @@ class ConvertNative final : public BackendImpl {
       return plan_pad_m(p, t, plan);
     const bool tw_rw = (p.a_recipe == Recipe::kTensorwise && p.b_recipe == Recipe::kRowwise) ||
                        (p.a_recipe == Recipe::kRowwise && p.b_recipe == Recipe::kTensorwise);
-    if (!tw_rw)
+    // Host pointers stop every cuBLASLt path, whatever the recipes: say that, not that the pair
+    // cannot be made native (it may be native on this device already).
+    if (p.space == MemorySpace::kHost) return {false, "host pointers: cuBLASLt needs device memory", true};
+    if (!tw_rw) {
+      if (base::native_blocker(p, t).empty()) return {false, "the pair is native: nothing to convert", true};
       return {false, "no exact recipe conversion makes " + std::string(to_string(p.a_recipe)) + "\xC3\x97" +
                          std::string(to_string(p.b_recipe)) + " native"};
+    }
     GemmProblem q = p;
     q.a_recipe = q.b_recipe = Recipe::kRowwise;
     const std::string blocker = base::native_blocker(q, t);

@@ -231,6 +231,14 @@ Diagnostics validate(const GemmArgs& a) {
     if (ptr && (reinterpret_cast<uintptr_t>(ptr) & 3u) != 0)
       add(out, name, "scalar-alignment", std::string(name) + " must be 4-byte aligned (one fp32)", "address % 4 == 0",
           std::to_string(reinterpret_cast<uintptr_t>(ptr) % 4) + " bytes past 4", "Point it at a float.");
+  // A host D scale is read here; a device one is read by the kernel (reading it would cost a sync).
+  // D = fp8(d_scale * result): 0 writes all zeros, a negative value flips every sign, NaN or inf
+  // writes NaN or saturates everything, so none of them can be what the caller meant.
+  if (fp8_out && a.d_scale && a.space == MemorySpace::kHost && (reinterpret_cast<uintptr_t>(a.d_scale) & 3u) == 0 &&
+      !(*a.d_scale > 0.0f && *a.d_scale < __builtin_huge_valf()))
+    add(out, "d_scale", "d-scale-value", "the D scale must be a positive finite number (D = fp8(d_scale * result))",
+        "> 0 and finite", std::to_string(*a.d_scale),
+        "Pass d_scale = 448 / amax (e4m3) or 57344 / amax (e5m2) of the expected output, or ask for bf16 output.");
   if (auto d = base::fast_accum_refusal(a.fast_accum, a.a.recipe, a.b.recipe)) out.push_back(std::move(*d));
   if (!a.d) add(out, "d", "null-pointer", "output pointer is null", "a valid pointer", "nullptr", "");
   if (!(a.alpha == a.alpha) || a.alpha == __builtin_huge_valf() || a.alpha == -__builtin_huge_valf())

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "scalemm/io/output_file.hpp"
 #include "scalemm/status.hpp"
 
 namespace scalemm::io {
@@ -126,19 +127,8 @@ CallRecord parse_call_record(const std::string& text, const std::string& source)
 }
 
 void write_call_record(const std::string& dir, const CallRecord& record) {
-  const std::string path = dir + "/call.json", tmp = path + ".tmp-scalemm";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << to_json(record);
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(StatusCode::kIoError, path + ": cannot write");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(StatusCode::kIoError, path + ": cannot rename temporary file into place");
-  }
+  const std::string text = to_json(record);
+  write_output(dir + "/call.json", {text}, "call record");
 }
 
 CallRecord read_call_record(const std::string& dir) {

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <sstream>
 
+#include "scalemm/io/output_file.hpp"
 #include "scalemm/status.hpp"
 
 namespace scalemm::io {
@@ -192,13 +194,18 @@ NpyArray read_npy(const std::string& path) {
   if (!f.read(header.data(), pre.header)) fail(path, "truncated header");
   NpyArray a;
   const int64_t bytes = parse_header(header, file_size - int64_t(pre.size) - int64_t(pre.header), path, a);
-  a.data.resize(static_cast<size_t>(bytes));
+  try {
+    a.data.resize(static_cast<size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    fail(path, "the header declares " + std::to_string(bytes) + " bytes for " + a.describe() +
+                   ", more than fits in memory");
+  }
   if (bytes && !f.read(reinterpret_cast<char*>(a.data.data()), bytes))
     fail(path, "truncated data: expected " + std::to_string(bytes) + " bytes for " + a.describe());
   return a;
 }
 
-void write_npy(const std::string& path, const NpyArray& a) {
+void write_npy(const std::string& path, const NpyArray& a, std::string_view option) {
   if (a.item_size() == 0) fail(path, "unsupported dtype '" + a.descr + "'");
   if (static_cast<int64_t>(a.data.size()) != a.numel() * a.item_size())
     fail(path, "data size " + std::to_string(a.data.size()) + " does not match " + a.describe());
@@ -210,25 +217,12 @@ void write_npy(const std::string& path, const NpyArray& a) {
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  const std::string tmp = path + ".tmp-scalemm";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) fail(path, "cannot open for writing");
-    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
-                                   static_cast<unsigned char>(header.size() & 0xFF),
-                                   static_cast<unsigned char>(header.size() >> 8)};
-    f.write(reinterpret_cast<const char*>(pre), 10);
-    f.write(header.data(), static_cast<std::streamsize>(header.size()));
-    f.write(reinterpret_cast<const char*>(a.data.data()), static_cast<std::streamsize>(a.data.size()));
-    if (!f) {
-      std::remove(tmp.c_str());
-      fail(path, "write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail(path, "cannot rename temporary file into place");
-  }
+  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(header.size() & 0xFF),
+                                 static_cast<unsigned char>(header.size() >> 8)};
+  write_output(path,
+               {std::string_view(reinterpret_cast<const char*>(pre), 10), header,
+                std::string_view(reinterpret_cast<const char*>(a.data.data()), a.data.size())},
+               option);
 }
 
 }  // namespace scalemm::io

@@ -1,5 +1,6 @@
 /* Compiled as strict C99: proves scalemm.h is a C header and the ABI answers from C. */
 #include <scalemm/scalemm.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -198,6 +199,21 @@ int main(void) {
           ++failures;
         }
         g.struct_size = sizeof g;
+        /* A D scale that cannot be meant (0, negative, NaN, inf) is refused by name, nothing written. */
+        {
+          const float bad_scales[] = {0.0f, -0.0f, -2.0f, NAN, INFINITY};
+          size_t j;
+          for (j = 0; j < sizeof bad_scales / sizeof bad_scales[0]; ++j) {
+            ds = bad_scales[j];
+            g.d_scale = &ds;
+            memset(d8, 0, sizeof d8);
+            if (scalemm_gemm(h, &g, NULL) != SCALEMM_STATUS_INVALID_ARGUMENT ||
+                strstr(scalemm_last_error_message(), "d-scale-value") == NULL || d8[0] != 0) {
+              fprintf(stderr, "D scale %g was not refused by name: %s\n", (double)ds, scalemm_last_error_message());
+              ++failures;
+            }
+          }
+        }
         g.d = d, g.d_dtype = SCALEMM_DTYPE_F32, g.d_scale = NULL, g.d_amax = NULL;
       }
       if (scalemm_handle_destroy(h) != SCALEMM_STATUS_OK) ++failures;

@@ -570,6 +570,33 @@ def replay_fp8_output():
     run("replay", d, expect=1)
 
 
+@case("gemm and replay refuse a D scale of 0, negative, NaN, inf or beyond float32 and write nothing")
+def d_scale_values():
+    rng = np.random.default_rng(23)
+    t = Tmp()
+    files, _, _, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", 16, 32, 128, "e4m3", "e4m3")
+    out = t.path("d8.npy")
+    for bad in ("0", "-1", "-0", "nan", "inf", "-inf", "1e39"):
+        refused(gemm_args("mxfp8", "mxfp8", 128, files, out, None, None, "--out-dtype", "e4m3", "--d-scale", bad), 2,
+                "--d-scale", "expected a positive finite number", "got " + bad)
+    assert not os.path.exists(out)
+    # A subnormal D scale is a number, if a poor one: accepted (its outputs are mostly zero).
+    run(*gemm_args("mxfp8", "mxfp8", 128, files, out, None, None, "--out-dtype", "e4m3", "--d-scale", "1e-40"),
+        expect=0)
+    # call.json's d_scale goes through the library's check (validate): named, nothing run.
+    d = make_dump(t, rng)
+    np.save(os.path.join(d, "d.npy"), np.zeros((32, 24), np.uint8))  # an e4m3 D, as an FP8 dump holds
+    with open(os.path.join(d, "call.json")) as f:
+        call = json.load(f)
+    for bad in (0.0, -0.5, 1e39):
+        call["d_dtype"], call["d_scale"] = "e4m3", bad
+        with open(os.path.join(d, "call.json"), "w") as f:
+            json.dump(call, f)
+        p = run("replay", d, expect=1)
+        assert ("d-scale-value" if bad < 1e38 else "d_scale") in p.stderr, p.stderr
+        assert "comparisons" not in p.stdout, p.stdout
+
+
 @case("layout render writes an SVG that parses and covers the buffer")
 def render_svg():
     t = Tmp()
@@ -806,6 +833,59 @@ def errors_out_path():
     assert not os.path.exists(os.path.join(t.dir, "no-such-folder"))
 
 
+@case("an output that is a device, FIFO, dangling link, /proc file or an input is refused before any work")
+def errors_out_special_files():
+    rng = np.random.default_rng(12)
+    t = Tmp()
+    files, _, _, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", 32, 32, 128, "e4m3", "e4m3")
+    before = {f: open(p, "rb").read() for f, p in files.items()}
+    fifo = t.path("fifo.npy")
+    os.mkfifo(fifo)
+    os.symlink(t.path("missing-folder/d.npy"), t.path("dangling.npy"))
+    for out, needle in (("/dev/null", "device node"), (fifo, "FIFO"), (t.path("dangling.npy"), "symlink"),
+                        ("/proc/self/comm", "/proc, /sys"), ("/proc/d.npy", "/proc, /sys"),
+                        (files["--scale-b"], "same file as the input " + files["--scale-b"]),
+                        (files["--a"], "same file as the input " + files["--a"])):
+        p = refused(gemm_args("mxfp8", "mxfp8", 128, files, out, None, None), 1, "--out", needle)
+        assert "plan:" not in p.stdout and "machine:" not in p.stdout, ("the GEMM ran before the check", out, p.stdout)
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+    assert {f: open(p, "rb").read() for f, p in files.items()} == before, "an input was overwritten"
+    # layout convert: --out the same file as --in (through a symlink) is refused, the file kept.
+    sa = t.save("compact.npy", np.full((4, 2), 127, np.uint8))
+    os.symlink(sa, t.path("alias.npy"))
+    refused(["layout", "convert", "--recipe", "mxfp8", "--rows", 4, "--cols", 64, "--from", "compact", "--to",
+             "cublaslt", "--in", sa, "--out", t.path("alias.npy")], 1, "--out", "same file as the input")
+    assert np.array_equal(np.load(sa), np.full((4, 2), 127, np.uint8))
+    refused(["layout", "render", "--recipe", "mxfp8", "--rows", 4, "--cols", 64, "--out", "/dev/null"], 1,
+            "device node")
+    refused(["layout", "render", "--recipe", "mxfp8", "--rows", 4, "--cols", 64, "--out", fifo], 1, "FIFO")
+
+
+@case("an output through a symlink replaces its target, and a file with the old temporary name is kept")
+def out_through_symlink():
+    rng = np.random.default_rng(13)
+    t = Tmp()
+    files, _, _, _ = gemm_inputs(t, rng, "mxfp8", "mxfp8", 32, 24, 128, "e4m3", "e4m3")
+    os.mkdir(t.path("real"))
+    target = t.path("real/d.npy")
+    np.save(target, np.zeros(1, np.uint8))
+    os.symlink(target, t.path("link.npy"))
+    mine = t.path("link.npy.tmp-scalemm")
+    with open(mine, "w") as f:
+        f.write("a file of the user's")
+    run(*gemm_args("mxfp8", "mxfp8", 128, files, t.path("link.npy"), None, None, "--backend", "reference"), expect=0)
+    assert os.path.islink(t.path("link.npy")), "the symlink was replaced by a file"
+    assert np.load(target).shape == (32, 24)
+    assert open(mine).read() == "a file of the user's"
+    assert sorted(os.listdir(t.path("real"))) == ["d.npy"], os.listdir(t.path("real"))
+    svg = t.path("real/r.svg")
+    os.symlink(svg, t.path("r.svg"))
+    with open(svg, "w") as f:
+        f.write("old")
+    run("layout", "render", "--recipe", "mxfp8", "--rows", 4, "--cols", 64, "--out", t.path("r.svg"), expect=0)
+    assert os.path.islink(t.path("r.svg")) and ET.parse(svg).getroot().tag.endswith("svg")
+
+
 @case("fix lines give the scalemm command first, then the C++ function, and the command works")
 def errors_fix_lines_cli_first():
     t = Tmp()
@@ -838,6 +918,22 @@ def errors_fix_lines_cli_first():
     assert any(f"--in {files['--scale-a']}" in l for l in fixes), p.stderr
 
 
+@case("a wrong-size scale buffer is not sent to a layout convert that would refuse it, and the printed command runs")
+def errors_fix_wrong_size():
+    t = Tmp()
+    for fmt in ("compact", "cublaslt"):
+        s = t.save(f"s-{fmt}.npy", np.ones(7, np.float32))  # neither 2x5 (compact) nor the tiled size
+        p = run("layout", "check", "--recipe", "block128x128", "--rows", 256, "--cols", 640, "--format", fmt,
+                "--scales", s, expect=1)
+        fixes = [l for l in p.stdout.splitlines() if l.strip().startswith("fix:")]
+        assert fixes and not any("layout convert" in l for l in fixes), p.stdout
+        assert any("neither format" in l for l in fixes), p.stdout
+        for line in fixes:  # every command a fix line prints runs as printed
+            if "`scalemm " in line:
+                argv = line[line.index("`") + 1:line.rindex("`")].split()
+                run(*argv[1:], expect=0)
+
+
 @case("without a CUDA device, info and the demo say so in words and what runs instead")
 def info_no_device():
     j = json.loads(run("info", "--json", expect=0).stdout)
@@ -851,6 +947,18 @@ def info_no_device():
         assert "cudaError" not in out and "InsufficientDriver" not in out, out
         # The planner's consequence of having no GPU ("host pointers") is not presented as a fault.
         assert "needs device memory" not in out, out
+
+
+@case("the demo on a host says what passed checks there and when it reduced the shape")
+def demo_host_meaning():
+    j = json.loads(run("info", "--json", expect=0).stdout)
+    if j["devices"]:
+        return  # only meaningful on a machine without a CUDA device
+    out = run("demo", "--m", 8, "--n", 8, "--k", 64, "--seed", 1, expect=0).stdout
+    assert "(shape 8x8x64)" in out and "reduced" not in out, out
+    assert "nothing to verify it against without a GPU" in out.splitlines()[-1], out
+    out = run("demo", "--m", 100, "--n", 8, "--k", 64, "--seed", 1, expect=0).stdout
+    assert "shape reduced to 64x8x64: on a host M, N and K are at most 64, 128 and 512" in out, out
 
 
 @case("gemm --json prints the plan, backend, reasons, timings and an output summary")
@@ -1009,6 +1117,11 @@ def gemm_grouped_rejects():
     p = go("3,5", **{"--scale-a": t.save("short.npy", sa[:-1])})
     assert p.returncode == 1 and "grouped-scale-size" in p.stderr and "scale_a" in p.stderr, p.stderr
     assert not os.path.exists(out)
+    # The fix names the command that prints the buffers this call expects, and it runs as printed.
+    fix = next(l for l in p.stderr.splitlines() if l.strip().startswith("fix:") and "layout explain" in l)
+    argv = fix[fix.index("`") + 1:fix.rindex("`")].split()
+    assert argv[:3] == ["scalemm", "layout", "explain"] and "--group-sizes" in argv, argv
+    run(*argv[1:], expect=0)
 
 
 @case("layout explain --group-sizes gives each group's scale buffer, 16-byte aligned in cublaslt format")
@@ -1037,6 +1150,23 @@ def render_grouped():
     assert len(cells) == 4 * 3 + 8 * 3, len(cells)  # VEC128: roundup(rows, 4) x 3 K-blocks per group
     labels = {e.text for e in root.iter(ns + "text")}
     assert "8:2" in labels and "offset" in labels, sorted(labels)[:20]
+
+
+@case("layout render --group-sizes caps the whole picture: 10^6 one-row groups give a small SVG")
+def render_grouped_total_cap():
+    t = Tmp()
+    sizes = t.save("sizes.npy", np.ones(10 ** 6, np.int64))
+    out = t.path("g.svg")
+    p = run("layout", "render", "--recipe", "block1x128", "--rows", 10 ** 6, "--cols", 128, "--group-sizes", sizes,
+            "--out", out, expect=0)
+    assert os.path.getsize(out) < 4 << 20, os.path.getsize(out)
+    root = ET.parse(out).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    groups = [e for e in root.iter(ns + "text") if e.get("class") == "group"]
+    assert len(groups) == 256, len(groups)
+    more = [e.text for e in root.iter(ns + "text") if e.get("class") == "more-groups"]
+    assert more and more[0].startswith("... groups 256 to 999999 (rows [256, 1000000)"), more
+    assert "1000000 groups" in p.stdout, p.stdout
 
 
 # ---- bad-input catalogue ----------------------------------------------------------------------------

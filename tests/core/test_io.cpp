@@ -1,6 +1,8 @@
 // The .npy and call.json readers on malformed input (cases found while writing tests/fuzz/ and by
 // its targets; each names what it guards against).
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -239,4 +241,40 @@ TEST_CASE("call.json: a missing or mistyped field is named with what it should b
   CHECK(msg.find("call.json: b: expected a JSON object, got a JSON array") != std::string::npos);
   msg = call_message("[1, 2]");
   CHECK(msg.find("call.json: top level: expected a JSON object, got a JSON array") != std::string::npos);
+}
+
+TEST_CASE("a .npy that declares more data than fits in memory is named, not a bare bad_alloc", "[core][io]") {
+  // A sparse file of 16 GiB whose header declares all of it, read under an address-space limit a
+  // little above what the process maps now: the allocation fails whatever the machine's memory.
+  const std::string path = "/tmp/scalemm-test-huge-" + std::to_string(::getpid()) + ".npy";
+  const std::vector<uint8_t> head = npy_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': (17179869184,), }", {});
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(head.data()), std::streamsize(head.size()));
+  }
+  if (::truncate(path.c_str(), off_t(head.size()) + (off_t(1) << 34)) != 0) {
+    std::remove(path.c_str());
+    WARN("SKIPPED: this filesystem cannot hold a sparse 16 GiB file");
+    return;
+  }
+  long vm_kb = 0;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stol(line.substr(7));
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_AS, &old) == 0);
+  rlimit cap = old;
+  cap.rlim_cur = rlim_t(vm_kb) * 1024 + (rlim_t(1) << 31);
+  REQUIRE(::setrlimit(RLIMIT_AS, &cap) == 0);
+  std::string message;
+  try {
+    io::read_npy(path);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_AS, &old);
+  std::remove(path.c_str());
+  CHECK(message.find(path) != std::string::npos);
+  CHECK(message.find("declares 17179869184 bytes") != std::string::npos);
+  CHECK(message.find("more than fits in memory") != std::string::npos);
 }

@@ -478,3 +478,17 @@ TEST_CASE("dense blockwise at M <= 256 where N fills the SMs and at the largest 
   CHECK(parse_backend("contiguous") == Backend::kContiguous);
   CHECK(to_string(Backend::kContiguous) == "contiguous");
 }
+
+TEST_CASE("a host plan names host memory as what stops cuBLASLt, not the recipes", "[dispatch][planner]") {
+  const auto h200 = DeviceTarget::simulated(90, 130100);
+  for (auto [a, b] : {std::pair{Recipe::kBlock1x128, Recipe::kBlock128x128}, {Recipe::kMxfp8, Recipe::kMxfp8},
+                      {Recipe::kTensorwise, Recipe::kRowwise}}) {
+    GemmProblem p = problem(a, b);
+    p.space = MemorySpace::kHost;
+    const std::string e = plan(p, h200).explain();
+    INFO(e);
+    CHECK_THAT(e, Catch::Contains("host pointers: cuBLASLt needs device memory"));
+    CHECK_THAT(e, !Catch::Contains("no exact recipe conversion"));
+    CHECK_THAT(e, !Catch::Contains("cannot be made native"));
+  }
+}

@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dispatch/device_buffer.hpp"
@@ -406,6 +407,29 @@ std::vector<Row> c_rows(const char* api) {
 // Host-only rows: the C ABI's own arguments, the scale-layout contract and the quantizers.
 std::vector<Row> host_only_rows() {
   std::vector<Row> r;
+  // A D scale in host memory is read at validation (a device one only by the kernel, so these rows
+  // are host rows): D = fp8(d_scale * result) with 0, a negative value, NaN or inf cannot be meant.
+  for (auto [name, c_name, value, actual] :
+       {std::tuple{"D scale 0", "C: D scale 0", 0.0f, "got 0.0"}, {"D scale negative", "C: D scale negative", -2.0f, "got -2"},
+        {"D scale NaN", "C: D scale NaN", kNaN, "got nan"}, {"D scale +Inf", "C: D scale +Inf", kInf, "got inf"}}) {
+    const float v = value;
+    r.push_back({name, "C++ Handle::gemm (host memory)", kArg, {"d_scale", "d-scale-value", actual},
+                 "non-positive or non-finite scale", [v](Ctx& c) {
+                   GemmArgs x = c.base;
+                   x.d_dtype = DType::kE4M3;
+                   c.scal[0] = v;
+                   x.d_scale = c.scal;
+                   return cpp_gemm(x);
+                 }});
+    r.push_back({c_name, "C ABI scalemm_gemm (host memory)", kArg,
+                 {"d_scale", "d-scale-value"}, "non-positive or non-finite scale", [v](Ctx& c) {
+                   scalemm_gemm_t g = to_c(c.base);
+                   g.d_dtype = SCALEMM_DTYPE_E4M3;
+                   c.scal[0] = v;
+                   g.d_scale = c.scal;
+                   return c_gemm(g);
+                 }});
+  }
   r.push_back({"C: scalemm_gemm with a null handle", "C ABI scalemm_gemm", kArg, {"handle: null"}, "null pointer",
                [](Ctx& c) {
                  scalemm_gemm_t g = to_c(c.base);

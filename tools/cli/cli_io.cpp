@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
+#include "scalemm/io/output_file.hpp"
 #include "scalemm/layouts/validate.hpp"
 
 namespace scalemm::cli {
@@ -57,6 +59,21 @@ LoadedScales load_scales(const io::NpyArray& array, const layouts::ScaleLayout& 
   opt.require_alignment = false;  // a file has no address; the CLI copies into aligned memory
   const Diagnostics v = layouts::validate_scale(t, layout, argument, opt);
   out.diagnostics.insert(out.diagnostics.end(), v.begin(), v.end());
+  // A conversion is a fix only when the file is a valid buffer of the other format: a wrong-size
+  // buffer fits neither, and `layout convert` would refuse it in turn.
+  layouts::ValidateOptions shape_only = opt;
+  shape_only.check_content = false;
+  const layouts::ScaleLayout other = layout.with_format(
+      layout.format == ScaleFormat::kCompact ? ScaleFormat::kCublasLt : ScaleFormat::kCompact);
+  if (!v.empty() && !layouts::validate_scale(t, other, argument, shape_only).empty())
+    for (auto& d : out.diagnostics)
+      if (d.fix.find("layouts::to_") != std::string::npos)
+        d.fix = "The file holds " + std::to_string(array.numel()) + " elements, a valid buffer of neither format (" +
+                std::to_string(layout.with_format(ScaleFormat::kCompact).size()) + " compact, " +
+                std::to_string(layout.with_format(ScaleFormat::kCublasLt).size()) +
+                " cublaslt): check the recipe, the operand's rows and K, and that the file holds this operand's "
+                "scales (`scalemm layout explain --recipe " + std::string(to_string(layout.recipe)) + " --rows " +
+                std::to_string(layout.rows) + " --cols " + std::to_string(layout.k) + "` prints both formats' shapes).";
   cli_fix_lines(out.diagnostics, layout, file);
   if (!out.diagnostics.empty()) return out;
   out.buffer.assign(size_t(layout.bytes()), 0);
@@ -136,34 +153,40 @@ CLI::Validator whole_number(int64_t min, int64_t max, const std::string& meaning
       "INT in [" + bound(min) + ", " + bound(max) + "]", "whole_number");
 }
 
+CLI::Validator positive_finite(const std::string& meaning) {
+  const std::string want = "expected a positive finite number (" + meaning + ")";
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const char* s = text.c_str();
+        char* end = nullptr;
+        errno = 0;
+        const float v = std::strtof(s, &end);
+        if (text.empty() || end == s || *end != '\0') return want + ", got '" + text + "' (not a number)";
+        if (errno == ERANGE && std::isinf(v)) return want + ", got " + text + " (beyond float32's range)";
+        if (errno == ERANGE && v == 0.0f) return want + ", got " + text + " (0 in float32)";
+        if (!(v > 0.0f) || !std::isfinite(v)) return want + ", got " + text;
+        return "";
+      },
+      "FLOAT > 0", "positive_finite");
+}
+
 io::NpyArray read_npy_option(const std::string& path, std::string_view option) {
   try {
     return io::read_npy(path);
   } catch (const Error& e) {
     if (e.code() != StatusCode::kIoError) throw;
     const std::string opt(option),& what = e.status().message;
-    const std::string fix = what.find("cannot open") != std::string::npos
-                                ? "Check the path given to " + opt
+    const std::string fix = what.find("cannot open") != std::string::npos ? "Check the path given to " + opt
+                            : what.find("more than fits in memory") != std::string::npos
+                                ? "Check that " + opt + " names the intended file, or run where more memory is free"
                                 : "The file given to " + opt +
                                       " must be a complete, little-endian, C-order .npy file (numpy.save writes one)";
     throw Error(StatusCode::kIoError, opt + ": " + what + ". " + fix + " [npy-file]");
   }
 }
 
-void check_output_path(const std::string& path, const char* option) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  const std::string head = std::string(option) + ": cannot write " + path + ": ";
-  if (path.empty() || fs::is_directory(p, ec))
-    throw Error(StatusCode::kIoError, head + "expected a file name, got a folder; add a file name");
-  if (!fs::is_directory(dir, ec))
-    throw Error(StatusCode::kIoError,
-                head + "the folder " + dir.string() + " does not exist; create it or choose another path");
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw Error(StatusCode::kIoError,
-                head + "the folder " + dir.string() + " is not writable; choose another path");
+void check_output_path(const std::string& path, const char* option, const std::vector<std::string>& inputs) {
+  (void)io::check_output(path, option, inputs);
 }
 
 /// --group-sizes: "3,0,5" or a 1-D .npy of int32/int64.

@@ -59,12 +59,18 @@ void check_layout_extent(const layouts::ScaleLayout& l);
 /// CLI11's "Value 0 not in range 0.000000 to 1.79769e+308", and text is "not a number", never "out of range".
 CLI::Validator whole_number(int64_t min, int64_t max, const std::string& meaning);
 
+/// A CLI11 check of a float option that must be positive and finite (0, negative, NaN, inf and values
+/// beyond float32 are refused): "--d-scale: expected a positive finite number (...), got 0".
+/// A subnormal value is accepted: it is a positive number, however small.
+CLI::Validator positive_finite(const std::string& meaning);
+
 /// The largest extent (rows, K) the CLI accepts: 2^31.
 inline constexpr int64_t kMaxExtent = int64_t(1) << 31;
 
-/// Throws Error(kIoError) naming `option` when `path` cannot be written (its folder is missing or not
-/// writable, or it is a folder), so that a command refuses before doing its work, not after.
-void check_output_path(const std::string& path, const char* option);
+/// Throws Error(kIoError) naming `option` when `path` cannot be written (io::check_output: a missing or
+/// unwritable folder, a folder, a device, FIFO or socket, a dangling symlink, /proc or /sys, or the same
+/// file as one of `inputs`), so that a command refuses before reading its inputs or doing its work.
+void check_output_path(const std::string& path, const char* option, const std::vector<std::string>& inputs = {});
 
 /// --group-sizes: "3,0,5" or a 1-D .npy of int32/int64 (throws Error(kInvalidArgument) naming the option).
 std::vector<int64_t> parse_group_sizes(const std::string& s);

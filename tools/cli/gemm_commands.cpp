@@ -270,7 +270,7 @@ void run_gemm(const GemmCli& g) {
   const auto [ra, rb, ta, tb, fmt, td] = parse_types(g);
   std::optional<Backend> force;
   if (g.backend != "auto") force = parse_backend(g.backend);
-  check_output_path(g.out, "--out");  // before the GEMM, not after it
+  check_output_path(g.out, "--out", {g.a, g.b, g.scale_a, g.scale_b});  // before any input is read
 
   const io::NpyArray a = read_npy_option(g.a, "--a"), b = read_npy_option(g.b, "--b");
   Diagnostics diags;
@@ -331,7 +331,7 @@ void run_gemm(const GemmCli& g) {
   d.shape = {m, n};
   d.data = std::move(r.d);
   const auto t_write = std::chrono::steady_clock::now();
-  io::write_npy(g.out, d);
+  io::write_npy(g.out, d, "--out");
   const double write_ms = ms_since(t_write);
   const char* raw = td == DType::kBF16 ? " (bf16 raw bits)" : is_fp8_output(td) ? " (FP8 raw bits)" : "";
   if (!g.json) {
@@ -369,7 +369,7 @@ void run_gemm(const GemmCli& g) {
 
 /// Scale file of a grouped operand: raw bytes of the expected element type and total size.
 std::vector<uint8_t> grouped_scales(const std::string& path, const char* arg, DType scale_dtype, int64_t want_bytes,
-                                    const std::string& what, Diagnostics& diags) {
+                                    const std::string& what, const std::string& fix, Diagnostics& diags) {
   io::NpyArray arr = read_npy_option(path, std::string(arg) == "scale_a" ? "--scale-a" : "--scale-b");
   const bool f32 = scale_dtype == DType::kF32;
   const bool type_ok = f32 ? arr.descr == "<f4" : arr.descr == "|u1" || arr.descr == "<u1";
@@ -378,9 +378,7 @@ std::vector<uint8_t> grouped_scales(const std::string& path, const char* arg, DT
                      io::npy_type_name(arr.descr), ""});
   else if (int64_t(arr.data.size()) != want_bytes)
     diags.push_back({arg, "grouped-scale-size", what, std::to_string(want_bytes) + " bytes",
-                     std::to_string(arr.data.size()) + " bytes (" + arr.describe() + ")",
-                     "See docs/grouped.md for the per-group scale layouts; `scalemm layout explain --group-sizes` "
-                     "prints them."});
+                     std::to_string(arr.data.size()) + " bytes (" + arr.describe() + ")", fix});
   return std::move(arr.data);
 }
 
@@ -391,7 +389,7 @@ void run_grouped(const GemmCli& g) {
   const GroupDim dim = g.group_dim == "m" ? GroupDim::kM : GroupDim::kK;
   std::optional<Backend> force;
   if (g.backend != "auto") force = parse_backend(g.backend);
-  check_output_path(g.out, "--out");
+  check_output_path(g.out, "--out", {g.a, g.b, g.scale_a, g.scale_b, g.group_sizes});
   const std::vector<int64_t> sizes = parse_group_sizes(g.group_sizes);
   const int64_t groups = int64_t(sizes.size());
 
@@ -432,14 +430,23 @@ void run_grouped(const GemmCli& g) {
     const layouts::ScaleLayout la(ra, ga.m, ga.k, fmt), lb(rb, ga.n, ga.k, fmt);
     const int64_t a_bytes = dim == GroupDim::kM ? grouped_scale_offsets(sizes_only).back() : la.bytes();
     const int64_t b_bytes = dim == GroupDim::kM ? groups * grouped_b_scale_stride(sizes_only) : lb.bytes();
+    // The fix names a command that runs for this call: the m-grouped A's buffers have their own
+    // `layout explain --group-sizes`; every other operand is one layout of its whole tensor.
+    const auto explain = [&](Recipe r, int64_t rows, const std::string& extra) {
+      return "See docs/grouped.md for the per-group scale layouts; `scalemm layout explain --recipe " +
+             std::string(to_string(r)) + " --rows " + std::to_string(rows) + " --cols " + std::to_string(ga.k) +
+             " --format " + g.scale_format + extra + "` prints " + (extra.empty() ? "the layout." : "each group's.");
+    };
+    const bool text_sizes = g.group_sizes.find(' ') == std::string::npos;
     sa = grouped_scales(g.scale_a, "scale_a", la.scale_dtype(), a_bytes,
                         dim == GroupDim::kM ? "each group's scale buffer for its rows, in group order"
                                             : "the whole (M, sum K_g) tensor's scales",
+                        explain(ra, ga.m, dim == GroupDim::kM && text_sizes ? " --group-sizes " + g.group_sizes : ""),
                         diags);
     sb = grouped_scales(g.scale_b, "scale_b", lb.scale_dtype(), b_bytes,
                         dim == GroupDim::kM ? "one (N, K) scale buffer per expert, stacked"
                                             : "the whole (N, sum K_g) tensor's scales",
-                        diags);
+                        explain(rb, ga.n, ""), diags);
   }
   diags.insert(diags.begin(), size_diags.begin(), size_diags.end());
   std::vector<uint8_t> out_bytes_host(size_t((dim == GroupDim::kM ? ga.m : groups * ga.m) * ga.n) * out_bytes(td));
@@ -481,7 +488,7 @@ void run_grouped(const GemmCli& g) {
   d.descr = out_descr(td);
   d.shape = dim == GroupDim::kM ? std::vector<int64_t>{ga.m, ga.n} : std::vector<int64_t>{groups, ga.m, ga.n};
   d.data = std::move(out_bytes_host);
-  io::write_npy(g.out, d);
+  io::write_npy(g.out, d, "--out");
   const std::string machine = DeviceTarget::current().to_string() + (gpu ? "" : " (host reference emulator)");
   if (!g.json) {
     std::printf("machine: %s\n%s\nwrote %s: %s\n", machine.c_str(), plan.c_str(), g.out.c_str(),
@@ -763,7 +770,8 @@ void register_gemm_commands(CLI::App& app) {
   gemm->add_option("--out-dtype", g.out_dtype, "Output type (default bf16; e4m3/e5m2 need --d-scale)")
       ->check(CLI::IsMember({"bf16", "f16", "f32", "e4m3", "e5m2"}));
   g.d_scale_opt = gemm->add_option("--d-scale", g.d_scale,
-                                   "FP8 output only: D = fp8(d_scale * alpha * A * B^T), saturating");
+                                   "FP8 output only: D = fp8(d_scale * alpha * A * B^T), saturating")
+                      ->check(positive_finite("the FP8 output's scale: D = fp8(d_scale * alpha * A * B^T)"));
   gemm->add_option("--backend", g.backend, "Backend (default auto; contiguous: scalemm's blockwise kernel)")
       ->check(CLI::IsMember({"auto", "native", "emulated", "reference", "contiguous"}));
   gemm->add_option("--alpha", g.alpha, "Scalar alpha (default 1; fold NVFP4 global scales in here)");

@@ -11,6 +11,7 @@
 #include "commands.hpp"
 #include "scalemm/grouped.hpp"
 #include "cli_io.hpp"
+#include "scalemm/io/output_file.hpp"
 #include "layout_view.hpp"
 #include "scalemm/io/npy.hpp"
 #include "scalemm/layouts/convert.hpp"
@@ -150,20 +151,8 @@ void check_group_rows(const std::vector<int64_t>& sizes, int64_t rows) {
                                                   " (the rows of the grouped operand)");
 }
 
-// Writes a rendered picture atomically: a temporary file beside `out`, then renamed into place.
-void write_rendered(const std::string& out, const std::string& text) {
-  const std::string tmp = out + ".tmp-scalemm";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) throw Error(StatusCode::kIoError, "--out: cannot open " + out + " for writing; choose another path");
-    f << text;
-    if (!f) throw Error(StatusCode::kIoError, "--out: writing " + out + " failed (is the disk full?)");
-  }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(StatusCode::kIoError, "--out: cannot move the rendered file into place at " + out);
-  }
-}
+// A rendered picture goes through io::write_output, as every output does.
+void write_rendered(const std::string& out, const std::string& text) { io::write_output(out, {text}, "--out"); }
 
 // The scale buffers of an m-grouped A (grouped.hpp): each group's own buffer, in group order.
 void run_explain_grouped(const LayoutArgs& a, const std::string& sizes_text, const std::string& format, bool json) {
@@ -391,7 +380,7 @@ void run_render(const LayoutArgs& a, const std::string& format, const std::strin
 // caption with its rows and byte range; cells show the operand's (global) row and the K-block.
 void run_render_grouped(const LayoutArgs& a, const std::string& sizes_text, const std::string& format,
                         const std::string& out) {
-  check_output_path(out, "--out");
+  check_output_path(out, "--out", {sizes_text});
   const std::vector<int64_t> sizes = parse_group_sizes(sizes_text);
   GroupedGemmArgs g;
   g.groups = int64_t(sizes.size());
@@ -407,6 +396,9 @@ void run_render_grouped(const LayoutArgs& a, const std::string& sizes_text, cons
   const int64_t offset_w = text_px("offset 000000", font);
   const int64_t grid_w = offset_w + width * cw;
   const int64_t max_cells = 4096;  // per group
+  // And in all: 10^6 one-row groups once made a 908 MB picture. Groups past the caps are summed up.
+  const int64_t max_total_cells = 8192, max_groups = 256;
+  int64_t drawn = 0;
   std::ostringstream body;
   int64_t y = margin;
   const std::string title = std::string(to_string(g.a.recipe)) + " scales of an m-grouped A: " + std::to_string(a.rows) +
@@ -432,12 +424,21 @@ void run_render_grouped(const LayoutArgs& a, const std::string& sizes_text, cons
   int64_t r0 = 0;
   const int64_t elem_bytes = layouts::ScaleLayout(g.a.recipe, 1, a.cols, g.a.scale_format).scale_bytes();
   for (size_t gi = 0; gi < sizes.size(); ++gi) {
+    if (int64_t(gi) >= max_groups || drawn >= max_total_cells) {
+      y += 22;
+      body << "<text x=\"" << margin << "\" y=\"" << y << "\" class=\"more-groups\">... groups " << gi << " to "
+           << sizes.size() - 1 << " (rows [" << r0 << ", " << a.rows << "), bytes [" << offs[gi] << ", " << offs.back()
+           << ")) not drawn: a picture shows at most " << max_groups << " groups and " << max_total_cells
+           << " positions</text>\n";
+      break;
+    }
     const ScaleLayout l(g.a.recipe, sizes[gi], a.cols, g.a.scale_format);
     y += 22;
     body << "<text x=\"" << margin << "\" y=\"" << y << "\" font-weight=\"bold\" class=\"group\">group " << gi
          << ": rows [" << r0 << ", " << r0 + sizes[gi] << "), bytes [" << offs[gi] << ", " << offs[gi] + l.bytes()
          << ")" << (l.size() == 0 ? " (empty)" : "") << "</text>\n";
-    const int64_t shown = std::min(l.size(), max_cells);
+    const int64_t shown = std::min({l.size(), max_cells, max_total_cells - drawn});
+    drawn += shown;
     const auto cells = buffer_cells(l, shown);
     const int64_t base = offs[gi] / elem_bytes;
     const int64_t lines = (shown + width - 1) / width;
@@ -506,7 +507,7 @@ void run_convert(const LayoutArgs& a, const std::string& from, const std::string
                  const std::string& out) {
   const ScaleLayout src = make_layout(a, parse_scale_format_or_throw(from, "--from"));
   const ScaleLayout dst = src.with_format(parse_scale_format_or_throw(to, "--to"));
-  check_output_path(out, "--out");
+  check_output_path(out, "--out", {in});
   const io::NpyArray arr = read_npy_option(in, "--in");
   const LoadedScales loaded = load_scales(arr, src, "in", true, in);
   if (!loaded.diagnostics.empty()) {
@@ -521,7 +522,7 @@ void run_convert(const LayoutArgs& a, const std::string& from, const std::string
   else result.shape = {dst.size()};
   result.data.assign(size_t(dst.bytes()), 0);
   layouts::convert(src, loaded.buffer.data(), dst, result.data.data());
-  io::write_npy(out, result);
+  io::write_npy(out, result, "--out");
   std::printf("wrote %s: %s, %s\n", out.c_str(), result.describe().c_str(), dst.to_string().c_str());
 }
 

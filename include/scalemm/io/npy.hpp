@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace scalemm::io {
@@ -34,9 +35,9 @@ NpyArray read_npy(const std::string& path);
 /// checks and errors as read_npy.
 NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& source);
 
-/// Writes a .npy file (version 1.0) atomically: to a temporary file beside `path`, then renamed, so a
-/// failed write never leaves a half-written file. Throws Error(kIoError).
-void write_npy(const std::string& path, const NpyArray& array);
+/// Writes a .npy file (version 1.0) through io::write_output (output_file.hpp): atomically, through a
+/// symlink, never over a device, FIFO or socket. `option` names the path in errors. Throws Error(kIoError).
+void write_npy(const std::string& path, const NpyArray& array, std::string_view option = "output");
 
 /// NumPy's name for a descr ("<f4" -> "float32").
 std::string npy_type_name(const std::string& descr);
