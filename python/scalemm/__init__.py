@@ -55,12 +55,13 @@ def _no_extension_here():
 
 
 _preload_cuda_libraries()
-_missing = _no_extension_here()
-if _missing is not None:
-    raise _missing
 try:
     from . import _scalemm
 except ImportError as e:  # the CUDA libraries are not on the loader path: try the toolkit's
+    # (An editable install finds the module elsewhere: the folder is judged only after a failure.)
+    _missing = _no_extension_here()
+    if _missing is not None:
+        raise _missing from e
     import os as _os
 
     _home = _os.environ.get("CUDA_HOME") or _os.environ.get("CUDA_PATH") or "/usr/local/cuda"
