@@ -56,6 +56,7 @@
 #include "base/capabilities.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
+#include "scalemm/io/output_file.hpp"
 #include "scalemm/grouped.hpp"
 #include "scalemm/layouts/convert_cuda.hpp"
 #include "scalemm/layouts/scale_layout.hpp"
@@ -159,9 +160,11 @@ void write_json() {
   root.raw("reference", g_reference.str());
   root.raw("targets", jarr(g_targets));
   root.raw("skipped", jarr(g_skipped));
-  std::ofstream f(g_json_path);
-  f << root.str() << "\n";
-  if (!f) std::fprintf(stderr, "bench_gemm: could not write %s\n", g_json_path.c_str());
+  try {
+    scalemm::io::write_output(g_json_path, {root.str(), "\n"}, "--json");
+  } catch (const scalemm::Error& e) {
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+  }
 }
 
 // Inside a GEMM table a skipped case becomes a row of that table (14 columns), so the table stays whole.
@@ -1377,6 +1380,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) g_json_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--quick | --small-m | --contiguous] [--autotune] [--iters N>=30] [--ref-reps N>=5] [--json PATH]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!g_json_path.empty()) {  // a bad --json path is refused before the hour of measuring, not after it
+    try {
+      scalemm::io::check_output(g_json_path, "--json");
+    } catch (const scalemm::Error& e) {
+      std::fprintf(stderr, "bench_gemm: %s\n", e.what());
       return 2;
     }
   }

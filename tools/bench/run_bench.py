@@ -29,6 +29,8 @@ import sys
 import threading
 import time
 
+from result_file import write_result
+
 T0 = time.monotonic()
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -315,8 +317,7 @@ def torch_anchors(cpp, quick, iters, deadline, outdir):
         torch.cuda.empty_cache()
         res["dense"].append(row)
         log("torch " + json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}))
-        with open(os.path.join(outdir, "torch_anchors.json"), "w") as f:
-            json.dump(res, f, indent=1)
+        write_result(os.path.join(outdir, "torch_anchors.json"), json.dumps(res, indent=1))
 
     # Which cuBLASLt torch loaded (it may differ from the one bench_gemm links).
     try:
@@ -763,12 +764,11 @@ def main():
     rows = merge(cpp, tor)
     tg = targets(cpp, rows, tor)
     md = markdown(env, cpp, tor, rows, tg, status) + ("\n" + bw if bw else "")
-    with open(os.path.join(a.outdir, "results.md"), "w") as f:
-        f.write(md)
+    write_result(os.path.join(a.outdir, "results.md"), md)
     pngs = plots(rows, a.outdir)
-    with open(os.path.join(a.outdir, "results.json"), "w") as f:
-        json.dump({"environment": env, "bench_status": status, "bench_gemm": cpp, "torch": tor, "rows": rows,
-                   "targets": tg, "plots": [os.path.basename(p) for p in pngs]}, f, indent=1)
+    write_result(os.path.join(a.outdir, "results.json"),
+                 json.dumps({"environment": env, "bench_status": status, "bench_gemm": cpp, "torch": tor, "rows": rows,
+                             "targets": tg, "plots": [os.path.basename(p) for p in pngs]}, indent=1))
     print()
     print(md)
     log(f"wrote {a.outdir}/results.md, results.json, bench_gemm.md, bench_gemm.json"

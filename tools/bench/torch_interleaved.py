@@ -29,6 +29,8 @@ import time
 
 import torch
 
+from result_file import check_result_path, write_result
+
 E4M3 = torch.float8_e4m3fn
 FMAX = 448.0
 ANCHORS = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 7168, 2048), (128, 7168, 2048), (2048, 2048, 7168)]
@@ -213,6 +215,8 @@ def main():
                     help="scalemm's calls forced onto one backend (e.g. contiguous, with --recipes blockwise-compact)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
+    if args.json:
+        check_result_path(args.json)  # before the measuring, not after it
 
     smm = Scalemm(args.lib)
     if args.small_m:
@@ -340,8 +344,7 @@ def main():
     smm.lib.scalemm_handle_destroy(h_heur)
     smm.lib.scalemm_handle_destroy(h_auto)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "rows": rows}, f, indent=1)
+        write_result(args.json, json.dumps({"environment": env, "rows": rows}, indent=1))
     return 0 if ok and all("error" not in r for r in rows) else 1
 
 
