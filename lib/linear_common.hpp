@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_alloc.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/linear.hpp"
@@ -36,7 +37,7 @@ class LinearArena {
     release();
     const size_t n = std::max<size_t>(bytes, 1);
     if (space_ == MemorySpace::kDevice) {
-      cuda_check(cudaMalloc(&base_, n), "cudaMalloc");
+      cuda_check(detail::device_malloc(&base_, n), std::string(owner_) + " buffers (" + std::to_string(n) + " B)");
       if (clear_) cuda_check(cudaMemset(base_, 0, n), "cudaMemset");
     } else {
       host_.assign(n + kLinearAlign, 0);

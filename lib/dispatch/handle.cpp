@@ -20,6 +20,7 @@
 #include "dispatch/handle_scratch.hpp"
 #include "dispatch/verify.hpp"
 #include "support/hash.hpp"
+#include "scalemm/detail/device_alloc.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 #include "scalemm/gemm.hpp"
 
@@ -83,7 +84,7 @@ struct StreamArena {
     buf = nullptr;
     have = 0;
     void* p = nullptr;
-    cuda_check(cudaMalloc(&p, bytes), std::string(what) + " (" + std::to_string(bytes) + " B)");
+    cuda_check(detail::device_malloc(&p, bytes), std::string(what) + " (" + std::to_string(bytes) + " B)");
     buf = static_cast<char*>(p);
     have = bytes;
   }
@@ -253,7 +254,8 @@ struct Handle::Impl {
       auto a = std::make_unique<StreamArena>();
       a->device = device;
       a->lt.set_autotune(autotune);
-      cuda_check(cudaMalloc(&a->lt_workspace, options.cublaslt_workspace_bytes), "cuBLASLt workspace");
+      cuda_check(detail::device_malloc(&a->lt_workspace, options.cublaslt_workspace_bytes),
+                 "cuBLASLt workspace (" + std::to_string(options.cublaslt_workspace_bytes) + " B)");
       a->lt_bytes = options.cublaslt_workspace_bytes;
       slot = std::move(a);
     }
@@ -526,7 +528,15 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
       arena.sampler->enqueue(args, plan, stream);
     }
   }
-  if (impl_->verify_mode == verify::Mode::kFull) verify::check(args, plan, impl_->verify_mode, stream);
+  if (impl_->verify_mode == verify::Mode::kFull) {
+    try {  // its buffers are allocated after the call: say what a failed one leaves in D
+      verify::check(args, plan, impl_->verify_mode, stream);
+    } catch (const Error& e) {
+      if (e.code() != StatusCode::kOutOfMemory) throw;
+      throw Error(StatusCode::kOutOfMemory,
+                  "SCALEMM_VERIFY=full could not check the call: " + e.status().message + "; D holds its unverified result");
+    }
+  }
 }
 
 void Handle::check_verification() {

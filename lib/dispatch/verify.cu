@@ -310,11 +310,12 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
   std::vector<int64_t> rows, cols;
   if (mode == Mode::kFull) {
     const size_t count = static_cast<size_t>(args.m * args.n);
-    detail::DeviceBuffer ref_d(count * 4 + 16), test_d(count * 4 + 16);  // 16 spare bytes, as the reference kernels had
+    detail::DeviceBuffer ref_d(count * 4 + 16, -1, "verify: reference D"),  // 16 spare bytes, as the reference kernels had
+        test_d(count * 4 + 16, -1, "verify: D in f32");
     emulation::GemmOptions opt;
     opt.alpha = alpha;
     opt.out_dtype = DType::kF32;
-    detail::DeviceBuffer bias32(static_cast<size_t>(args.n) * 4 + 16);
+    detail::DeviceBuffer bias32(static_cast<size_t>(args.n) * 4 + 16, -1, "verify: bias in f32");
     if (args.bias) {
       std::vector<uint16_t> hb(static_cast<size_t>(args.n));
       cuda_check(cudaMemcpy(hb.data(), args.bias, hb.size() * 2, cudaMemcpyDeviceToHost), "bias copy");
@@ -325,7 +326,7 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
     }
     const auto qa = base::as_quantized(args.a, args.m, args.k), qb = base::as_quantized(args.b, args.n, args.k);
     const size_t ws = emulation::gemm_device_workspace_bytes(qa, qb);
-    detail::DeviceBuffer w(ws + 16);
+    detail::DeviceBuffer w(ws + 16, -1, "verify: reference workspace");
     emulation::gemm_device(qa, qb, ref_d.as<float>(), opt, w.p, ws, cs);
     widen<<<1024, 256, 0, cs>>>(args.d, args.d_dtype, args.d_scale, test_d.as<float>(), int64_t(count));
     ref.resize(count);
@@ -348,8 +349,9 @@ void check(const GemmArgs& args, const Plan& plan, Mode mode, Stream stream) {
       for (int64_t c = 0; c < args.n; ++c) rows.push_back(i), cols.push_back(c);
     }
     const size_t count = rows.size();
-    detail::DeviceBuffer ref_d(count * 4 + 16), test_d(count * 4 + 16);  // 16 spare bytes, as the reference kernels had
-    detail::DeviceBuffer rows_d(count * 8 + 16), cols_d(count * 8 + 16);
+    detail::DeviceBuffer ref_d(count * 4 + 16, -1, "verify: sampled reference"),  // 16 spare bytes, as above
+        test_d(count * 4 + 16, -1, "verify: sampled D");
+    detail::DeviceBuffer rows_d(count * 8 + 16, -1, "verify: sample rows"), cols_d(count * 8 + 16, -1, "verify: sample columns");
     const OperandView a_view{static_cast<const uint8_t*>(args.a.data), args.a.dtype, args.a.scale,
                              layouts::ScaleLayout(args.a.recipe, args.m, args.k, args.a.scale_format)};
     const OperandView b_view{static_cast<const uint8_t*>(args.b.data), args.b.dtype, args.b.scale,
@@ -487,15 +489,37 @@ struct AsyncSampler::Impl {
   }
 };
 
+namespace {
+
+// Frees what a slot holds (null members are skipped): the destructor's work, and a failed
+// constructor's, which would otherwise leak the slots allocated before the failure.
+void release(AsyncSampler::Impl::Slot& s) {
+  cudaFree(s.ref);
+  cudaFree(s.test);
+  cudaFree(s.blocks_done);
+  cudaFreeHost(s.verdict_h);
+  if (s.done) cudaEventDestroy(s.done);
+}
+
+}  // namespace
+
 AsyncSampler::AsyncSampler() : impl_(new Impl) {
-  for (auto& s : impl_->slots) {
-    cuda_check(cudaMalloc(&s.ref, kSamples * sizeof(float)), "sample buffers");
-    cuda_check(cudaMalloc(&s.test, kSamples * sizeof(float)), "sample buffers");
-    cuda_check(cudaMalloc(&s.blocks_done, sizeof(unsigned)), "sample counter");
-    cuda_check(cudaMemset(s.blocks_done, 0, sizeof(unsigned)), "sample counter");
-    cuda_check(cudaHostAlloc(&s.verdict_h, sizeof(Verdict), cudaHostAllocMapped), "pinned verdict");
-    cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&s.verdict_d), s.verdict_h, 0), "verdict address");
-    cuda_check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "sample event");
+  const std::string buffers = "verify sample buffers (" + std::to_string(kSamples * sizeof(float)) + " B)";
+  try {
+    for (auto& s : impl_->slots) {
+      cuda_check(detail::device_malloc(reinterpret_cast<void**>(&s.ref), kSamples * sizeof(float)), buffers);
+      cuda_check(detail::device_malloc(reinterpret_cast<void**>(&s.test), kSamples * sizeof(float)), buffers);
+      cuda_check(detail::device_malloc(reinterpret_cast<void**>(&s.blocks_done), sizeof(unsigned)),
+                 "verify sample counter (4 B)");
+      cuda_check(cudaMemset(s.blocks_done, 0, sizeof(unsigned)), "sample counter");
+      cuda_check(cudaHostAlloc(&s.verdict_h, sizeof(Verdict), cudaHostAllocMapped), "pinned verdict");
+      cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&s.verdict_d), s.verdict_h, 0), "verdict address");
+      cuda_check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "sample event");
+    }
+  } catch (...) {
+    for (auto& s : impl_->slots) release(s);
+    delete impl_;
+    throw;
   }
 }
 
@@ -504,11 +528,7 @@ AsyncSampler::~AsyncSampler() {
     if (s.pending && cudaEventSynchronize(s.done) == cudaSuccess && s.verdict_h->violations)
       std::fprintf(stderr, "scalemm: an unreported sample verification failed for %s (%u elements)\n",
                    s.problem.to_string().c_str(), s.verdict_h->violations);
-    cudaFree(s.ref);
-    cudaFree(s.test);
-    cudaFree(s.blocks_done);
-    cudaFreeHost(s.verdict_h);
-    cudaEventDestroy(s.done);
+    release(s);
   }
   delete impl_;
 }

@@ -236,7 +236,7 @@ def test_an_output_that_does_not_fit_raises_out_of_memory_and_the_next_call_runs
     from scalemm import _core
 
     rng = np.random.default_rng(9)
-    m, n, k = 128, 256, 512
+    m, n, k = 1024, 1024, 512  # a 4 MiB output: torch's large-block pool, a segment of its own
     da, sa = scalemm.quantize(rng.standard_normal((m, k)).astype(np.float32), "block1x128")
     db, sb = scalemm.quantize(rng.standard_normal((n, k)).astype(np.float32), "block128x128")
     dev = torch.device("cuda")
@@ -248,8 +248,8 @@ def test_an_output_that_does_not_fit_raises_out_of_memory_and_the_next_call_runs
     torch.cuda.synchronize()
     torch.cuda.empty_cache()  # a cached block would serve the output whatever the limit
     total = torch.cuda.get_device_properties(0).total_memory
-    used = torch.cuda.memory_allocated()
-    torch.cuda.set_per_process_memory_fraction(min(1.0, (used + (1 << 10)) / total))
+    held = torch.cuda.memory_reserved()  # the limit counts reserved segments, not only live tensors
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (held + (1 << 20)) / total))
     try:
         with pytest.raises(scalemm.OutOfMemoryError) as e:
             _core.scaled_mm(a, b, ta, tb, **kw)

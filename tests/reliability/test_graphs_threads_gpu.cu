@@ -18,12 +18,14 @@
 #include "dispatch/test_operands.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/linear.hpp"
+#include "quiet_options.hpp"
 #include "support/test_support.hpp"
 #include "scalemm/detail/cuda_check.hpp"
 
 using namespace scalemm;
 using scalemm::testing::Dev;
 using scalemm::testing::HostOperand;
+using scalemm::testing::quiet;
 
 namespace {
 
@@ -64,14 +66,6 @@ struct Job {
     args.a = a->op, args.b = b->op, args.d = d->p, args.d_dtype = out;
   }
 };
-
-HandleOptions quiet(std::optional<Backend> force = std::nullopt) {
-  HandleOptions ho;
-  ho.verify = VerifyMode::kOff;
-  ho.autotune = Autotune::kOff;
-  ho.plan.force = force;
-  return ho;
-}
 
 }  // namespace
 

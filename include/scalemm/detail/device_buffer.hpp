@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "scalemm/detail/cuda_check.hpp"
+#include "scalemm/detail/device_alloc.hpp"
 
 namespace scalemm::detail {
 
@@ -22,8 +23,9 @@ struct DeviceBuffer {
 
   DeviceBuffer() = default;
   /// `bytes` uninitialised, or every byte set to `fill` (0..255) when fill >= 0.
-  explicit DeviceBuffer(size_t n, int fill = -1) {
-    alloc(n);
+  /// `what` names the buffer in an out-of-memory error.
+  explicit DeviceBuffer(size_t n, int fill = -1, const char* what = "DeviceBuffer") {
+    alloc(n, what);
     if (fill >= 0) cuda_check(cudaMemset(p, fill, std::max<size_t>(n, 1)), "DeviceBuffer: cudaMemset");
   }
   /// A copy of `n` host bytes. The upload is finished before the constructor returns: a pageable copy
@@ -45,12 +47,13 @@ struct DeviceBuffer {
   }
 
   /// Frees what it held and allocates `n` bytes; returns the new address.
-  void* alloc(size_t n) {
+  void* alloc(size_t n, const char* what = "DeviceBuffer") {
     if (p) cudaFree(p);
     p = nullptr;
+    bytes = 0;
+    cuda_check(device_malloc(&p, std::max<size_t>(n, 256)), std::string(what) + ": cudaMalloc of " + std::to_string(n) +
+                                                                 " bytes");
     bytes = n;
-    cuda_check(cudaMalloc(&p, std::max<size_t>(n, 256)),
-               "DeviceBuffer: cudaMalloc of " + std::to_string(n) + " bytes");
     return p;
   }
   /// alloc(n) and a copy of `n` host bytes, finished before it returns; returns the new address.
