@@ -48,6 +48,9 @@ using namespace scalemm::ffi_calls;
 
 namespace {
 
+using Buf = ffi::AnyBuffer;
+using Out = ffi::Result<ffi::AnyBuffer>;
+
 Handle& handle() {
   static auto* h = new Handle();  // leaked: XLA may run a handler during interpreter teardown
   return *h;
@@ -120,8 +123,8 @@ ffi::Error gemm(bool host, cudaStream_t stream, int32_t device, ffi::AnyBuffer a
 
 ffi::Error grouped(bool host, cudaStream_t stream, int32_t device, ffi::AnyBuffer a, ffi::AnyBuffer b,
                    ffi::AnyBuffer sa, ffi::AnyBuffer sb, ffi::AnyBuffer sizes, ffi::Result<ffi::AnyBuffer> d,
-                   int64_t group_dim, int64_t recipe_a, int64_t recipe_b, int64_t dtype_a, int64_t dtype_b,
-                   int64_t sdtype_a, int64_t sdtype_b, int64_t format, int64_t d_dtype, int64_t backend) {
+                   int64_t recipe_a, int64_t recipe_b, int64_t dtype_a, int64_t dtype_b, int64_t sdtype_a,
+                   int64_t sdtype_b, int64_t format, int64_t d_dtype, int64_t group_dim, int64_t backend) {
   return guarded([&] {
     const detail::DeviceScope scope(host ? -1 : device);
     GroupedDesc desc;
@@ -205,48 +208,48 @@ ffi::Error dequantize(bool host, cudaStream_t stream, int32_t device, ffi::AnyBu
 
 // ---- bindings: one Host and one CUDA symbol per op -------------------------------------------------
 
+// A GEMM's operand attributes, shared by the dense and the grouped call.
+template <class B>
+auto operand_attrs(B b) {
+  return std::move(b).template Attr<int64_t>("recipe_a").template Attr<int64_t>("recipe_b")
+      .template Attr<int64_t>("dtype_a").template Attr<int64_t>("dtype_b").template Attr<int64_t>("sdtype_a")
+      .template Attr<int64_t>("sdtype_b").template Attr<int64_t>("format").template Attr<int64_t>("d_dtype");
+}
+
 template <class B>
 auto gemm_binding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
-      .template Attr<int64_t>("recipe_a").template Attr<int64_t>("recipe_b").template Attr<int64_t>("dtype_a")
-      .template Attr<int64_t>("dtype_b").template Attr<int64_t>("sdtype_a").template Attr<int64_t>("sdtype_b")
-      .template Attr<int64_t>("format").template Attr<int64_t>("d_dtype").template Attr<bool>("fast_accum");
+  // One expression: Binding moves only into the next Binding (its move constructor is private).
+  return operand_attrs(std::move(b).template Arg<Buf>().template Arg<Buf>().template Arg<Buf>().template Arg<Buf>()
+                           .template Arg<Buf>().template Arg<Buf>().template Ret<Buf>())
+      .template Attr<bool>("fast_accum");
 }
 
 template <class B>
 auto grouped_binding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>()
-      .template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>()
-      .template Attr<int64_t>("group_dim").template Attr<int64_t>("recipe_a").template Attr<int64_t>("recipe_b")
-      .template Attr<int64_t>("dtype_a").template Attr<int64_t>("dtype_b").template Attr<int64_t>("sdtype_a")
-      .template Attr<int64_t>("sdtype_b").template Attr<int64_t>("format").template Attr<int64_t>("d_dtype")
-      .template Attr<int64_t>("backend");
+  return operand_attrs(std::move(b).template Arg<Buf>().template Arg<Buf>().template Arg<Buf>().template Arg<Buf>()
+                           .template Arg<Buf>().template Ret<Buf>())
+      .template Attr<int64_t>("group_dim").template Attr<int64_t>("backend");
 }
 
 template <class B>
 auto quantize_binding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>().template Ret<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
+  return std::move(b).template Arg<Buf>().template Ret<Buf>().template Ret<Buf>()
+      .template Ret<Buf>().template Ret<Buf>().template Ret<Buf>()
+      .template Ret<Buf>()
       .template Attr<int64_t>("recipe").template Attr<int64_t>("data_dtype").template Attr<int64_t>("format")
       .template Attr<bool>("rowwise").template Attr<bool>("columnwise");
 }
 
 template <class B>
 auto dequantize_binding(B b) {
-  return std::move(b).template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>().template Arg<ffi::AnyBuffer>()
-      .template Ret<ffi::AnyBuffer>()
+  return std::move(b).template Arg<Buf>().template Arg<Buf>().template Arg<Buf>()
+      .template Ret<Buf>()
       .template Attr<int64_t>("dtype").template Attr<int64_t>("recipe").template Attr<int64_t>("scale_dtype")
       .template Attr<int64_t>("format").template Attr<int64_t>("out_dtype");
 }
 
 auto host_bind() { return ffi::Ffi::Bind(); }
 auto cuda_bind() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>(); }
-
-using Buf = ffi::AnyBuffer;
-using Out = ffi::Result<ffi::AnyBuffer>;
 
 ffi::Error gemm_host(Buf a, Buf b, Buf sa, Buf sb, Buf ga, Buf gb, Out d, int64_t ra, int64_t rb, int64_t ta,
                      int64_t tb, int64_t sta, int64_t stb, int64_t fmt, int64_t od, bool fast) {
@@ -256,14 +259,14 @@ ffi::Error gemm_cuda(cudaStream_t s, int32_t dev, Buf a, Buf b, Buf sa, Buf sb, 
                      int64_t rb, int64_t ta, int64_t tb, int64_t sta, int64_t stb, int64_t fmt, int64_t od, bool fast) {
   return gemm(false, s, dev, a, b, sa, sb, ga, gb, d, ra, rb, ta, tb, sta, stb, fmt, od, fast);
 }
-ffi::Error grouped_host(Buf a, Buf b, Buf sa, Buf sb, Buf sz, Out d, int64_t dim, int64_t ra, int64_t rb, int64_t ta,
-                        int64_t tb, int64_t sta, int64_t stb, int64_t fmt, int64_t od, int64_t be) {
-  return grouped(true, nullptr, -1, a, b, sa, sb, sz, d, dim, ra, rb, ta, tb, sta, stb, fmt, od, be);
+ffi::Error grouped_host(Buf a, Buf b, Buf sa, Buf sb, Buf sz, Out d, int64_t ra, int64_t rb, int64_t ta, int64_t tb,
+                        int64_t sta, int64_t stb, int64_t fmt, int64_t od, int64_t dim, int64_t be) {
+  return grouped(true, nullptr, -1, a, b, sa, sb, sz, d, ra, rb, ta, tb, sta, stb, fmt, od, dim, be);
 }
-ffi::Error grouped_cuda(cudaStream_t s, int32_t dev, Buf a, Buf b, Buf sa, Buf sb, Buf sz, Out d, int64_t dim,
-                        int64_t ra, int64_t rb, int64_t ta, int64_t tb, int64_t sta, int64_t stb, int64_t fmt,
-                        int64_t od, int64_t be) {
-  return grouped(false, s, dev, a, b, sa, sb, sz, d, dim, ra, rb, ta, tb, sta, stb, fmt, od, be);
+ffi::Error grouped_cuda(cudaStream_t s, int32_t dev, Buf a, Buf b, Buf sa, Buf sb, Buf sz, Out d, int64_t ra,
+                        int64_t rb, int64_t ta, int64_t tb, int64_t sta, int64_t stb, int64_t fmt, int64_t od,
+                        int64_t dim, int64_t be) {
+  return grouped(false, s, dev, a, b, sa, sb, sz, d, ra, rb, ta, tb, sta, stb, fmt, od, dim, be);
 }
 ffi::Error quantize_host(Buf x, Out q, Out sc, Out qt, Out st, Out g, Out ws, int64_t r, int64_t dt, int64_t fmt,
                          bool row, bool col) {
