@@ -961,6 +961,25 @@ def demo_host_meaning():
     assert "shape reduced to 64x8x64: on a host M, N and K are at most 64, 128 and 512" in out, out
 
 
+@case("the worked gemm run of docs/cli.md runs as written and its result is 2 A B^T")
+def docs_worked_run():
+    with open(os.path.join(HERE, "..", "..", "docs", "cli.md")) as f:
+        doc = f.read()
+    start = doc.index("```sh\n", doc.index("A worked run")) + len("```sh\n")
+    script = doc[start:doc.index("```", start)]
+    t = Tmp()
+    bindir = t.path("bin")
+    os.mkdir(bindir)
+    os.symlink(os.path.abspath(BIN), os.path.join(bindir, "scalemm"))
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    p = subprocess.run(["bash", "-e", "-c", script], cwd=t.dir, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "wrote d.npy: float32[32, 16]" in p.stdout, p.stdout
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("(32, 16) max |D - 2 A B^T| ="), last
+    assert float(last.split("=")[1]) < 1e-3, last
+
+
 @case("gemm --json prints the plan, backend, reasons, timings and an output summary")
 def gemm_json():
     rng = np.random.default_rng(13)
