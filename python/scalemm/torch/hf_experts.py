@@ -1,4 +1,4 @@
-"""transformers' MoE experts on scalemm's FP8 experts engine (experts_forward).
+"""transformers' MoE experts on scalemm's FP8 experts engine (scalemm.torch.moe.experts_forward).
 
 transformers 5.x runs a model's experts (3D parameters: gate_up_proj (E, 2I, H), down_proj (E, H, I)) through
 its experts registry, transformers.integrations.moe.ExpertsInterface. Once scalemm.torch and that module are
@@ -21,14 +21,13 @@ how to load the checkpoint in bf16.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import sys
 import warnings
 
 import torch
 
 from .._errors import UnsupportedError
+from . import moe
 from .config import AUTO_MIN_FEATURES, AUTO_MIN_GFLOP
 
 RECIPES = ("blockwise", "rowwise", "mxfp8")  # the experts implementations, each registered once the engine runs it
@@ -115,36 +114,26 @@ def experts_status(m):
     return getattr(m, "_scalemm_experts", None)
 
 
-_ENGINES = ("scalemm.torch.moe", "scalemm._moe")
-_engine_mod = []
-
-
-def _engine_module():
-    """The module of scalemm's experts_forward (scalemm.torch.moe where it exists, else scalemm._moe), imported
-    at first use so that this module does not depend on the engine's import."""
-    if not _engine_mod:
-        for name in _ENGINES:
-            try:
-                found = importlib.util.find_spec(name) is not None
-            except ImportError:
-                found = False
-            if found:
-                _engine_mod.append(importlib.import_module(name))
-                break
-        else:
-            raise UnsupportedError("experts_implementation='scalemm_*': scalemm's MoE experts engine "
-                                   "(experts_forward) is not in this build of scalemm.")
-    return _engine_mod[0]
-
-
 def engine_recipes():
-    """The recipes scalemm's experts engine runs."""
-    mod = _engine_module()
-    return tuple(getattr(mod, "RECIPES", None) or getattr(mod, "_RECIPES"))
+    """The recipes scalemm's experts engine (scalemm.torch.moe) runs."""
+    return tuple(moe._RECIPES)
 
 
 def _engine():
-    return _engine_module().experts_forward
+    return moe.experts_forward
+
+
+class _Gate:
+    """A gate as a callable object: dynamo takes the truth value of an object, not of a bound method or of a
+    function made while tracing (a graph break under fullgraph)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, up):
+        return self.fn(up)
 
 
 def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
@@ -165,7 +154,7 @@ def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
         b = concatenated(b, -1) if b is not None else None
     if not _fused(m):
         # The module's own gate (GPT-OSS's clamped one reads its interleaved layout itself) or activation.
-        apply_gate = m._apply_gate if m.has_gate else m.act_fn
+        apply_gate = _Gate(m._apply_gate if m.has_gate else m.act_fn)
     return _engine()(hidden_states, top_k_index, top_k_weights, w, m.down_proj, num_experts=m.num_experts,
                      recipe=recipe, apply_gate=apply_gate, gate_up_bias=b,
                      down_bias=m.down_proj_bias if m.has_bias else None, is_transposed=m.is_transposed,
@@ -232,11 +221,7 @@ _unregistered = {}
 
 def registered():
     """The recipes whose "scalemm_<recipe>" experts transformers gets: those of RECIPES the engine runs."""
-    try:
-        runs = engine_recipes()
-    except (ImportError, UnsupportedError) as e:
-        _unregistered.update({r: f"scalemm's experts engine is not available: {e}" for r in RECIPES})
-        return ()
+    runs = engine_recipes()
     for r in RECIPES:
         if r not in runs:
             _unregistered[r] = f"scalemm's experts engine runs {', '.join(runs)}; not {r} yet"
