@@ -1393,6 +1393,35 @@ def _row_out_parent_is_a_file(t):
     return argv(out=out), 1, ["--out", "cannot write " + out]
 
 
+def _row_d_scale_zero(t):
+    _, _, argv = _cat_gemm(t)
+    return argv() + ["--out-dtype", "e4m3", "--d-scale", "0"], 2, ["--d-scale", "expected a positive finite number",
+                                                                   "got 0"]
+
+
+def _row_d_scale_nan(t):
+    _, _, argv = _cat_gemm(t)
+    return argv() + ["--out-dtype", "e5m2", "--d-scale", "nan"], 2, ["--d-scale", "got nan"]
+
+
+def _row_out_is_an_input(t):
+    files, _, argv = _cat_gemm(t)
+    return argv(out=files["--scale-a"]), 1, ["--out", "same file as the input " + files["--scale-a"]]
+
+
+def _row_replay_d_scale_negative(t):
+    args = _cat_replay(t)
+    d = args[1]
+    np.save(os.path.join(d, "d.npy"), np.zeros((32, 24), np.uint8))
+    path = os.path.join(d, "call.json")
+    with open(path) as f:
+        call = json.load(f)
+    call["d_dtype"], call["d_scale"] = "e4m3", -1.0
+    with open(path, "w") as f:
+        json.dump(call, f)
+    return args, 1, ["d_scale", "d-scale-value", "actual:   -1.0"]
+
+
 def _row_replay_m(t):
     return _cat_replay(t, m=64), 1, ["[data-shape] a: a.npy has M rows", "expected: 64", "actual:   uint8[32, 128]",
                                       "[scale-element-count] scale_a"]
@@ -1509,6 +1538,10 @@ CLI_CATALOGUE = [
     ("grouped gemm: negative group size (also gemm_grouped_rejects)", _row_group_negative),
     ("grouped gemm: --group-sizes not numbers (also gemm_grouped_rejects)", _row_group_not_a_number),
     ("grouped gemm: K_g off the 128 block (also gemm_grouped_k)", _row_group_k_off_block),
+    ("gemm: --d-scale 0 (also d_scale_values)", _row_d_scale_zero),
+    ("gemm: --d-scale nan (also d_scale_values)", _row_d_scale_nan),
+    ("gemm: --out is one of the inputs (also errors_out_special_files)", _row_out_is_an_input),
+    ("replay: call.json d_scale negative (also d_scale_values)", _row_replay_d_scale_negative),
 ]
 
 
