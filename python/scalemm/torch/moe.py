@@ -36,10 +36,18 @@ index ops with the same bytes. fp32 hidden states are cast to bf16 on the way in
 type) and the output cast back. Weights given transposed are transposed (a copy) before quantization.
 
 No host synchronisation anywhere (sizes stay on the device), so a call is CUDA-graph capturable after
-one eager warm-up of its shapes, and every op has a fake implementation, so
-torch.compile(fullgraph=True) traces it. power_of_two_scales=True rounds every scale of the call (both
-projections, forward and backward) to a power of two (TransformerEngine's Float8BlockScaling
-constraint; the library's "amax-pow2" scale mode).
+one eager warm-up of its shapes on the capturing stream, and every op has a fake implementation, so
+torch.compile(fullgraph=True) traces it (tested on the GPU: set_sync_debug_mode("error") over forward
+and backward, graph replays bit-identical to eager calls, a compiled step; fused and unfused calls
+write the same bytes, but for d top_k_weights, whose fp64 sums may differ in fp32's last bit).
+Deterministic: no floating-point atomics (the biases' gradients go through torch's sorted index_put).
+power_of_two_scales=True rounds every scale of the call (both projections, forward and backward) to a
+power of two (TransformerEngine's Float8BlockScaling constraint; the library's "amax-pow2" scale mode).
+
+Memory kept for backward: per projection the FP8 columnwise copy of its input (x^T, h^T: rows padded
+per expert to 128) and the FP8 transpose of its weight; the down projection's bf16 output y (M, H),
+for d top_k_weights; whatever apply_gate's autograd keeps (the default: gate_up_out (M, 2I)). A second
+backward through one graph (retain_graph=True) works: nothing is freed early.
 """
 
 from __future__ import annotations

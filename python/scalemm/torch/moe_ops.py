@@ -88,8 +88,11 @@ def route_torch(top_k_index: torch.Tensor, num_experts: int):
     return pos, row_pair, sizes
 
 
+_ROUTE_MAX_EXPERTS = 4096  # moe::route keeps a cursor per expert in shared memory
+
+
 def _route_impl(top_k_index, num_experts, fused):
-    if not (fused and top_k_index.is_cuda):
+    if not (fused and top_k_index.is_cuda and num_experts <= _ROUTE_MAX_EXPERTS):
         return route_torch(top_k_index, num_experts)
     t, k = top_k_index.shape
     idx = top_k_index.to(torch.int64).contiguous()
