@@ -51,7 +51,9 @@ struct GemmArgs {
   const void* bias = nullptr;    ///< optional bf16 [N]
   float alpha = 1.0f;
   MemorySpace space = MemorySpace::kDevice;
-  const float* d_scale = nullptr;  ///< FP8 output only: fp32 scalar multiplier applied before conversion
+  /// FP8 output only: fp32 scalar multiplier applied before conversion; positive and finite (a host
+  /// one is checked by validate(), rule d-scale-value; a device one is read by the kernel only).
+  const float* d_scale = nullptr;
   float* d_amax = nullptr;         ///< FP8 output only, optional: fp32 scalar receiving the output's amax
   /// Tensorwise and rowwise operands only: cuBLASLt's FP8 kernels may keep their tensor-core partial
   /// sums without the periodic promotion to fp32 (CUBLASLT_MATMUL_DESC_FAST_ACCUM; torch's

@@ -114,7 +114,8 @@ typedef struct scalemm_gemm_t {
   float alpha;
   int32_t memory_space; /* scalemm_memory_space_t: all pointers live there */
   /* Added in 0.2 (read when struct_size covers them). FP8 output: D = fp8(*d_scale * result),
-   * saturating; *d_amax (optional) receives max |result| before d_scale. Both null otherwise. */
+   * saturating; *d_amax (optional) receives max |result| before d_scale. Both null otherwise.
+   * *d_scale is positive and finite: in host memory 0, negative, NaN and inf are refused. */
   const float* d_scale;
   float* d_amax;
   /* Added in 0.6: 1 lets cuBLASLt's FP8 kernels skip the periodic fp32 promotion of their partial sums
