@@ -42,7 +42,7 @@ import scalemm.torch as st  # noqa: E402
 from models import build  # noqa: E402
 
 LOSS_RTOL = 1e-2  # per-step loss, multi-GPU against one GPU (measured differences are printed)
-EP_FP8_SHAPE = (8, 1024, 1024, 4096)  # ep-fp8: experts, hidden, intermediate, tokens per rank (ep's layer)
+EP_SHAPE = (8, 1024, 1024, 4096)  # ep, ep-fp8: experts, hidden, intermediate, tokens per rank
 
 
 class Block(torch.nn.Module):
@@ -211,9 +211,9 @@ def data_parallel(mode, args, rank, world, device):
     return result
 
 
-def expert_parallel(args, rank, world, device):
-    experts, d, f, tokens = 8, 1024, 1024, 4096
-    local = experts // world
+def ep_setup(world, device):
+    """ep's and ep-fp8's layer: the router, every expert's weights, and each rank's tokens."""
+    experts, d, f, tokens = EP_SHAPE
     torch.manual_seed(0)
     router = torch.randn(experts, d, device=device, dtype=torch.bfloat16)
     w_up = torch.randn(experts, f, d, device=device, dtype=torch.bfloat16) / d ** 0.5
@@ -222,6 +222,13 @@ def expert_parallel(args, rank, world, device):
     for r in range(world):
         g = torch.Generator(device="cpu").manual_seed(77 + r)
         xs.append(torch.randn(tokens, d, generator=g).to(device, torch.bfloat16))
+    return router, w_up, w_down, xs
+
+
+def expert_parallel(args, rank, world, device):
+    experts, d, f, tokens = EP_SHAPE
+    local = experts // world
+    router, w_up, w_down, xs = ep_setup(world, device)
 
     def moe(x, up, down, exchange):
         expert = (x @ router.t()).argmax(-1)
@@ -315,15 +322,8 @@ def expert_parallel_fp8(args, rank, world, device):
     """ep's layer as ExpertParallelExperts with FP8 dispatch, against one GPU and against bf16 dispatch."""
     from scalemm.torch import ep
 
-    experts, d, f, tokens = EP_FP8_SHAPE
-    torch.manual_seed(0)
-    router = torch.randn(experts, d, device=device, dtype=torch.bfloat16)
-    w_up = torch.randn(experts, f, d, device=device, dtype=torch.bfloat16) / d ** 0.5
-    w_down = torch.randn(experts, d, f, device=device, dtype=torch.bfloat16) / f ** 0.5
-    xs = []
-    for r in range(world):
-        g = torch.Generator(device="cpu").manual_seed(77 + r)
-        xs.append(torch.randn(tokens, d, generator=g).to(device, torch.bfloat16))
+    experts, d, f, tokens = EP_SHAPE
+    router, w_up, w_down, xs = ep_setup(world, device)
     # Routed per rank (the one-GPU layer takes the same ids: a GEMM over more rows may round differently).
     ids = [(x @ router.t()).argmax(-1) for x in xs]
     solo = dist.new_group([0])  # rank 0 alone: the layer holding every expert, no exchange

@@ -121,6 +121,7 @@ def worker(rank, world, init, backend, out_dir):
             res[f"layer_fp8={fp8}"] = run_layer(m, x, ids, w)
             res[f"layer_bytes_fp8={fp8}"] = counter.close()
         torch.save({k: _cpu(v) for k, v in res.items()}, os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.barrier()  # every rank done before any tears its connections down
     finally:
         dist.destroy_process_group()
 

@@ -120,7 +120,7 @@ def plan_dispatch(counts: torch.Tensor, num_local_experts: int, group=None) -> D
     sizes = recv_counts.view(world, num_local_experts).sum(0)
     rows = (total + 127 * num_local_experts + 127) // 128 * 128
     return DispatchPlan(group, world, num_local_experts, send, recv, recv_counts, sizes, perm, inverse, rows,
-                        _padded_sizes(sizes.clone(), rows))
+                        _padded_sizes(sizes, rows))
 
 
 def _exchange(t: torch.Tensor, plan: DispatchPlan, to_experts: bool) -> torch.Tensor:
