@@ -338,6 +338,8 @@ def test_flax_linen_and_nnx_layers():
     lin = nnx.Linear(256, 128, dot_general=sj.fp8_dot_general("mxfp8"), rngs=nnx.Rngs(0))
     y2 = nnx.jit(lambda mod, x: mod(x))(lin, x)
     assert y2.shape == (4, 16, 128) and flax.__version__
+    g2 = nnx.jit(nnx.grad(lambda mod, x: jnp.sum(mod(x) ** 2)))(lin, x)
+    assert g2.kernel.value.shape == (256, 128) and bool(jnp.all(jnp.isfinite(g2.kernel.value)))
     with pytest.raises(scalemm.InvalidArgumentError, match="dimension_numbers"):
         sj.fp8_dot_general()(x, x[0], (((2,), (1,)), ((), ())))
 
