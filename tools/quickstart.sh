@@ -63,6 +63,11 @@ case "$mode" in
       pip_install nanobind scikit-build-core pytest
     fi
     cmake --install "$build" --prefix "$build/install" >/dev/null
+    # CPU jax before the package is configured: its FFI headers are found then (scalemm.jax's host tests).
+    if ! python3 -c 'import jax, flax, optax' 2>/dev/null; then
+      echo "quickstart: installing CPU jax, flax and optax (scalemm.jax host tests)"
+      pip_install 'jax>=0.10,<0.12' flax optax || echo "quickstart: jax could not be installed: the scalemm.jax tests will skip"
+    fi
     echo "quickstart: building and installing the Python package (python/)"
     pip_install --no-build-isolation -Cbuild-dir="$build/python" \
       -Ccmake.define.scalemm_DIR="$build/install/lib/cmake/scalemm" "$root/python"
