@@ -192,11 +192,11 @@ def kind_of(name):
     """The part of an MoE layer step a kernel belongs to, from its name."""
     n = name.lower()
     table = [
-        ("GEMM", ("gemm", "sm90_xmma", "cutlass", "nvjet", "wgmma", "matmul", "grouped_mm")),
-        ("routing", ("topk", "softmax", "moe_route", "histc", "histogram", "cumsum", "scan", "searchsorted")),
+        ("GEMM", ("gemm", "sm90_xmma", "cutlass", "nvjet", "wgmma", "matmul", "grouped_mm", "contiguous_grouped")),
+        ("combine", ("combine_kernel", "weight_grad_kernel", "reduce", "sum_", "index_add")),
+        ("routing", ("topk", "softmax", "moe::", "histc", "histogram", "cumsum", "scan", "searchsorted", "scatter")),
         ("sort", ("sort", "radix")),
-        ("quantize", ("quant", "amax", "rc1d", "rc2d", "row_direct", "transpose_fp8")),
-        ("combine", ("moe_combine", "reduce", "sum_", "index_add", "scatter")),
+        ("quantize", ("quant", "amax", "rc1d", "rc2d", "row_direct", "transpose_fp8", "transpose_bytes")),
         ("gather", ("gather", "index", "take")),
         ("activation", ("silu", "sigmoid", "gelu", "clamp", "mul", "add")),
         ("padding/copy/fill", ("memcpy", "memset", "copy", "fill", "zero", "cat", "pad")),
