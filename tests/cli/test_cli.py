@@ -976,7 +976,9 @@ def docs_worked_run():
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert "wrote d.npy: float32[32, 16]" in p.stdout, p.stdout
     last = p.stdout.strip().splitlines()[-1]
-    assert last.startswith("(32, 16) max |D - 2 A B^T| ="), last
+    assert last.startswith("(32, 16) max |D - 2 A B^T| / max |2 A B^T| ="), last
+    # The host emulator is exact here; Hopper's FP8 tensor cores accumulate in fewer bits than fp32
+    # (about 1e-4 of the largest output: docs/dispatch.md), so the bound is relative.
     assert float(last.split("=")[1]) < 1e-3, last
 
 
