@@ -35,6 +35,10 @@ The package, one concern per module (each imports only the ones before it; docs/
     linear       Float8Linear and its recipes' subclasses
     convert      convert_to_float8 and conversion_report
     experts      Float8GroupedExperts (above _autograd, beside linear)
+    moe_ops      the MoE routing, gather-quantize and combine custom ops (fused kernels, torch fallbacks)
+    moe          experts_forward: FP8 experts from transformers' experts arguments (above moe_ops)
+    hf_experts   the "scalemm_<recipe>" experts registered in transformers' ExpertsInterface (above moe)
+    ep           ExpertParallelExperts: expert parallelism with FP8 token dispatch (above experts)
     mlp          Float8MLP (above _autograd and fsdp)
 """
 
@@ -42,15 +46,15 @@ from .activations import quantize_activation, quantize_swiglu
 from .config import AUTO_MIN_FEATURES, AUTO_MIN_GFLOP, LINEAR_RECIPES
 from .convert import ConversionReport, conversion_report, convert_to_float8
 from .experts import Float8GroupedExperts
-from .moe import experts_forward  # noqa: F401 (FP8 experts from transformers' experts arguments)
+from .moe import experts_forward
 from .fsdp import Float8AllGatherWeight
 from .linear import Float8BlockwiseLinear, Float8Linear, MXLinear
 from .mlp import Float8MLP
 from .ops import scaled_grouped_mm, scaled_mm
 from .quantizers import quantize
-from .ep import ExpertParallelExperts  # noqa: F401 (expert parallelism with FP8 token dispatch: scalemm.torch.ep)
+from .ep import ExpertParallelExperts
 
 __all__ = ["scaled_mm", "scaled_grouped_mm", "quantize", "quantize_activation", "quantize_swiglu", "Float8MLP",
            "Float8Linear", "Float8BlockwiseLinear", "MXLinear", "Float8GroupedExperts", "convert_to_float8",
            "conversion_report", "ConversionReport", "Float8AllGatherWeight", "LINEAR_RECIPES", "AUTO_MIN_FEATURES",
-           "AUTO_MIN_GFLOP"]
+           "AUTO_MIN_GFLOP", "experts_forward", "ExpertParallelExperts"]
