@@ -134,6 +134,11 @@ def view(x, argument: str) -> View:
         dt = _NUMPY_NAMES.get(x.dtype.name, x.dtype.name)
         item = x.dtype.itemsize
         return View("cupy", x, x.data.ptr, tuple(x.shape), tuple(s // item for s in x.strides), dt, 1, x.device.id)
+    if mod == "jax" and any(c.__name__ == "Tracer" for c in type(x).__mro__):
+        # A traced JAX value has no memory to hand over; the FFI path runs the same ops inside jit.
+        raise invalid(argument, "a JAX value being traced (inside jax.jit, grad or vmap)", "a concrete array",
+                      type(x).__name__, "Inside jax.jit use scalemm.jax (scaled_mm, scaled_grouped_mm, quantize, "
+                      "fp8_dot_general): the same ops through XLA's FFI (docs/jax.md).")
     if hasattr(x, "__dlpack__") and mod not in ("numpy",):
         try:
             import torch

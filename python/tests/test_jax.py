@@ -253,6 +253,15 @@ def test_eager_dlpack_path_still_runs_beside_jit():
                                                          recipe_b="block1x128"))(jq, js))
 
 
+def test_the_array_api_inside_jit_names_scalemm_jax():
+    """scalemm.quantize on a traced value is refused by name and points at scalemm.jax (not a DLPack error)."""
+    x = jnp.ones((64, 256), jnp.float32)
+    with pytest.raises(scalemm.InvalidArgumentError) as e:
+        jax.jit(lambda x: scalemm.quantize(x, "block1x128"))(x)
+    msg = str(e.value)
+    assert "being traced" in msg and "scalemm.jax" in msg and "__dlpack" not in msg, msg
+
+
 # ---- fp8_dot_general ---------------------------------------------------------------------------------------
 
 def _dense(recipe, x, kernel):
