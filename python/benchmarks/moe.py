@@ -30,6 +30,8 @@ import json
 import statistics
 import sys
 
+from _timing import event_times
+
 LAYERS = {  # name: (model type, experts, top-k, hidden, intermediate, tokens)
     "dsv3": ("deepseek_v3", 8, 2, 7168, 2048, 16384),
     "mixtral": ("mixtral", 8, 2, 4096, 14336, 4096),
@@ -105,14 +107,7 @@ def timed(torch, step, steps):
         step()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    times = event_times(torch, step, steps)
     return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30
 
 

@@ -31,6 +31,7 @@ import json
 import statistics
 import sys
 
+from _timing import event_times
 from models import MLP_SHAPES, build
 
 RECIPES = ["bf16", "blockwise", "rowwise", "tensorwise", "mxfp8", "blockwise-mlp"]
@@ -116,14 +117,7 @@ def time_steps(torch, model, make_input, steps, mode):
     step, x = warm_step(torch, model, make_input, mode)
     if mode not in ("graphed", "reduce-overhead"):
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    times = event_times(torch, step, steps)
     return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, x.numel() // x.shape[-1]
 
 
