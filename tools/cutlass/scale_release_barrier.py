@@ -47,7 +47,8 @@ def main() -> int:
               "another CUTLASS version; update this script", file=sys.stderr)
         return 1
     path.write_text("".join(out))
-    print(f"scale_release_barrier: {sites} barriers inserted in {path.name}")
+    print(f"scale_release_barrier: CUTLASS patched for scalemm's grouped kernel: {sites} barriers order the "
+          f"scale reads before each stage release in {path.name} (why: this script's docstring)")
     return 0
 
 
