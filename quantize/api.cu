@@ -66,9 +66,10 @@ int64_t padded_token_rows(int64_t tokens, int64_t groups) {
   return (tokens + 127 * groups + 127) / 128 * 128;
 }
 
-void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const TokenGroups& groups,
-                      const QuantizeOutputs& out, cudaStream_t stream) {
-  Diagnostics d;
+namespace {
+/// quantize_grouped's named errors, shared by its fused variants.
+void check_grouped(Diagnostics& d, const SourceMatrix& src, const QuantizeConfig& cfg, const TokenGroups& groups,
+                   const QuantizeOutputs& out) {
   const auto bad = [&](const char* arg, const char* rule, std::string msg, std::string want, std::string got,
                        std::string fix = {}) {
     d.push_back(Diagnostic{arg, rule, std::move(msg), std::move(want), std::move(got), std::move(fix)});
@@ -101,6 +102,13 @@ void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const 
     bad("out", "grouped-quantize-outputs", "the columnwise output (R rows even without tokens)",
         "data_t and scales_t", std::string(out.data_t ? "data_t" : "data_t = null") + ", " +
                                    (out.scales_t ? "scales_t" : "scales_t = null"));
+}
+}  // namespace
+
+void quantize_grouped(const SourceMatrix& src, const QuantizeConfig& cfg, const TokenGroups& groups,
+                      const QuantizeOutputs& out, cudaStream_t stream) {
+  Diagnostics d;
+  check_grouped(d, src, cfg, groups, out);
   throw_if_any(d, StatusCode::kInvalidArgument);
   numerics::validate(src, cfg, out);  // the source, the recipe's modes and the rowwise outputs
   if (src.cols == 0) return;
@@ -226,6 +234,46 @@ void apply_swiglu_grad(const SourceMatrix& grad, const void* gate, const void* u
     run_reference(FusedActivation::kSwigluGate, grad, {"apply_swiglu_grad", {"gate", gate}, {"up", up}}, out, stream);
   else
     run_reference(FusedActivation::kSwigluUp, grad, {"apply_swiglu_grad", {"gate", gate}}, out, stream);
+}
+
+namespace {
+/// quantize_grouped_swiglu(_grad): the groups' and SwiGLU's named errors, then the grouped kernel.
+/// out_src: the (M, cols) matrix the outputs describe (its data the kernel's source).
+void run_grouped_swiglu(bool grad, const SourceMatrix& out_src, int64_t ld_src, const void* gate_up, int64_t inter,
+                        const QuantizeConfig& cfg, const TokenGroups& groups, const QuantizeOutputs& out,
+                        cudaStream_t stream) {
+  const char* fn = grad ? "quantize_grouped_swiglu_grad" : "quantize_grouped_swiglu";
+  Diagnostics d;
+  check_grouped(d, out_src, cfg, groups, out);
+  check_fused_source(d, out_src, {fn, {"gate_up", gate_up}});
+  if (inter <= 0 || inter % 128)
+    d.push_back(Diagnostic{"gate_up.cols", "grouped-swiglu-halves", std::string(fn) +
+                           " reads [gate | up] halves of whole 128-column blocks", "2 I columns, I a positive multiple of 128",
+                           std::to_string(2 * inter), "Pad the intermediate size to a multiple of 128."});
+  if (groups.gather)
+    d.push_back(Diagnostic{"groups.gather", "grouped-swiglu-gather", std::string(fn) + " reads rows in group order",
+                           "null", "a gather index", "Gather with quantize_grouped() instead."});
+  throw_if_any(d, StatusCode::kInvalidArgument);
+  numerics::validate(out_src, cfg, out);
+  const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));
+  DeviceExec ex{stream};
+  clear_scale_padding(ex, out_src, cfg, out, groups.padded_rows);
+  kernels::quantize_grouped_swiglu(grad, out_src, ld_src, gate_up, inter, cfg, groups.sizes, groups.groups,
+                                   groups.padded_rows, out, stream);
+}
+}  // namespace
+
+void quantize_grouped_swiglu(const SourceMatrix& gate_up, const QuantizeConfig& cfg, const TokenGroups& groups,
+                             const QuantizeOutputs& out, cudaStream_t stream) {
+  const int64_t inter = gate_up.cols % 2 ? 0 : gate_up.cols / 2;
+  run_grouped_swiglu(false, SourceMatrix{gate_up.data, gate_up.dtype, gate_up.rows, inter, nullptr}, gate_up.cols,
+                     gate_up.data, inter, cfg, groups, out, stream);
+}
+
+void quantize_grouped_swiglu_grad(const SourceMatrix& grad, const void* gate_up, const QuantizeConfig& cfg,
+                                  const TokenGroups& groups, const QuantizeOutputs& out, cudaStream_t stream) {
+  run_grouped_swiglu(true, SourceMatrix{grad.data, grad.dtype, grad.rows, 2 * grad.cols, nullptr}, grad.cols, gate_up,
+                     grad.cols, cfg, groups, out, stream);
 }
 
 void dequantize(const QuantizedTensor& t, void* out, DType out_dtype, cudaStream_t stream) {

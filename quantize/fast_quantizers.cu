@@ -116,6 +116,11 @@ struct TileArgs {
   /// input (GELU's backward), SwiGLU's up (forward) or gate (backward), and up (the gate's gradient).
   const void* aux = nullptr;
   const void* aux2 = nullptr;
+  /// rc1d_act_kernel / rc1d_grouped_act_kernel: row strides in elements of src and of aux, aux2 (the
+  /// halves of an MoE layer's [gate | up] output are strided views); tile_args sets both to cols.
+  int64_t ld_src = 0, ld_aux = 0;
+  /// rc1d_grouped_act_kernel with a second activation: the first column it applies to (see there).
+  int64_t split = 0;
 
   __device__ BlockScale scale_of(float amax) const {
     const float2 gs = globals();
@@ -214,20 +219,20 @@ __device__ __forceinline__ uint32_t raw_bits(const void* src, int64_t i) {
   else return static_cast<const uint16_t*>(src)[i];
 }
 
-/// Elements (r, c..c+3) of the source as raw bits; zero (which decodes to +0, neutral for amax)
-/// outside the matrix.
+/// Elements (r, c..c+3) of the source, its rows ld elements apart (ld = cols but for strided views), as
+/// raw bits; zero (which decodes to +0, neutral for amax) outside the matrix.
 template <int S>
-__device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_t rows, int64_t cols, bool vec,
-                                                        int64_t r, int64_t c) {
+__device__ __forceinline__ typename Raw4<S>::T load_raw4_ld(const void* src, int64_t rows, int64_t cols, int64_t ld,
+                                                           bool vec, int64_t r, int64_t c) {
   using T = typename Raw4<S>::T;
-  T x{};
-  if (r >= rows || c >= cols) return x;
-  const int64_t i = r * cols + c;
+  if (r >= rows || c >= cols) return T{};
+  const int64_t i = r * ld + c;
   if (vec && c + 3 < cols) return *reinterpret_cast<const T*>(static_cast<const char*>(src) + i * (S == 0 ? 4 : 2));
   uint32_t e[4] = {0, 0, 0, 0};
 #pragma unroll
   for (int j = 0; j < 4; ++j)
     if (c + j < cols) e[j] = raw_bits<S>(src, i + j);
+  T x{};
   if constexpr (S == 0) {
     x.x = e[0]; x.y = e[1]; x.z = e[2]; x.w = e[3];
   } else {
@@ -235,6 +240,12 @@ __device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_
     x.y = e[2] | (e[3] << 16);
   }
   return x;
+}
+
+template <int S>
+__device__ __forceinline__ typename Raw4<S>::T load_raw4(const void* src, int64_t rows, int64_t cols, bool vec,
+                                                        int64_t r, int64_t c) {
+  return load_raw4_ld<S>(src, rows, cols, cols, vec, r, c);
 }
 
 // ---- activations fused into the 1D-block quantizer (quantize_activation, quantize_swiglu) --------
@@ -1190,28 +1201,32 @@ __device__ __forceinline__ void rc1d_tile(const TileArgs& a, uint32_t* tile, uin
   for (int b = 0; b < kTile / 8 / kU; ++b) {
     uint2 raw[kU];
     if (whole) {  // row k of the batch: 8 * kU * b + 8 * k rows below the warp's first
-      const int64_t e = (rs0 + warp + 8 * kU * b) * a.cols + c0 + 4 * lane, step = 8 * a.cols;
+      const int64_t row = rs0 + warp + 8 * kU * b, c = c0 + 4 * lane;
+      const int64_t ld = ACT != 0 ? a.ld_src : a.cols, e = row * ld + c, step = 8 * ld;
 #pragma unroll
       for (int k = 0; k < kU; ++k) raw[k] = load_raw4_whole<S>(a.src, e + k * step);
       if constexpr (ACT != 0) {
+        const int64_t ea = row * a.ld_aux + c, step_a = 8 * a.ld_aux;
 #pragma unroll
         for (int k = 0; k < kU; ++k)
-          raw[k] = activate4<S, ACT>(raw[k], act_needs_aux(ACT) ? load_raw4_whole<S>(a.aux, e + k * step) : uint2{},
-                                     act_needs_aux2(ACT) ? load_raw4_whole<S>(a.aux2, e + k * step) : uint2{});
+          raw[k] = activate4<S, ACT>(raw[k], act_needs_aux(ACT) ? load_raw4_whole<S>(a.aux, ea + k * step_a) : uint2{},
+                                     act_needs_aux2(ACT) ? load_raw4_whole<S>(a.aux2, ea + k * step_a) : uint2{});
       }
     } else {
 #pragma unroll
       for (int k = 0; k < kU; ++k) {
         const int64_t r = rs0 + warp + 8 * (b * kU + k);
         if constexpr (kGather) raw[k] = r < rlim ? load_gathered4<S>(a, r, c0 + 4 * lane) : uint2{};
+        else if constexpr (ACT != 0) raw[k] = load_raw4_ld<S>(a.src, rlim, a.cols, a.ld_src, a.vec_in, r, c0 + 4 * lane);
         else raw[k] = load_raw4<S>(a.src, rlim, a.cols, a.vec_in, r, c0 + 4 * lane);
       }
       if constexpr (ACT != 0) {  // outside the matrix every load gives +0, which the activations keep
 #pragma unroll
         for (int k = 0; k < kU; ++k) {
           const int64_t r = rs0 + warp + 8 * (b * kU + k), c = c0 + 4 * lane;
-          raw[k] = activate4<S, ACT>(raw[k], act_needs_aux(ACT) ? load_raw4<S>(a.aux, rlim, a.cols, a.vec_in, r, c) : uint2{},
-                                     act_needs_aux2(ACT) ? load_raw4<S>(a.aux2, rlim, a.cols, a.vec_in, r, c) : uint2{});
+          raw[k] = activate4<S, ACT>(raw[k],
+                                     act_needs_aux(ACT) ? load_raw4_ld<S>(a.aux, rlim, a.cols, a.ld_aux, a.vec_in, r, c) : uint2{},
+                                     act_needs_aux2(ACT) ? load_raw4_ld<S>(a.aux2, rlim, a.cols, a.ld_aux, a.vec_in, r, c) : uint2{});
         }
       }
     }
@@ -1559,6 +1574,32 @@ __global__ void __launch_bounds__(kQThreads, 3) rc1d_act_kernel(TileArgs a) {
   else rc1d_tile<S, E, BK, false, ACT>(a, tile, cmax, cmult, r0, c0, r0, a.rows);
 }
 
+/// Grouped tokens through an activation (quantize_grouped_swiglu(_grad)): rc1d_kernel's grouped tiles
+/// (group_rows) with ACT applied as the source is read. ACT2 != 0: the tiles at columns >= a.split
+/// apply ACT2 to src and aux read split columns to the left (one (M, 2I) output holding the gradients
+/// of both halves of [gate | up]; split = I, a multiple of 128, so no tile straddles the two).
+template <int S, int E, int BK, int ACT, int ACT2>
+__global__ void __launch_bounds__(kQThreads, 3) rc1d_grouped_act_kernel(TileArgs a) {
+  static_assert(E != 2 && ACT != 0, "rc1d_grouped_act_kernel: FP8 outputs and an activation");
+  __shared__ __align__(16) uint32_t tile[kTile * kW];
+  __shared__ uint32_t cmax[8][kPairs * 8];
+  __shared__ float cmult[8][kPairs * 2 * 8];
+  int64_t r0, c0, rs0, rlim;
+  a.tile_origin(r0, c0);
+  group_rows(a, r0, rs0, rlim);
+  const bool full = a.whole_tile(r0, c0) && rlim - rs0 == kTile;
+  if (ACT2 != 0 && c0 >= a.split) {  // block-uniform
+    TileArgs b = a;
+    b.src = static_cast<const uint16_t*>(a.src) - a.split;
+    b.aux = static_cast<const uint16_t*>(a.aux) - a.split;
+    if (full) rc1d_tile<S, E, BK, true, ACT2 != 0 ? ACT2 : ACT>(b, tile, cmax, cmult, r0, c0, rs0, rlim);
+    else rc1d_tile<S, E, BK, false, ACT2 != 0 ? ACT2 : ACT>(b, tile, cmax, cmult, r0, c0, rs0, rlim);
+    return;
+  }
+  if (full) rc1d_tile<S, E, BK, true, ACT>(a, tile, cmax, cmult, r0, c0, rs0, rlim);
+  else rc1d_tile<S, E, BK, false, ACT>(a, tile, cmax, cmult, r0, c0, rs0, rlim);
+}
+
 // ---- 2D blocks in both directions through a 16-bit tile (bf16 / f16 sources, FP8) -----------------
 // block128x128 and mxfp8-32x32: the same 33 KB tile as rc1d_kernel. Every 2D block spans rows of all
 // eight warps, so the tile is read first (raw codes to shared memory, each lane keeping the packed
@@ -1843,6 +1884,7 @@ TileArgs tile_args(const SourceMatrix& src, const QuantizeConfig& cfg, const Qua
   a.eps = cfg.eps;
   a.out_r = static_cast<uint8_t*>(out.data);
   a.out_c = static_cast<uint8_t*>(out.data_t);
+  a.ld_src = a.ld_aux = C;
   switch (cfg.recipe) {
     case Recipe::kTensorwise:
     case Recipe::kRowwise: a.kind = kPrecomputed; a.bk = kTile; break;
@@ -1964,6 +2006,43 @@ bool quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const Quantize
     default: launch_elem<0>(e, a, p, scratch, src.amax, out.global_scale, tiles, st); break;
   }
   return true;
+}
+
+
+template <int S, int E, int ACT, int ACT2>
+void launch_grouped_act(const TileArgs& a, int64_t tiles, cudaStream_t st) {
+  if (a.bk == 32) rc1d_grouped_act_kernel<S, E, 32, ACT, ACT2><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+  else rc1d_grouped_act_kernel<S, E, 128, ACT, ACT2><<<unsigned(tiles), kQThreads, 0, st>>>(a);
+  cuda_check(cudaGetLastError(), "quantizer kernel launch");
+}
+
+template <int ACT, int ACT2>
+void launch_grouped_act(const TileArgs& a, DType src_dtype, int64_t tiles, cudaStream_t st) {
+  const bool e5m2 = a.elem == DType::kE5M2;
+  if (src_dtype == DType::kBF16) e5m2 ? launch_grouped_act<1, 1, ACT, ACT2>(a, tiles, st) : launch_grouped_act<1, 0, ACT, ACT2>(a, tiles, st);
+  else e5m2 ? launch_grouped_act<2, 1, ACT, ACT2>(a, tiles, st) : launch_grouped_act<2, 0, ACT, ACT2>(a, tiles, st);
+}
+
+void quantize_grouped_swiglu(bool grad, const SourceMatrix& src, int64_t ld_src, const void* gate_up, int64_t inter,
+                             const QuantizeConfig& cfg, const int64_t* group_sizes, int64_t groups, int64_t padded_rows,
+                             const QuantizeOutputs& out, cudaStream_t st) {
+  const int64_t tiles = padded_rows / kTile * layouts::ceil_div(src.cols, kTile);
+  SCALEMM_EXPECTS(tiles <= int64_t(0x7FFFFFFF), StatusCode::kUnsupported, "quantize::quantize_grouped_swiglu: matrix too large");
+  if (tiles == 0) return;
+  TileArgs a = tile_args(src, cfg, out, padded_rows);
+  a.group_sizes = group_sizes;
+  a.groups = groups;
+  a.src_rows = src.rows;
+  a.ld_src = ld_src;
+  a.ld_aux = 2 * inter;
+  const auto* gu = static_cast<const uint16_t*>(gate_up);
+  a.aux = grad ? gu : gu + inter;  // forward: src is the gate half, aux the up half
+  a.aux2 = gu + inter;
+  a.split = grad ? inter : 0;
+  for (const void* p : {a.src, a.aux, a.aux2}) a.vec_in = a.vec_in && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+  a.vec_in = a.vec_in && ld_src % 4 == 0 && inter % 4 == 0;
+  if (grad) launch_grouped_act<kSwigluGate, kSwigluUp>(a, src.dtype, tiles, st);
+  else launch_grouped_act<kSwiglu, 0>(a, src.dtype, tiles, st);
 }
 
 }  // namespace scalemm::quantize::kernels

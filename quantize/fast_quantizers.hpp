@@ -46,6 +46,13 @@ enum FusedActivation : int { kGelu = 1, kGeluGrad = 2, kSwiglu = 3, kSwigluGate 
 void quantize_activation(int act, const SourceMatrix& src, const void* aux, const void* aux2,
                          const QuantizeConfig& cfg, const QuantizeOutputs& out, Stream st);
 
+/// quantize::quantize_grouped_swiglu(_grad) after validation: rc1d_grouped_act_kernel over the R padded
+/// rows. grad false: SwiGLU of src (the gate half, rows ld_src apart) and gate_up + inter (the up half);
+/// true: src the product's gradient (M, inter), the (M, 2 inter) output the gradients of both halves.
+void quantize_grouped_swiglu(bool grad, const SourceMatrix& src, int64_t ld_src, const void* gate_up, int64_t inter,
+                             const QuantizeConfig& cfg, const int64_t* group_sizes, int64_t groups, int64_t padded_rows,
+                             const QuantizeOutputs& out, Stream st);
+
 /// The activation alone, as the fused kernels compute it: n bf16/f16 elements rounded to dtype.
 void apply_activation(int act, const void* src, const void* aux, const void* aux2, int64_t n, DType dtype, void* out,
                       Stream st);

@@ -113,6 +113,19 @@ enum class SwigluInput : int {
 void quantize_swiglu_grad(const SourceMatrix& grad, const void* gate, const void* up, SwigluInput which,
                           const QuantizeConfig& cfg, const QuantizeOutputs& out, Stream stream);
 
+/// SwiGLU of an MoE layer's experts in the grouped-token layout (quantize_grouped's outputs, no gather):
+/// `gate_up` is the gate_up projection's (M, 2I) output, the halves [gate | up] (I a multiple of 128),
+/// and the outputs are those of quantize_grouped() of silu(gate) * up (M, I), rounded as
+/// quantize_swiglu() rounds it; the product is never written.
+void quantize_grouped_swiglu(const SourceMatrix& gate_up, const QuantizeConfig& cfg, const TokenGroups& groups,
+                             const QuantizeOutputs& out, Stream stream);
+
+/// Its backward: `grad` (M, I) the product's gradient, `gate_up` the forward's (M, 2I) input; the
+/// outputs (M, 2I) are those of quantize_grouped() of [d gate | d up], each half rounded as
+/// quantize_swiglu_grad() rounds it (the operand of the gate_up projection's dgrad and wgrad).
+void quantize_grouped_swiglu_grad(const SourceMatrix& grad, const void* gate_up, const QuantizeConfig& cfg,
+                                  const TokenGroups& groups, const QuantizeOutputs& out, Stream stream);
+
 /// The activations alone, with the fused quantizers' arithmetic and roundings, written to `out` (the
 /// source's shape and 16-bit type): quantize() of them gives the fused calls' bytes.
 ///   apply_activation: act(src), or src * act'(input) where `input` is not null;

@@ -609,6 +609,24 @@ NB_MODULE(_scalemm, m) {
                                         stream_of(stream));
   });
 
+  // part 0: quantize_grouped_swiglu of src = gate_up (rows, 2 cols); 1: its backward, src the
+  // product's gradient (rows, cols) and gate_up the forward's input.
+  m.def("quantize_grouped_swiglu", [](int part, uintptr_t src, int src_dtype, int64_t rows, int64_t cols, int recipe,
+                                      int data_dtype, int format, int mode, uintptr_t gate_up, uintptr_t sizes,
+                                      int64_t groups, int64_t padded_rows, uintptr_t data, uintptr_t scales,
+                                      uintptr_t data_t, uintptr_t scales_t, uintptr_t stream) {
+    emulation::QuantizeConfig cfg = quantize_config(recipe, data_dtype, format, data != 0, true);
+    cfg.mode = emulation::ScaleMode(mode);
+    const scalemm::quantize::TokenGroups g{static_cast<const int64_t*>(ptr(sizes)), groups, padded_rows};
+    const emulation::QuantizeOutputs o{ptr(data), ptr(scales), ptr(data_t), ptr(scales_t), nullptr};
+    if (part == 0)
+      scalemm::quantize::quantize_grouped_swiglu(emulation::SourceMatrix{ptr(src), DType(src_dtype), rows, 2 * cols, nullptr},
+                                                 cfg, g, o, stream_of(stream));
+    else
+      scalemm::quantize::quantize_grouped_swiglu_grad(emulation::SourceMatrix{ptr(src), DType(src_dtype), rows, cols, nullptr},
+                                                      ptr(gate_up), cfg, g, o, stream_of(stream));
+  });
+
   // MoE dispatch and combine (scalemm::moe): space 0 runs them on host memory.
   m.def("moe_route_workspace_bytes", &scalemm::moe::route_workspace_bytes);
   m.def("moe_route", [](uintptr_t index, int64_t tokens, int64_t top_k, int64_t experts, uintptr_t pos,
