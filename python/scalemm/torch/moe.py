@@ -20,9 +20,7 @@ What runs, per call (recipe "blockwise": 1x128 activations and gradients, 128x12
   2. dispatch: the tokens' rows gathered into that expert-major order and quantized, rowwise for the
      forward GEMM and columnwise (each expert's rows from a 128-column boundary) for wgrad;
   3. up = X W1_e^T (m-grouped FP8 GEMM, bf16 out) [+ gate_up_bias], h = apply_gate(up);
-  4. y = h W2_e^T (m-grouped FP8 GEMM) [+ down_bias]; with the default gate and no gate_up_bias, h is
-     quantized straight from up's halves (SiLU(gate) * up inside the grouped quantizer, never
-     written), and in backward [d gate | d up] straight from dh and the saved up;
+  4. y = h W2_e^T (m-grouped FP8 GEMM) [+ down_bias];
   5. combine: out[t] = sum_k w[t, k] y[pos(t, k)], in fp32 in k order, no atomics (deterministic).
   Backward: dgrad m-grouped and wgrad k-grouped (group sizes read on the device) of both projections
   in FP8; the down projection's output gradient is the gathered, routing-weighted dout (w[t, k] dout[t]
@@ -33,9 +31,7 @@ What runs, per call (recipe "blockwise": 1x128 activations and gradients, 128x12
 Fused (CUDA tensors, 16-bit activations): routing is one stable counting sort (scalemm::moe_route),
 the dispatch gather happens inside the grouped quantizer (scalemm::moe_quantize_tokens with a gather
 index and optional row weights), combine and the weights' gradient are one kernel each (moe_combine,
-moe_combine_weight_grad), and the default gate runs inside the grouped quantizer of h and of
-d gate_up (moe_quantize_swiglu; the rounding of torch's eager SiLU, multiply and SiLU backward, so
-the bytes equal those of the gate run through autograd). Elsewhere (CPU tensors: the library's host emulator) the same ops run as torch
+moe_combine_weight_grad). Elsewhere (CPU tensors: the library's host emulator) the same ops run as torch
 index ops with the same bytes. fp32 hidden states are cast to bf16 on the way in (the quantizer's source
 type) and the output cast back. Weights given transposed are transposed (a copy) before quantization.
 
@@ -50,8 +46,7 @@ power of two (TransformerEngine's Float8BlockScaling constraint; the library's "
 
 Memory kept for backward: per projection the FP8 columnwise copy of its input (x^T, h^T: rows padded
 per expert to 128) and the FP8 transpose of its weight; the down projection's bf16 output y (M, H),
-for d top_k_weights; up (M, 2I) for the default gate (never h or silu(gate)), else whatever
-apply_gate's autograd keeps. A second
+for d top_k_weights; whatever apply_gate's autograd keeps (the default: gate_up_out (M, 2I)). A second
 backward through one graph (retain_graph=True) works: nothing is freed early.
 """
 
@@ -65,7 +60,7 @@ from .. import _core
 from . import moe_ops as ops
 from .ops import scaled_grouped_mm
 
-RECIPES = {"blockwise": ("block1x128", "block128x128")}  # recipe: (activations and gradients, weights)
+_RECIPES = {"blockwise": ("block1x128", "block128x128")}
 
 
 def _default_gate(x: torch.Tensor) -> torch.Tensor:
@@ -74,8 +69,8 @@ def _default_gate(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check(hidden, top_k_index, top_k_weights, w1, w2, num_experts, recipe, is_transposed):
-    if recipe not in RECIPES:
-        raise _core.invalid("recipe", "a recipe experts_forward runs", " or ".join(RECIPES), str(recipe))
+    if recipe not in _RECIPES:
+        raise _core.invalid("recipe", "a recipe experts_forward runs", " or ".join(_RECIPES), str(recipe))
     if hidden.dim() != 2:
         raise _core.invalid("hidden_states", "tokens as rows", "(T, H)", str(tuple(hidden.shape)))
     t, h = hidden.shape
@@ -105,7 +100,7 @@ def _check(hidden, top_k_index, top_k_weights, w1, w2, num_experts, recipe, is_t
 def _cfg(recipe, pow2, fused):
     """What a call's two Functions share, as constants (torch.compile traces them as such):
     (activation recipe, weight recipe, power-of-two scales, fused kernels)."""
-    act, wgt = RECIPES[recipe]
+    act, wgt = _RECIPES[recipe]
     return act, wgt, pow2, fused
 
 
@@ -140,81 +135,46 @@ def _wgrad(dyt, xt, padded, cfg, w_dtype):
     return dw if dw.dtype == w_dtype else dw.to(w_dtype)
 
 
-def _up_forward(x, w, row_token, sizes, rows, cfg, dgrad):
-    """Dispatch and the gate_up projection: up (M, N) = X[rows] W1_e^T, X's rows gathered by row_token.
-    Returns up and what its backward keeps: (x^T FP8, its scales, W1^T FP8, its scales)."""
-    xq, xs, xtq, xts = ops.quantize_tokens(x, row_token, None, sizes, rows, *_tok(cfg))
-    (wq, ws), wt = _weight_operands(w, cfg, dgrad)
-    up = _grouped(xq, wq, xs, ws, sizes, cfg, _od(x.dtype))
-    return up, (xtq, xts, *(wt or (None, None)))
-
-
-def _up_backward(dq, kept, pos, sizes, padded, cfg, w_dtype, x_dtype, need_dx, need_dw):
-    """d hidden_states (combine of dX's rows with unit weights) and dW1 (k-grouped) from the quantized
-    gradient of up, dq = (rowwise data, scales, columnwise data, scales)."""
-    dyq, dys, dytq, dyts = dq
-    xtq, xts, wtq, wts = kept
-    dw = _wgrad((dytq, dyts), (xtq, xts), padded, cfg, w_dtype) if need_dw else None
-    del dytq, dyts, xtq, xts
-    dx = None
-    if need_dx:
-        dx = ops.combine(_grouped(dyq, wtq, dys, wts, sizes, cfg, _od(x_dtype)), pos, None, cfg[3])
-    return dx, dw
-
-
-def _down_forward(hq, hs, w, weights, pos, sizes, cfg, dgrad, h_dtype):
-    """The down projection and combine: out[t] = sum_k w[t, k] (h W2_e^T)[pos(t, k)], h quantized.
-    Returns (y, out, W2^T FP8 and its scales or Nones)."""
-    (wq, ws), wt = _weight_operands(w, cfg, dgrad)
-    y = _grouped(hq, wq, hs, ws, sizes, cfg, _od(h_dtype))
-    del wq, ws
-    return y, ops.combine(y, pos, weights, cfg[3]), (wt or (None, None))
-
-
-def _down_backward(dout, kept, y, weights, row_pair, row_token, pos, sizes, padded, rows, cfg, w_dtype, h_dtype,
-                   need_dh, need_dw, need_dweights):
-    """(dh, dW2, d weights): the routing-weighted gathered dout quantized in one pass (dgrad, wgrad),
-    d w from <dout[t], y[pos]>. kept: (h^T FP8, its scales, W2^T FP8, its scales)."""
-    htq, hts, wtq, wts = kept
-    dout = dout.contiguous()
-    if dout.dtype != y.dtype:
-        dout = dout.to(y.dtype)
-    dweights = ops.combine_weight_grad(dout, y, pos, cfg[3]) if need_dweights else None
-    row_w = torch.where(row_pair >= 0, weights.reshape(-1)[row_pair.clamp(min=0)], 0.0)
-    dyq, dys, dytq, dyts = ops.quantize_tokens(dout, row_token, row_w, sizes, rows, *_tok(cfg))
-    dw = _wgrad((dytq, dyts), (htq, hts), padded, cfg, w_dtype) if need_dw else None
-    del dytq, dyts, htq, hts
-    dh = _grouped(dyq, wtq, dys, wts, sizes, cfg, _od(h_dtype)) if need_dh else None
-    return dh, dw, dweights
-
-
 class _UpFn(torch.autograd.Function):
-    """_up_forward as a Function (an apply_gate of the caller's runs between it and _DownFn)."""
+    """Dispatch and the gate_up projection: up (M, N) = X[rows] W1_e^T, X's rows gathered by row_token.
+    Backward: d hidden_states = combine of dX's rows with unit weights, dW1 k-grouped."""
 
     @staticmethod
     def forward(ctx, x, w, row_token, pos, sizes, padded, rows, cfg):
-        up, kept = _up_forward(x, w, row_token, sizes, rows, cfg, ctx.needs_input_grad[0])
-        ctx.save_for_backward(*kept, pos, sizes, padded)
+        xq, xs, xtq, xts = ops.quantize_tokens(x, row_token, None, sizes, rows, *_tok(cfg))
+        (wq, ws), wt = _weight_operands(w, cfg, ctx.needs_input_grad[0])
+        up = _grouped(xq, wq, xs, ws, sizes, cfg, _od(x.dtype))
+        del wq, ws
+        ctx.save_for_backward(xtq, xts, *(wt or (None, None)), pos, sizes, padded)
         ctx.meta = (rows, cfg, w.dtype, x.dtype)
         return up
 
     @staticmethod
     def backward(ctx, dup):
-        *kept, pos, sizes, padded = ctx.saved_tensors
+        xtq, xts, wtq, wts, pos, sizes, padded = ctx.saved_tensors
         rows, cfg, w_dtype, x_dtype = ctx.meta
-        dq = ops.quantize_tokens(dup.contiguous(), None, None, sizes, rows, *_tok(cfg))
-        dx, dw = _up_backward(dq, kept, pos, sizes, padded, cfg, w_dtype, x_dtype, *ctx.needs_input_grad[:2])
+        dyq, dys, dytq, dyts = ops.quantize_tokens(dup.contiguous(), None, None, sizes, rows, *_tok(cfg))
+        dw = _wgrad((dytq, dyts), (xtq, xts), padded, cfg, w_dtype) if ctx.needs_input_grad[1] else None
+        del dytq, dyts, xtq, xts
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx_rows = _grouped(dyq, wtq, dys, wts, sizes, cfg, _od(x_dtype))
+            dx = ops.combine(dx_rows, pos, None, cfg[3])
         return dx, dw, None, None, None, None, None, None
 
 
 class _DownFn(torch.autograd.Function):
-    """The quantizer of h, then _down_forward, as a Function."""
+    """The down projection and combine: out[t] = sum_k w[t, k] (h W2_e^T)[pos(t, k)]. Backward: the
+    routing-weighted gathered dout quantized in one pass (dgrad, wgrad), d w from <dout[t], y[pos]>."""
 
     @staticmethod
     def forward(ctx, h, w, weights, row_pair, row_token, pos, sizes, padded, rows, cfg):
         hq, hs, htq, hts = ops.quantize_tokens(h, None, None, sizes, rows, *_tok(cfg))
-        y, out, wt = _down_forward(hq, hs, w, weights, pos, sizes, cfg, ctx.needs_input_grad[0], h.dtype)
-        ctx.save_for_backward(htq, hts, *wt, y, weights, row_pair, row_token, pos, sizes, padded)
+        (wq, ws), wt = _weight_operands(w, cfg, ctx.needs_input_grad[0])
+        y = _grouped(hq, wq, hs, ws, sizes, cfg, _od(h.dtype))
+        del wq, ws, hq, hs
+        out = ops.combine(y, pos, weights, cfg[3])
+        ctx.save_for_backward(htq, hts, *(wt or (None, None)), y, weights, row_pair, row_token, pos, sizes, padded)
         ctx.meta = (rows, cfg, w.dtype, h.dtype)
         return out
 
@@ -222,43 +182,16 @@ class _DownFn(torch.autograd.Function):
     def backward(ctx, dout):
         htq, hts, wtq, wts, y, weights, row_pair, row_token, pos, sizes, padded = ctx.saved_tensors
         rows, cfg, w_dtype, h_dtype = ctx.meta
-        dh, dw, dweights = _down_backward(dout, (htq, hts, wtq, wts), y, weights, row_pair, row_token, pos, sizes,
-                                          padded, rows, cfg, w_dtype, h_dtype, *ctx.needs_input_grad[:3])
+        dout = dout.contiguous()
+        if dout.dtype != y.dtype:
+            dout = dout.to(y.dtype)
+        dweights = ops.combine_weight_grad(dout, y, pos, cfg[3]) if ctx.needs_input_grad[2] else None
+        row_w = torch.where(row_pair >= 0, weights.reshape(-1)[row_pair.clamp(min=0)], 0.0)
+        dyq, dys, dytq, dyts = ops.quantize_tokens(dout, row_token, row_w, sizes, rows, *_tok(cfg))
+        dw = _wgrad((dytq, dyts), (htq, hts), padded, cfg, w_dtype) if ctx.needs_input_grad[1] else None
+        del dytq, dyts, htq, hts
+        dh = _grouped(dyq, wtq, dys, wts, sizes, cfg, _od(h_dtype)) if ctx.needs_input_grad[0] else None
         return dh, dw, dweights, None, None, None, None, None, None, None
-
-
-class _SwigluExpertsFn(torch.autograd.Function):
-    """Both projections with the default gate SiLU(gate) * up fused into the quantizers: the forward
-    quantizes h straight from gate_up's (M, 2I) output (h is never written), the backward quantizes
-    [d gate | d up] straight from dh and the saved gate_up output (neither is written in 16 bits).
-    The same bytes as _UpFn, _default_gate and _DownFn (the kernels round as torch's eager ones)."""
-
-    @staticmethod
-    def forward(ctx, x, w1, w2, weights, row_pair, row_token, pos, sizes, padded, rows, cfg):
-        need_x, need_w1 = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        up, kept_up = _up_forward(x, w1, row_token, sizes, rows, cfg, need_x)
-        hq, hs, htq, hts = ops.quantize_swiglu_tokens(up, None, sizes, rows, *_tok(cfg))
-        y, out, wt = _down_forward(hq, hs, w2, weights, pos, sizes, cfg, need_x or need_w1, x.dtype)
-        del hq, hs
-        ctx.save_for_backward(*kept_up, up, htq, hts, *wt, y, weights, row_pair, row_token, pos, sizes, padded)
-        ctx.meta = (rows, cfg, w1.dtype, w2.dtype, x.dtype)
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        (xtq, xts, w1tq, w1ts, up, htq, hts, w2tq, w2ts, y, weights, row_pair, row_token, pos, sizes,
-         padded) = ctx.saved_tensors
-        rows, cfg, w1_dtype, w2_dtype, x_dtype = ctx.meta
-        need_x, need_w1, need_w2, need_w = ctx.needs_input_grad[:4]
-        dh, dw2, dweights = _down_backward(dout, (htq, hts, w2tq, w2ts), y, weights, row_pair, row_token, pos, sizes,
-                                           padded, rows, cfg, w2_dtype, x_dtype, need_x or need_w1, need_w2, need_w)
-        dx = dw1 = None
-        if need_x or need_w1:
-            dq = ops.quantize_swiglu_tokens(up, dh, sizes, rows, *_tok(cfg))
-            del dh
-            dx, dw1 = _up_backward(dq, (xtq, xts, w1tq, w1ts), pos, sizes, padded, cfg, w1_dtype, x_dtype, need_x,
-                                   need_w1)
-        return dx, dw1, dw2, dweights, None, None, None, None, None, None, None
 
 
 def _padded(sizes, rows):
@@ -304,17 +237,14 @@ def _forward(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
     padded = _padded(sizes, rows)
     w1 = gate_up_proj.transpose(1, 2).contiguous() if is_transposed else gate_up_proj
     w2 = down_proj.transpose(1, 2).contiguous() if is_transposed else down_proj
+    up = _UpFn.apply(x, w1, row_token, pos, sizes, padded, rows, cfg)
+    if gate_up_bias is not None:
+        up = up + _row_bias(gate_up_bias, sizes, m).to(up.dtype)
+    h = (apply_gate or _default_gate)(up)
+    if h.dtype != x.dtype:
+        h = h.to(x.dtype)
     weights = top_k_weights.float()
-    if apply_gate is None and gate_up_bias is None:  # the gate inside the quantizers (ops.swiglu_fused_applies)
-        out = _SwigluExpertsFn.apply(x, w1, w2, weights, row_pair, row_token, pos, sizes, padded, rows, cfg)
-    else:  # a caller's gate, or gate_up_bias (whose gradient sums d gate_up in 16 bits): autograd between
-        up = _UpFn.apply(x, w1, row_token, pos, sizes, padded, rows, cfg)
-        if gate_up_bias is not None:
-            up = up + _row_bias(gate_up_bias, sizes, m).to(up.dtype)
-        h = (apply_gate if apply_gate is not None else _default_gate)(up)
-        if h.dtype != x.dtype:
-            h = h.to(x.dtype)
-        out = _DownFn.apply(h.contiguous(), w2, weights, row_pair, row_token, pos, sizes, padded, rows, cfg)
+    out = _DownFn.apply(h.contiguous(), w2, weights, row_pair, row_token, pos, sizes, padded, rows, cfg)
     if down_bias is not None:  # sum_k w[t, k] b[id[t, k]] over the real experts (linear in both)
         ids = top_k_index.long()
         valid = (ids >= 0) & (ids < num_experts)
@@ -323,4 +253,4 @@ def _forward(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
     return out if out.dtype == hidden_states.dtype else out.to(hidden_states.dtype)
 
 
-__all__ = ["experts_forward", "RECIPES"]
+__all__ = ["experts_forward"]
