@@ -193,6 +193,17 @@ def test_power_of_two_scales_on_host():
     check(got, ref, p, "host pow2", bound=20.0)
 
 
+def test_grouped_swiglu_quantizer_names_a_bad_intermediate_size():
+    """Validation runs before any device work: an intermediate size off the 128-column blocks is refused by name."""
+    if not hasattr(_C, "quantize_grouped_swiglu"):
+        pytest.skip("this extension has no quantize_grouped_swiglu")
+    from scalemm._arrays import DTYPE_CODE
+    fake = 256  # never dereferenced: the arguments are refused first
+    with pytest.raises(scalemm.InvalidArgumentError, match="gate_up.cols"):
+        _C.quantize_grouped_swiglu(0, fake, DTYPE_CODE["bf16"], 4, 100, 3, DTYPE_CODE["e4m3"], 0, 0, fake, fake, 2, 512,
+                                   fake, fake, fake, fake, 0)
+
+
 def test_arguments_are_checked_by_name():
     p = problem("moe args", **HOST)
     with pytest.raises(scalemm.InvalidArgumentError, match="recipe"):
@@ -255,6 +266,26 @@ def test_gpu_fused_dispatch_and_combine_equal_the_torch_ops_bytes(transposed, bi
     w = torch.rand(idx.shape, device="cuda")
     for weights in (w, None):
         assert torch.equal(ops._combine_impl(y, pos, weights, True), ops.combine_torch(y, pos, weights))
+
+
+@needs_gpu
+@pytest.mark.parametrize("pow2", [False, True])
+def test_gpu_swiglu_in_the_grouped_quantizer_equals_torch_bytes(pow2):
+    """The fused kernel (moe_quantize_swiglu) against torch's SwiGLU (and its backward) then the grouped
+    quantizer, byte for byte, over uneven groups (an empty one, one of 1 row, one past 128), both
+    directions; then a whole call against autograd through the gate."""
+    g = torch.Generator().manual_seed(seed(f"moe swiglu op {pow2}"))
+    sizes = torch.tensor([0, 1, 200, 77, 0, 129], device="cuda")
+    m, i = int(sizes.sum()), 384
+    rows = (m + 127 * sizes.numel() + 127) // 128 * 128
+    gate_up = (torch.randn(m, 2 * i, generator=g) * 3).to(torch.bfloat16).cuda()
+    dh = torch.randn(m, i, generator=g).to(torch.bfloat16).cuda()
+    assert ops.swiglu_fused_applies(gate_up, "block1x128")
+    for grad in (None, dh):
+        a = ops._quantize_swiglu_impl(gate_up, grad, sizes, rows, "block1x128", pow2, True)
+        b = ops._quantize_swiglu_impl(gate_up, grad, sizes, rows, "block1x128", pow2, False)
+        for u, v in zip(a, b):
+            assert torch.equal(u.view(torch.uint8), v.view(torch.uint8)) if u.element_size() == 1 else torch.equal(u, v)
 
 
 @needs_gpu

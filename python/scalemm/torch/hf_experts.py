@@ -115,7 +115,7 @@ def experts_status(m):
 
 def engine_recipes():
     """The recipes scalemm's experts engine (scalemm.torch.moe) runs."""
-    return tuple(moe._RECIPES)
+    return tuple(moe.RECIPES)
 
 
 def _engine():

@@ -60,7 +60,7 @@ from .. import _core
 from . import moe_ops as ops
 from .ops import scaled_grouped_mm
 
-_RECIPES = {"blockwise": ("block1x128", "block128x128")}
+RECIPES = {"blockwise": ("block1x128", "block128x128")}  # recipe: (activations and gradients, weights)
 
 
 def _default_gate(x: torch.Tensor) -> torch.Tensor:
@@ -69,8 +69,8 @@ def _default_gate(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check(hidden, top_k_index, top_k_weights, w1, w2, num_experts, recipe, is_transposed):
-    if recipe not in _RECIPES:
-        raise _core.invalid("recipe", "a recipe experts_forward runs", " or ".join(_RECIPES), str(recipe))
+    if recipe not in RECIPES:
+        raise _core.invalid("recipe", "a recipe experts_forward runs", " or ".join(RECIPES), str(recipe))
     if hidden.dim() != 2:
         raise _core.invalid("hidden_states", "tokens as rows", "(T, H)", str(tuple(hidden.shape)))
     t, h = hidden.shape
@@ -100,7 +100,7 @@ def _check(hidden, top_k_index, top_k_weights, w1, w2, num_experts, recipe, is_t
 def _cfg(recipe, pow2, fused):
     """What a call's two Functions share, as constants (torch.compile traces them as such):
     (activation recipe, weight recipe, power-of-two scales, fused kernels)."""
-    act, wgt = _RECIPES[recipe]
+    act, wgt = RECIPES[recipe]
     return act, wgt, pow2, fused
 
 
@@ -240,7 +240,7 @@ def _forward(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
     up = _UpFn.apply(x, w1, row_token, pos, sizes, padded, rows, cfg)
     if gate_up_bias is not None:
         up = up + _row_bias(gate_up_bias, sizes, m).to(up.dtype)
-    h = (apply_gate or _default_gate)(up)
+    h = (apply_gate if apply_gate is not None else _default_gate)(up)  # no truth value of a bound method (fullgraph)
     if h.dtype != x.dtype:
         h = h.to(x.dtype)
     weights = top_k_weights.float()
@@ -253,4 +253,4 @@ def _forward(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
     return out if out.dtype == hidden_states.dtype else out.to(hidden_states.dtype)
 
 
-__all__ = ["experts_forward"]
+__all__ = ["experts_forward", "RECIPES"]

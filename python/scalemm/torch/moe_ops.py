@@ -9,6 +9,9 @@
     torch.ops.scalemm.moe_quantize_tokens   rowwise (M, C) + columnwise (C, rows) FP8 of the sorted rows:
                                             x's rows as given, or x[gather[r]] (zero for gather -1) times
                                             row_weight[r] rounded to x's type; the grouped quantizer's bytes
+    torch.ops.scalemm.moe_quantize_swiglu   moe_quantize_tokens of silu(gate) * up of a (M, 2I) [gate | up]
+                                            output, or of [d gate | d up] from the product's gradient
+                                            (the default gate fused into the quantizer)
     torch.ops.scalemm.moe_quantize_weights  (data, scales) of a dense (R, K) weight
     torch.ops.scalemm.moe_combine           out[t] = sum_j w[t, j] y[pos[t, j]] (w = 1 without weights),
                                             fp32 in j order, +0 for sentinels, rounded to y's type
@@ -222,6 +225,57 @@ def quantize_tokens(x, gather, row_weight, sizes, rows, recipe, pow2, fused):
         row_weight = row_weight.float().contiguous()
     return (_quantize_tokens_op if _tracing() else _quantize_tokens_impl)(x, gather, row_weight, sizes, rows, recipe,
                                                                          pow2, fused)
+
+
+def swiglu_fused_applies(x: torch.Tensor, recipe: str) -> bool:
+    """Whether the default gate runs inside the grouped quantizers (moe_quantize_swiglu): CUDA 16-bit
+    activations, a 1D-block recipe and a library that has the kernel. Otherwise torch's SwiGLU
+    kernels run between the projections and autograd differentiates them (the same bytes)."""
+    return fused_applies(x) and recipe in ("block1x128", "mxfp8") and hasattr(_C, "quantize_grouped_swiglu")
+
+
+def swiglu_torch(gate_up, grad):
+    """silu(gate) * up of gate_up's [gate | up] halves, or with grad (the product's gradient) the cat of
+    both halves' gradients, as torch's eager kernels (and autograd through them) round it."""
+    gate, up = gate_up.chunk(2, -1)
+    if grad is None:
+        return torch.nn.functional.silu(gate) * up
+    return torch.cat([torch.ops.aten.silu_backward(grad * up, gate), grad * torch.nn.functional.silu(gate)], -1)
+
+
+def _quantize_swiglu_impl(gate_up, grad, sizes, rows, recipe, pow2, fused):
+    gate_up = gate_up.contiguous()
+    grad = None if grad is None else grad.contiguous()
+    if not (fused and swiglu_fused_applies(gate_up, recipe)):
+        return _quantize_tokens_impl(swiglu_torch(gate_up, grad), None, None, sizes, rows, recipe, pow2, fused)
+    src = gate_up if grad is None else grad
+    rows_m, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    r, out = _outputs(gate_up, rows_m, inter if grad is None else 2 * inter, rows, recipe)
+    with torch.cuda.device(gate_up.device):
+        _C.quantize_grouped_swiglu(0 if grad is None else 1, src.data_ptr(), DTYPE_CODE[_SRC[src.dtype]], rows_m, inter,
+                                   r, DTYPE_CODE["e4m3"], _FMT, _MODE[pow2], gate_up.data_ptr(), sizes.data_ptr(),
+                                   sizes.shape[0], rows, *(t.data_ptr() for t in out), _stream(gate_up))
+    return out
+
+
+@torch.library.custom_op("scalemm::moe_quantize_swiglu", mutates_args=())
+def _quantize_swiglu_op(gate_up: torch.Tensor, grad: Optional[torch.Tensor], sizes: torch.Tensor, rows: int,
+                        recipe: str, power_of_two: bool,
+                        fused: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _quantize_swiglu_impl(gate_up, grad, sizes, rows, recipe, power_of_two, fused)
+
+
+@_quantize_swiglu_op.register_fake
+def _(gate_up, grad, sizes, rows, recipe, power_of_two, fused):
+    cols = gate_up.shape[1] // 2 if grad is None else gate_up.shape[1]
+    return _outputs(gate_up, gate_up.shape[0], cols, rows, recipe)[1]
+
+
+def quantize_swiglu_tokens(gate_up, grad, sizes, rows, recipe, pow2, fused):
+    """moe_quantize_tokens of silu(gate) * up (grad None) or of [d gate | d up] (grad: the product's
+    gradient dh (M, I)), gate_up the gate_up projection's (M, 2I) output, without writing either."""
+    return (_quantize_swiglu_op if _tracing() else _quantize_swiglu_impl)(gate_up, grad, sizes, rows, recipe, pow2,
+                                                                         fused)
 
 
 @torch.library.custom_op("scalemm::moe_quantize_weights", mutates_args=())
