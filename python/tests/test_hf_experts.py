@@ -305,6 +305,19 @@ def test_convert_to_float8_sets_the_experts_and_reports_every_module():
     assert all(r["layer"] == "GptOssExperts (4 experts): scalemm_blockwise" for r in rows)
     assert not any(type(x) is st.Float8Linear for x in m.modules())
 
+    # Every recipe's experts: the name set on the model, what each module became and why (rowwise and mxfp8 read
+    # their group sizes back once per call, which the reason says).
+    assert hx.registered() == hx.RECIPES and hx.unregistered() == {}
+    for recipe in hx.RECIPES:
+        m = st.convert_to_float8(model("mixtral"), recipe=recipe)
+        assert m.get_experts_implementation()[""] == f"scalemm_{recipe}"
+        rows = [r for r in st.conversion_report(m) if "Experts" in r["layer"]]
+        assert len(rows) == 2 and all(r["layer"] == f"MixtralExperts (4 experts): scalemm_{recipe}" and
+                                      r["recipe"] == recipe for r in rows)
+        host = st.moe.HOST_SIZES_REASON[recipe]
+        assert all(r["reason"] == f"FP8 {recipe} experts (the engine's SiLU(gate) * up)" + (f"; {host}" if host else "")
+                   for r in rows)
+        assert (host is None) == (recipe == "blockwise")
     for recipe, why in hx.unregistered().items():
         m = st.convert_to_float8(model("mixtral"), recipe=recipe)
         rows = [r for r in st.conversion_report(m) if "Experts" in r["layer"]]

@@ -129,12 +129,12 @@ def problem(name, t, h, i, e, k, dtype=torch.bfloat16, sentinel=0.1, empty=1, tr
                 dout=dout.to(device), e=e)
 
 
-def run_both(p, transposed=False, gate=None, pow2=False, fused=None):
+def run_both(p, transposed=False, gate=None, pow2=False, fused=None, recipe="blockwise"):
     """(scalemm's out and grads, the float64 reference's out and grads)."""
     names = [n for n in ("x", "w", "w1", "w2", "b1", "b2") if p[n] is not None]
     out = moe._forward(p["x"], p["idx"], p["w"], p["w1"], p["w2"], num_experts=p["e"], gate_up_bias=p["b1"],
                        down_bias=p["b2"], apply_gate=gate, is_transposed=transposed, power_of_two_scales=pow2,
-                       fused=fused)
+                       fused=fused, recipe=recipe)
     got = [out] + list(torch.autograd.grad(out, [p[n] for n in names], p["dout"]))
     leaves = {n: p[n].detach().cpu().double().requires_grad_() for n in names}
     ref_out = reference(leaves["x"], p["idx"].cpu(), leaves["w"], leaves["w1"], leaves["w2"], p["e"],
@@ -164,6 +164,16 @@ def test_forward_and_gradients_on_host_against_float64():
     p = problem("moe host", **HOST)
     got, ref = run_both(p)
     check(got, ref, p, "host")
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "mxfp8"])
+@pytest.mark.parametrize("transposed,bias,pow2", [(False, False, False), (True, True, True)])
+def test_rowwise_and_mxfp8_on_host_against_float64(recipe, transposed, bias, pow2):
+    """The other recipes through the same engine: rowwise (a scale per row, wgrad's a scale per feature over
+    every token), mxfp8 (1x32 E8M0 blocks, weights 32x32): the same bounds as blockwise."""
+    p = problem(f"moe host {recipe} {transposed}", **HOST, transposed=transposed, bias=bias)
+    got, ref = run_both(p, transposed=transposed, pow2=pow2, recipe=recipe)
+    check(got, ref, p, f"host {recipe} transposed={transposed} pow2={pow2}", bound=20.0 if pow2 else 21.0)
 
 
 def test_biases_transposed_weights_and_a_custom_gate_on_host():
@@ -227,6 +237,24 @@ def test_gpu_forward_and_gradients_against_float64(fused):
     p = problem(f"moe gpu {fused}", **DEV, device="cuda")
     got, ref = run_both(p, fused=fused)
     check(got, ref, p, f"gpu fused={fused}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["rowwise", "mxfp8"])
+@pytest.mark.parametrize("transposed,bias,pow2", [(False, False, False), (True, True, True)])
+def test_gpu_rowwise_and_mxfp8_against_float64(recipe, transposed, bias, pow2):
+    """rowwise: forward and dgrad on the CUTLASS grouped kernel with device-side sizes, wgrad with the
+    sizes read back; mxfp8: the per-group backend (on Hopper the exact emulation). Fused and unfused
+    dispatch/combine give the same bytes (but d top_k_weights' fp64 sums, to fp32's last bit)."""
+    p = problem(f"moe gpu {recipe} {transposed}", **DEV, transposed=transposed, bias=bias, device="cuda")
+    got, ref = run_both(p, transposed=transposed, pow2=pow2, recipe=recipe)
+    check(got, ref, p, f"gpu {recipe} transposed={transposed} pow2={pow2}", bound=20.0 if pow2 else 21.0)
+    unfused, _ = run_both(p, transposed=transposed, pow2=pow2, recipe=recipe, fused=False)
+    for n in got:
+        if n == "w":
+            torch.testing.assert_close(got[n], unfused[n], rtol=2e-7, atol=0)
+        else:
+            assert torch.equal(got[n], unfused[n]), n
 
 
 @needs_gpu
@@ -349,13 +377,16 @@ def test_gpu_torch_compile_fullgraph():
 
 
 @needs_gpu
-def test_gpu_step_never_synchronises():
+@pytest.mark.parametrize("recipe", [r if not moe.HOST_SIZES[r] else pytest.param(
+    r, marks=pytest.mark.skip(reason=f"{r} reads its group sizes back by design: {moe.HOST_SIZES_REASON[r]}"))
+    for r in moe.RECIPES])
+def test_gpu_step_never_synchronises(recipe):
     p = problem("moe sync", **DEV, device="cuda", bias=True)
     names = ["x", "w", "w1", "w2", "b1", "b2"]
 
     def step():
         out = moe.experts_forward(p["x"], p["idx"], p["w"], p["w1"], p["w2"], num_experts=p["e"],
-                                  gate_up_bias=p["b1"], down_bias=p["b2"])
+                                  gate_up_bias=p["b1"], down_bias=p["b2"], recipe=recipe)
         return torch.autograd.grad(out, [p[n] for n in names], p["dout"])
 
     step()  # first calls prepare the library's calls

@@ -3,10 +3,12 @@
 transformers 5.x runs a model's experts (3D parameters: gate_up_proj (E, 2I, H), down_proj (E, H, I)) through
 its experts registry, transformers.integrations.moe.ExpertsInterface. Once scalemm.torch and that module are
 both imported, in either order, the registry has "scalemm_<recipe>" for every recipe of RECIPES that the engine
-runs ("scalemm_blockwise": activations and gradients 1x128, weights 128x128). "scalemm_rowwise" and
-"scalemm_mxfp8" are registered once the engine runs those recipes; until then they are not registered (asking
-for them is transformers' error listing the valid names) and unregistered() says why. The names are
-selected with from_pretrained(..., experts_implementation="scalemm_blockwise"), from_config(cfg,
+runs: "scalemm_blockwise" (activations and gradients 1x128, weights 128x128), "scalemm_rowwise" (a scale per
+row; wgrad's operands a scale per feature over every token) and "scalemm_mxfp8" (1x32 E8M0 blocks, weights
+32x32). rowwise and mxfp8 read the call's group sizes back to the host once per call, where the library's
+grouped backends for them need host sizes (scalemm.torch.moe.HOST_SIZES_REASON; blockwise never does). A
+recipe the engine does not run is not registered (asking for it is transformers' error listing the valid
+names) and unregistered() says why. The names are selected with from_pretrained(..., experts_implementation="scalemm_blockwise"), from_config(cfg,
 experts_implementation=...) or model.set_experts_implementation(...). Each trains the module's own bf16/fp32
 parameters (forward, dgrad and wgrad in FP8). scalemm never imports transformers: if its experts module is
 already loaded the names are registered at once, otherwise a one-shot import hook registers them right after
@@ -29,7 +31,7 @@ import torch
 from .._errors import UnsupportedError
 from . import moe
 
-RECIPES = ("blockwise", "rowwise", "mxfp8")  # the experts implementations, each registered once the engine runs it
+RECIPES = ("blockwise", "rowwise", "mxfp8")  # the experts implementations, each registered where the engine runs it
 # Features (H and I) the engine takes: each is the K of one grouped GEMM and the N of another, and the weights
 # are quantized in whole 128x128 blocks.
 FEATURE_MULTIPLE = 128
@@ -201,6 +203,7 @@ _unregistered = {}
 def registered():
     """The recipes whose "scalemm_<recipe>" experts transformers gets: those of RECIPES the engine runs."""
     runs = engine_recipes()
+    _unregistered.clear()
     for r in RECIPES:
         if r not in runs:
             _unregistered[r] = f"scalemm's experts engine runs {', '.join(runs)}; not {r} yet"
@@ -208,7 +211,8 @@ def registered():
 
 
 def unregistered():
-    """{recipe: why its "scalemm_<recipe>" experts are not registered} (empty before the first registration)."""
+    """{recipe: why its "scalemm_<recipe>" experts are not registered} (empty when the engine runs them all)."""
+    registered()
     return dict(_unregistered)
 
 
@@ -350,7 +354,8 @@ def report_rows(model):
 
 def _converted_why(m, recipe):
     gate = "the engine's SiLU(gate) * up" if _fused(m) else "the module's own gate"
-    return f"FP8 {recipe} experts ({gate})"
+    host = moe.HOST_SIZES_REASON.get(recipe)
+    return f"FP8 {recipe} experts ({gate})" + (f"; {host}" if host else "")
 
 
 install()

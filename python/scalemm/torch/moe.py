@@ -60,7 +60,22 @@ from .. import _core
 from . import moe_ops as ops
 from .ops import scaled_grouped_mm
 
-RECIPES = {"blockwise": ("block1x128", "block128x128")}  # recipe: (activations and gradients, weights)
+# recipe: (activations and gradients, weights), the dense layers' pairs (config.LINEAR_RECIPES).
+RECIPES = {"blockwise": ("block1x128", "block128x128"), "rowwise": ("rowwise", "rowwise"),
+           "mxfp8": ("mxfp8", "mxfp8-32x32")}
+_SQUARE = ("block128x128", "mxfp8-32x32")  # weight recipes whose dgrad operand is the exact transpose of W's
+# The grouped GEMM forms (m: forward and dgrad, k: wgrad) whose backend in the library needs the group
+# sizes on the host, per recipe, and why (on sm_90; docs/grouped.md): those the engine reads back once
+# per call (see HOST_SIZES_REASON). Blockwise runs all three on device-side sizes.
+HOST_SIZES = {"blockwise": "", "rowwise": "k", "mxfp8": "mk"}
+HOST_SIZES_REASON = {
+    "blockwise": None,
+    "rowwise": "rowwise wgrad (k-grouped) runs the CUTLASS grouped kernel with the sizes on the host (it takes "
+               "no device-side sizes for rowwise k-grouped calls): backward reads the padded sizes back once "
+               "per call, one synchronisation; forward and dgrad (m-grouped) stay on device-side sizes",
+    "mxfp8": "mxfp8 grouped GEMMs run the per-group backend (on Hopper the exact emulation), which takes the "
+             "sizes on the host: the first GEMM of a call reads them back, one synchronisation per call",
+}
 
 
 def _default_gate(x: torch.Tensor) -> torch.Tensor:
@@ -97,11 +112,31 @@ def _check(hidden, top_k_index, top_k_weights, w1, w2, num_experts, recipe, is_t
                                 str(v), "Pad the experts to a multiple of 128.")
 
 
-def _cfg(recipe, pow2, fused):
+def _cfg(recipe, pow2, fused, host=None):
     """What a call's two Functions share, as constants (torch.compile traces them as such):
-    (activation recipe, weight recipe, power-of-two scales, fused kernels)."""
+    (activation recipe, weight recipe, power-of-two scales, fused kernels, the call's _HostSizes or None)."""
     act, wgt = RECIPES[recipe]
-    return act, wgt, pow2, fused
+    return act, wgt, pow2, fused, host
+
+
+class _HostSizes:
+    """A call's group sizes (m-grouped GEMMs) and padded sizes (k-grouped) as host integers for the forms
+    in `forms`, read back when a GEMM of those forms first runs (one synchronisation for the call),
+    kept for the call's backward. Eager calls only: a traced call hands the library the device sizes."""
+
+    __slots__ = ("sizes", "padded", "forms", "lists")
+
+    def __init__(self, sizes, padded, forms):
+        self.sizes, self.padded, self.forms, self.lists = sizes, padded, forms, None
+
+    def of(self, group_dim, device_sizes):
+        if group_dim not in self.forms:
+            return device_sizes
+        if self.lists is None:
+            both = torch.cat([self.sizes, self.padded]).tolist()
+            e = self.sizes.shape[0]
+            self.lists = (both[:e], both[e:])
+        return self.lists[0 if group_dim == "m" else 1]
 
 
 def _tok(cfg):
@@ -114,14 +149,20 @@ def _weight_operands(w, cfg, dgrad):
     of its 128x128 blocks for dgrad (None when no dgrad runs)."""
     e, n, k = w.shape
     wq, ws = ops.quantize_weights(w.reshape(e * n, k), cfg[1], cfg[2])
-    wq, ws = wq.view(e, n, k), ws.view(e, n // 128, k // 128)
+    wq, ws = wq.view(e, n, k), ws.view(e, ws.shape[0] // e, *ws.shape[1:])  # (G, one expert's scale grid)
     if not dgrad:
         return (wq, ws), None
-    return (wq, ws), (ops.transpose_fp8(wq), ws.transpose(1, 2).contiguous())
+    if cfg[1] in _SQUARE:
+        return (wq, ws), (ops.transpose_fp8(wq), ws.transpose(1, 2).contiguous())
+    # Scales along K (rowwise): W^T's, along N, are not W's; quantize the transposed master weights.
+    wtq, wts = ops.quantize_weights(w.transpose(1, 2).reshape(e * k, n), cfg[1], cfg[2])
+    return (wq, ws), (wtq.view(e, k, n), wts.view(e, wts.shape[0] // e, *wts.shape[1:]))
 
 
 def _grouped(a, b, sa, sb, sizes, cfg, od, group_dim="m"):
     ra, rb = (cfg[0], cfg[1]) if group_dim == "m" else (cfg[0], cfg[0])
+    if cfg[4] is not None:
+        sizes = cfg[4].of(group_dim, sizes)
     return scaled_grouped_mm(a, b, sa, sb, sizes, group_dim=group_dim, recipe_a=ra, recipe_b=rb, out_dtype=od)
 
 
@@ -227,14 +268,16 @@ def _forward(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
     _check(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, num_experts, recipe, is_transposed)
     t, k = top_k_index.shape
     x = hidden_states if hidden_states.dtype in (torch.bfloat16, torch.float16) else hidden_states.to(torch.bfloat16)
-    cfg = _cfg(recipe, _core.flag(power_of_two_scales, "power_of_two_scales"),
-               ops.fused_applies(x) if fused is None else bool(fused))
-    pos, row_pair, sizes = ops.route(top_k_index, num_experts, cfg[3])
+    pow2 = _core.flag(power_of_two_scales, "power_of_two_scales")
+    fused = ops.fused_applies(x) if fused is None else bool(fused)
+    pos, row_pair, sizes = ops.route(top_k_index, num_experts, fused)
     row_token = torch.where(row_pair >= 0, torch.div(row_pair, k, rounding_mode="floor"), -1)
     m = t * k
     # scalemm::quantize::padded_token_rows, in Python so that a traced (symbolic) token count passes.
     rows = (m + 127 * num_experts + 127) // 128 * 128
     padded = _padded(sizes, rows)
+    host = _HostSizes(sizes, padded, HOST_SIZES[recipe]) if HOST_SIZES[recipe] and not ops._tracing() else None
+    cfg = _cfg(recipe, pow2, fused, host)
     w1 = gate_up_proj.transpose(1, 2).contiguous() if is_transposed else gate_up_proj
     w2 = down_proj.transpose(1, 2).contiguous() if is_transposed else down_proj
     up = _UpFn.apply(x, w1, row_token, pos, sizes, padded, rows, cfg)

@@ -39,6 +39,12 @@ from ._runtime import _stream as _stream_of
 from .quantizers import _tokens_padded
 
 _MODE = {False: 0, True: 2}  # numerics::ScaleMode kDefault, kAmaxPow2
+_GROUPED_RECIPES = ("block1x128", "mxfp8")  # quantize::quantize_grouped's: 1D blocks along the tokens
+
+
+def _mode(recipe: str, pow2: bool) -> int:
+    """The scale mode of power_of_two_scales: MX scales are E8M0, powers of two already (their default mode)."""
+    return _MODE[bool(pow2) and not recipe.startswith("mxfp8")]
 _FMT = 0  # compact scales
 _SRC = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
@@ -171,7 +177,7 @@ def _quantize_dense(x, recipe, pow2, rowwise=True, columnwise=False):
     ctx = torch.cuda.device(x.device) if x.is_cuda else _nullctx()
     with ctx:
         _C.quantize_mode(x.data_ptr(), DTYPE_CODE[_SRC[x.dtype]], rows, cols, r, DTYPE_CODE["e4m3"], _FMT,
-                         _MODE[pow2], *(_ptr(t) for t in d), 1 if x.is_cuda else 0, _stream(x) if x.is_cuda else 0)
+                         _mode(recipe, pow2), *(_ptr(t) for t in d), 1 if x.is_cuda else 0, _stream(x) if x.is_cuda else 0)
     return out
 
 
@@ -193,17 +199,19 @@ def gather_rows(x, gather, row_weight):
 
 def _quantize_tokens_impl(x, gather, row_weight, sizes, rows, recipe, pow2, fused):
     x = x.contiguous()
-    grouped = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and hasattr(_C, "quantize_grouped_rows")
+    grouped = (x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and recipe in _GROUPED_RECIPES
+               and hasattr(_C, "quantize_grouped_rows"))
     if gather is not None and not (fused and grouped):
         x, gather, row_weight = gather_rows(x, gather, row_weight), None, None
     rows_m, cols = (gather.shape[0] if gather is not None else x.shape[0]), x.shape[1]
-    if not grouped:  # host (or an older extension): the grouped quantizer's contract, two dense calls
+    if not grouped:  # host, rowwise (its columnwise scales span every token: no grouped kernel) or an older
+        # extension: the grouped quantizer's contract, two dense calls
         rowwise = _quantize_dense(x, recipe, pow2)
         return tuple(rowwise) + tuple(_quantize_dense(_tokens_padded(x, sizes, rows), recipe, pow2, False, True))
     r, out = _outputs(x, rows_m, cols, rows, recipe)
     with torch.cuda.device(x.device):
         _C.quantize_grouped_rows(x.data_ptr(), DTYPE_CODE[_SRC[x.dtype]], rows_m, cols, r, DTYPE_CODE["e4m3"], _FMT,
-                                 _MODE[pow2], sizes.data_ptr(), sizes.shape[0], rows, _ptr(gather), x.shape[0],
+                                 _mode(recipe, pow2), sizes.data_ptr(), sizes.shape[0], rows, _ptr(gather), x.shape[0],
                                  _ptr(row_weight), *(t.data_ptr() for t in out), _stream(x))
     return out
 
@@ -253,7 +261,7 @@ def _quantize_swiglu_impl(gate_up, grad, sizes, rows, recipe, pow2, fused):
     r, out = _outputs(gate_up, rows_m, inter if grad is None else 2 * inter, rows, recipe)
     with torch.cuda.device(gate_up.device):
         _C.quantize_grouped_swiglu(0 if grad is None else 1, src.data_ptr(), DTYPE_CODE[_SRC[src.dtype]], rows_m, inter,
-                                   r, DTYPE_CODE["e4m3"], _FMT, _MODE[pow2], gate_up.data_ptr(), sizes.data_ptr(),
+                                   r, DTYPE_CODE["e4m3"], _FMT, _mode(recipe, pow2), gate_up.data_ptr(), sizes.data_ptr(),
                                    sizes.shape[0], rows, *(t.data_ptr() for t in out), _stream(gate_up))
     return out
 
