@@ -318,6 +318,22 @@ def test_convert_to_float8_sets_the_experts_and_reports_every_module():
         assert all(r["reason"] == f"FP8 {recipe} experts (the engine's SiLU(gate) * up)" + (f"; {host}" if host else "")
                    for r in rows)
         assert (host is None) == (recipe == "blockwise")
+    # power_of_two_scales reaches every experts module's calls and the report.
+    m = st.convert_to_float8(model("mixtral"), recipe="blockwise", power_of_two_scales=True)
+    mods = experts_of(m)
+    assert all(hx.power_of_two_scales(e) for e in mods)
+    assert all(r["reason"] == "FP8 blockwise experts (the engine's SiLU(gate) * up, power-of-two scales)"
+               for r in st.conversion_report(m) if "Experts" in r["layer"])
+    g = torch.Generator().manual_seed(seed("pow2 experts"))
+    idx, w = routing(24, 4, 2, g, "cpu")
+    x = torch.randn(24, 256, generator=g)
+    e = mods[0]
+    args = dict(num_experts=4, recipe="blockwise", gate_up_bias=None, down_bias=None, is_transposed=False)
+    want = st.experts_forward(x, idx, w, e.gate_up_proj, e.down_proj, power_of_two_scales=True, **args)
+    assert torch.equal(e(x, idx, w), want)
+    assert not torch.equal(want, st.experts_forward(x, idx, w, e.gate_up_proj, e.down_proj, **args))
+    hx.set_power_of_two_scales(e, False)
+    assert not hx.power_of_two_scales(e)
     for recipe, why in hx.unregistered().items():
         m = st.convert_to_float8(model("mixtral"), recipe=recipe)
         rows = [r for r in st.conversion_report(m) if "Experts" in r["layer"]]

@@ -9,7 +9,7 @@ from .. import _core
 from .. import _scalemm as _C
 from ._runtime import _NAMES, BoundedLRU, _direct, _dispatch_modes, _is_compiling, _name, _stream
 from .ops import _prepare, scaled_mm
-from .quantizers import _fast_quantize
+from .quantizers import _MX, _fast_quantize, _quantize_pow2
 
 # The layers' prepared GEMMs, keyed by what their operands' layouts follow from.
 _layer_gemms = BoundedLRU()
@@ -50,9 +50,15 @@ def _wgrad(a, b, sa, sb, act, fmt, w_dtype):
     return dw if dw.dtype == w_dtype else dw.to(w_dtype)
 
 
-def _quantize_parts(x, recipe, fmt, rowwise, columnwise):
+def _quantize_parts(x, recipe, fmt, rowwise, columnwise, pow2=False):
     """The layers' quantization: (data, scales) for rowwise, (data_t, scales_t) for columnwise only, or all
-    four. Eager calls write only what is asked for; traced ones run the op (both directions)."""
+    four. Eager calls write only what is asked for; traced ones run the op (both directions). pow2: the
+    layer's power_of_two_scales (amax-pow2 scales; MX scales are powers of two as they are)."""
+    if pow2 and recipe not in _MX:
+        if _direct(x):
+            return _quantize_pow2(x, recipe, "e4m3", fmt, columnwise, rowwise)
+        out = torch.ops.scalemm.quantize(x, recipe, "e4m3", fmt, columnwise, True)
+        return out if rowwise and columnwise else (out[:2] if rowwise else out[2:])
     if _direct(x):
         return _fast_quantize(x, recipe, "e4m3", fmt, columnwise, rowwise)
     out = torch.ops.scalemm.quantize(x, recipe, "e4m3", fmt, columnwise)

@@ -1,6 +1,6 @@
 """The layers' options and the recipe sets they take (a leaf: nothing here calls torch).
 
-Float8LinearConfig names a Float8Linear's six options and their defaults; the layer's class attributes
+Float8LinearConfig names a Float8Linear's seven options and their defaults; the layer's class attributes
 are those defaults, so that setting one on a layer (`layer.keep_saved = True`) or on a class
 (`Float8Linear.cache_weight = True`) works as before, and `layer.config` is what its forward reads.
 """
@@ -61,6 +61,7 @@ class Float8LinearConfig:
     min_gflop: float = 0.0  # calls whose GEMMs are smaller run F.linear in the weight's dtype (convert "auto")
     fast_accum: bool = True  # rowwise, tensorwise: fast accumulation in the forward GEMM (False: exact everywhere)
     keep_saved: bool = False  # True: keep X^T's FP8 copy until the graph is freed (a second backward, retain_graph)
+    power_of_two_scales: bool = False  # every scale a power of two (amax-pow2; TE's Float8BlockScaling constraint)
 
     @property
     def recipes(self) -> Tuple[str, str]:

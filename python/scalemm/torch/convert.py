@@ -36,7 +36,7 @@ def _auto_skip(linear: torch.nn.Linear) -> Optional[str]:
 
 
 def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", module_filter=None,
-                      fsdp_float8_all_gather: bool = False) -> torch.nn.Module:
+                      fsdp_float8_all_gather: bool = False, power_of_two_scales: bool = False) -> torch.nn.Module:
     """Swaps every eligible nn.Linear of `model` in place for a Float8Linear of `recipe` ("blockwise",
     "rowwise", "tensorwise" or "mxfp8") holding the same parameters (same device and dtype, not copied),
     and returns the model. A layer whose shapes the recipe cannot take stays nn.Linear.
@@ -54,8 +54,17 @@ def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", modu
     fsdp_float8_all_gather (blockwise and mxfp8): each converted layer's weight becomes a
     Float8AllGatherWeight, so that FSDP2 (fully_shard, applied afterwards) all-gathers the FP8 weight and
     its scales instead of the high-precision shard: about half the bytes of a bf16 all-gather, the same
-    products bit for bit. Layers whose shards are not a multiple of 128 rows are gathered as before."""
+    products bit for bit. Layers whose shards are not a multiple of 128 rows are gathered as before.
+
+    power_of_two_scales: every scale a power of two (Float8Linear.power_of_two_scales on each converted
+    layer, and the experts' power_of_two_scales); not with fsdp_float8_all_gather, whose gathered weights
+    carry the default mode's scales."""
     recipe = _recipe_name(recipe)
+    pow2 = _core.flag(power_of_two_scales, "power_of_two_scales")
+    if pow2 and fsdp_float8_all_gather:
+        raise _core.invalid("power_of_two_scales", "power-of-two scales on every operand", "False with "
+                            "fsdp_float8_all_gather=True", "True", "The FP8 all-gathered weights carry the default "
+                            "mode's scales; gather in bf16 (fsdp_float8_all_gather=False) for power-of-two scales.")
     if fsdp_float8_all_gather and recipe not in _FSDP_FP8_BLOCK:
         raise _core.invalid("fsdp_float8_all_gather", f"FP8 all-gather for recipe {recipe!r}",
                             " or ".join(f'recipe="{r}"' for r in _FSDP_FP8_BLOCK), f'recipe="{recipe}"',
@@ -86,13 +95,15 @@ def convert_to_float8(model: torch.nn.Module, *, recipe: str = "blockwise", modu
                 new.weight = torch.nn.Parameter(Float8AllGatherWeight(w.data, recipe), requires_grad=w.requires_grad)
             if module_filter == "auto":
                 new.min_gflop = AUTO_MIN_GFLOP
+            if pow2:
+                new.power_of_two_scales = True
         else:
             child._scalemm_not_converted = reason
     for parent in list(model.modules()):  # every place a layer is reachable from (a shared layer too)
         for name, child in list(parent.named_children()):
             if id(child) in swaps:
                 setattr(parent, name, swaps[id(child)])
-    hf_experts.convert_experts(model, recipe, module_filter)
+    hf_experts.convert_experts(model, recipe, module_filter, pow2)
     return model
 
 
@@ -114,7 +125,8 @@ def conversion_report(model: torch.nn.Module) -> ConversionReport:
     for name, m in model.named_modules():
         if isinstance(m, Float8Linear):
             act, wgt = LINEAR_RECIPES[m.recipe]
-            why = f"FP8 {m.recipe}: activations {act}, weights {wgt}"
+            why = f"FP8 {m.recipe}: activations {act}, weights {wgt}" + (
+                ", power-of-two scales" if m.power_of_two_scales else "")
             if m.min_gflop:
                 why += f"; calls below {m.min_gflop:g} GFLOP per GEMM run in {m.weight.dtype} (auto)"
             if isinstance(m.weight, Float8AllGatherWeight) or isinstance(getattr(m.weight, "_local_tensor", None),

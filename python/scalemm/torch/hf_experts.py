@@ -28,6 +28,7 @@ import warnings
 
 import torch
 
+from .. import _core
 from .._errors import UnsupportedError
 from . import moe
 
@@ -110,6 +111,20 @@ def _status(m, name: str, reason, fallback: bool):
                       f"{m.down_proj.dtype} for this module: {reason}", stacklevel=3)
 
 
+def power_of_two_scales(m) -> bool:
+    """Whether an experts module runs power-of-two scales (convert_to_float8(..., power_of_two_scales=True),
+    or set_power_of_two_scales)."""
+    return bool(getattr(m, "_scalemm_power_of_two_scales", False))
+
+
+def set_power_of_two_scales(m, value: bool = True) -> None:
+    """Every scale of the experts module's calls a power of two (the engine's power_of_two_scales)."""
+    if not is_experts(m):
+        raise _core.invalid("module", "an experts module of transformers' registry", "a module with "
+                            "gate_up_proj/down_proj decorated with use_experts_implementation", type(m).__name__)
+    m._scalemm_power_of_two_scales = bool(value)
+
+
 def experts_status(m):
     """(implementation asked, reason it runs grouped_mm instead or None) of an experts module's last call."""
     return getattr(m, "_scalemm_experts", None)
@@ -159,7 +174,7 @@ def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
     return _engine()(hidden_states, top_k_index, top_k_weights, w, m.down_proj, num_experts=m.num_experts,
                      recipe=recipe, apply_gate=apply_gate, gate_up_bias=b,
                      down_bias=m.down_proj_bias if m.has_bias else None, is_transposed=m.is_transposed,
-                     power_of_two_scales=bool(getattr(m, "_scalemm_power_of_two_scales", False)))
+                     power_of_two_scales=power_of_two_scales(m))
 
 
 # ---- module_filter="auto" --------------------------------------------------------------------------------
@@ -301,13 +316,16 @@ def is_experts(m) -> bool:
             and hasattr(getattr(m, "config", None), "_experts_implementation"))
 
 
-def convert_experts(model, recipe: str, module_filter) -> int:
+def convert_experts(model, recipe: str, module_filter, power_of_two_scales: bool = False) -> int:
     """Set every experts module of a transformers `model` to "scalemm_<recipe>" (convert_to_float8's part for
-    experts). Modules the filter leaves out keep the name but run grouped_mm, with the reason on the module;
-    "auto" takes every module (see above). Returns how many experts modules were found."""
+    experts), with power-of-two scales if asked. Modules the filter leaves out keep the name but run
+    grouped_mm, with the reason on the module; "auto" takes every module (see above). Returns how many
+    experts modules were found."""
     found = [(fqn, m) for fqn, m in model.named_modules() if is_experts(m)]
     if not found:
         return 0
+    for _, m in found:
+        m._scalemm_power_of_two_scales = bool(power_of_two_scales)
     why = None
     if recipe not in registered():
         why = _unregistered.get(recipe) or f"no scalemm experts for recipe {recipe!r} (they take {', '.join(RECIPES)})"
@@ -355,7 +373,8 @@ def report_rows(model):
 def _converted_why(m, recipe):
     gate = "the engine's SiLU(gate) * up" if _fused(m) else "the module's own gate"
     host = moe.HOST_SIZES_REASON.get(recipe)
-    return f"FP8 {recipe} experts ({gate})" + (f"; {host}" if host else "")
+    pow2 = ", power-of-two scales" if power_of_two_scales(m) else ""
+    return f"FP8 {recipe} experts ({gate}{pow2})" + (f"; {host}" if host else "")
 
 
 install()

@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 
+from .. import _core
 from ._autograd import _as_rows, _check_not_released, _layer_gemm, _quantize_parts, _release, _wgrad
 from ._runtime import _NAMES, _dispatch_modes, _is_compiling, _name
 from .config import DEFAULTS, Float8LinearConfig, _recipe_name
@@ -23,23 +24,28 @@ class _ScaledLinearFn(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, act, wgt, wq, fmt, fast_accum, keep_saved=False):
+    def forward(ctx, x, weight, bias, act, wgt, wq, fmt, fast_accum, keep_saved=False, pow2=False):
         x2 = _as_rows(x)
         if ctx.needs_input_grad[1]:
-            xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True)
+            xq, xs, xtq, xts = _quantize_parts(x2, act, fmt, True, True, pow2)
         else:  # a frozen weight (adapters, inference under autograd): no wgrad, so no X^T to write or keep
-            (xq, xs), xtq, xts = _quantize_parts(x2, act, fmt, True, False), None, None
+            (xq, xs), xtq, xts = _quantize_parts(x2, act, fmt, True, False, pow2), None, None
         if isinstance(weight, _GatheredFloat8Weight):  # FSDP2 gathered it in FP8
+            if pow2:
+                raise _core.invalid("power_of_two_scales", "power-of-two scales on every operand", "False with an "
+                                    "FP8 all-gathered weight", "True", "The gathered weight's scales are the "
+                                    "default mode's; convert with fsdp_float8_all_gather=False for power-of-two "
+                                    "scales.")
             wq, ws = weight.operand(fmt)
         else:
-            wq, ws = wq if wq is not None else _quantize_parts(_plain(weight), wgt, fmt, True, False)
+            wq, ws = wq if wq is not None else _quantize_parts(_plain(weight), wgt, fmt, True, False, pow2)
         out_dtype = x.dtype if x.dtype in _NAMES else torch.bfloat16
         y = _layer_gemm(xq, wq, xs, ws, act, wgt, _name(out_dtype), fmt, fast_accum)
         if bias is not None:
             y = y + bias.to(y.dtype)
         ctx.save_for_backward(xtq, xts, weight)
         ctx.keep_saved = keep_saved
-        ctx.recipes = (act, wgt, fmt)
+        ctx.recipes = (act, wgt, fmt, pow2)
         ctx.shapes = (x.shape, x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
@@ -47,18 +53,18 @@ class _ScaledLinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         _check_not_released(ctx, "Float8Linear")
         xtq, xts, weight = ctx.saved_tensors
-        act, wgt, fmt = ctx.recipes
+        act, wgt, fmt, pow2 = ctx.recipes
         x_shape, x_dtype, w_dtype, bias_dtype = ctx.shapes
         dy2 = _as_rows(dy)
         # dY along N for dgrad, dY^T for wgrad: only the directions a gradient asked for are written.
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dyq = dys = dytq = dyts = None
         if need_x and need_w:
-            dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True)
+            dyq, dys, dytq, dyts = _quantize_parts(dy2, act, fmt, True, True, pow2)
         elif need_x:
-            dyq, dys = _quantize_parts(dy2, act, fmt, True, False)
+            dyq, dys = _quantize_parts(dy2, act, fmt, True, False, pow2)
         elif need_w:
-            dytq, dyts = _quantize_parts(dy2, act, fmt, False, True)
+            dytq, dyts = _quantize_parts(dy2, act, fmt, False, True, pow2)
         dx = dw = db = None
         # wgrad first, so that dY^T's FP8 copy is freed before dgrad allocates dX: the same GEMMs on the
         # same bytes, with one activation-sized buffer less at the step's peak.
@@ -70,12 +76,12 @@ class _ScaledLinearFn(torch.autograd.Function):
             if isinstance(weight, _GatheredFloat8Weight):  # the exact transpose of the gathered blocks
                 wtq, wts = weight.operand(fmt, transposed=True)
             else:
-                wtq, wts = _quantize_parts(_plain(weight), wgt, fmt, False, True)
+                wtq, wts = _quantize_parts(_plain(weight), wgt, fmt, False, True, pow2)
             dx = _layer_gemm(dyq, wtq, dys, wts, act, wgt, _name(x_dtype), fmt)
             dx = dx.reshape(x_shape)
         if bias_dtype is not None and ctx.needs_input_grad[2]:
             db = dy2.float().sum(0).to(bias_dtype)
-        return dx, dw, db, None, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None, None
 
 
 # Optimizer steps seen in this process: a cached weight quantization is kept only within one. The version
@@ -137,7 +143,11 @@ class Float8Linear(torch.nn.Module):
     cuBLASLt reads, so no GEMM converts one; "compact" keeps the quantizers' compact grids (the same
     products, bit for bit).
 
-    Options: recipe, scale_format, cache_weight, min_gflop, fast_accum and keep_saved are class
+    power_of_two_scales (off by default): every scale of the three GEMMs' operands a power of two (the
+    library's amax-pow2 mode; TransformerEngine's Float8BlockScaling constraint), the bytes of
+    scalemm.torch.quantize(..., power_of_two_scales=True); MX scales are powers of two already.
+
+    Options: recipe, scale_format, cache_weight, min_gflop, fast_accum, keep_saved and power_of_two_scales are class
     attributes with config.Float8LinearConfig's defaults, set on a layer or a class; `layer.config`
     returns them as one frozen Float8LinearConfig, which the forward reads.
     """
@@ -150,6 +160,7 @@ class Float8Linear(torch.nn.Module):
     min_gflop = DEFAULTS.min_gflop
     fast_accum = DEFAULTS.fast_accum
     keep_saved = DEFAULTS.keep_saved
+    power_of_two_scales = DEFAULTS.power_of_two_scales
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
                  recipe: str = "blockwise"):
@@ -177,7 +188,8 @@ class Float8Linear(torch.nn.Module):
     @property
     def config(self) -> Float8LinearConfig:
         """The layer's options as one value, read from its attributes (its own, else its class's)."""
-        values = (self.recipe, self.scale_format, self.cache_weight, self.min_gflop, self.fast_accum, self.keep_saved)
+        values = (self.recipe, self.scale_format, self.cache_weight, self.min_gflop, self.fast_accum, self.keep_saved,
+                  self.power_of_two_scales)
         if _is_compiling():  # traced: a constant of the graph, and no guard on the module's dict of configs
             return Float8LinearConfig(*values)
         c = _configs.get(values)
@@ -194,11 +206,11 @@ class Float8Linear(torch.nn.Module):
             return None  # a captured step quantizes in the graph: a cache hit would replay a stale weight
         _count_optimizer_steps()
         key = (_optimizer_steps[0], w._version, w.data_ptr(), w.dtype, tuple(w.shape), w.device, wgt,
-               config.scale_format)
+               config.scale_format, config.power_of_two_scales)
         c = self.__dict__.get("_weight_q")
         if c is None or c[0] != key:
             with torch.no_grad():
-                c = (key, _quantize_parts(w.detach(), wgt, config.scale_format, True, False))
+                c = (key, _quantize_parts(w.detach(), wgt, config.scale_format, True, False, config.power_of_two_scales))
             self.__dict__["_weight_q"] = c
         return c[1]
 
@@ -209,7 +221,7 @@ class Float8Linear(torch.nn.Module):
             return torch.nn.functional.linear(x, self.weight, self.bias)
         act, wgt = c.recipes
         return _ScaledLinearFn.apply(x, self.weight, self.bias, act, wgt, self._cached_weight(c, wgt), c.scale_format,
-                                     c.forward_fast_accum, c.keep_saved)
+                                     c.forward_fast_accum, c.keep_saved, c.power_of_two_scales)
 
     def extra_repr(self):
         act, wgt = self.config.recipes

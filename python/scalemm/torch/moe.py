@@ -12,7 +12,9 @@ and down_bias (E, H) optional. apply_gate(gate_up_out (R, 2I)) -> (R, I): defaul
 halves [gate | up] (transformers' default `_apply_gate`); any function of torch ops (differentiated by
 autograd). Returns out[t] = sum_k w[t, k] * expert_{id[t, k]}(x[t]) in hidden_states.dtype.
 
-What runs, per call (recipe "blockwise": 1x128 activations and gradients, 128x128 weights):
+recipe (RECIPES): "blockwise" (1x128 activations and gradients, 128x128 weights), "rowwise" (a scale per
+row; wgrad's columnwise operands a scale per feature over every token; dgrad's W^T requantized from the
+master weights along N) or "mxfp8" (1x32 E8M0 blocks, 32x32 weights). What runs, per call:
   1. routing: the T k (token, k) pairs sorted by expert, stable (pairs of one expert keep token order),
      on the device; ids outside [0, num_experts) are expert-parallel sentinels, sorted after every
      expert: their rows are zero, counted in the last expert's group (the grouped GEMMs' sizes then sum
@@ -35,14 +37,18 @@ moe_combine_weight_grad). Elsewhere (CPU tensors: the library's host emulator) t
 index ops with the same bytes. fp32 hidden states are cast to bf16 on the way in (the quantizer's source
 type) and the output cast back. Weights given transposed are transposed (a copy) before quantization.
 
-No host synchronisation anywhere (sizes stay on the device), so a call is CUDA-graph capturable after
+Blockwise: no host synchronisation anywhere (sizes stay on the device), so a call is CUDA-graph capturable after
 one eager warm-up of its shapes on the capturing stream, and every op has a fake implementation, so
 torch.compile(fullgraph=True) traces it (tested on the GPU: set_sync_debug_mode("error") over forward
 and backward, graph replays bit-identical to eager calls, a compiled step; fused and unfused calls
 write the same bytes, but for d top_k_weights, whose fp64 sums may differ in fp32's last bit).
+rowwise and mxfp8 read the sizes back once per call where the library's grouped backends for them take
+host sizes only (HOST_SIZES, HOST_SIZES_REASON): not capturable, not sync-free; traced calls hand the
+device sizes to the library, which reads them itself.
 Deterministic: no floating-point atomics (the biases' gradients go through torch's sorted index_put).
 power_of_two_scales=True rounds every scale of the call (both projections, forward and backward) to a
-power of two (TransformerEngine's Float8BlockScaling constraint; the library's "amax-pow2" scale mode).
+power of two (TransformerEngine's Float8BlockScaling constraint; the library's "amax-pow2" scale mode;
+mxfp8's E8M0 scales are powers of two as they are).
 
 Memory kept for backward: per projection the FP8 columnwise copy of its input (x^T, h^T: rows padded
 per expert to 128) and the FP8 transpose of its weight; the down projection's bf16 output y (M, H),
@@ -296,4 +302,4 @@ def _forward(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
     return out if out.dtype == hidden_states.dtype else out.to(hidden_states.dtype)
 
 
-__all__ = ["experts_forward", "RECIPES"]
+__all__ = ["experts_forward", "RECIPES", "HOST_SIZES", "HOST_SIZES_REASON"]

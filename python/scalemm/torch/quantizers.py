@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Tuple
 
 import torch
@@ -37,24 +38,59 @@ def _quantize_outputs(x, recipe, dtype, scale_format, columnwise=True, t_cols=No
     return r, fmt, out
 
 
+_POW2_MODE = 2  # numerics::ScaleMode::kAmaxPow2
+_MX = ("mxfp8", "mxfp8-32x32")  # E8M0 scales: powers of two already (their default mode)
+
+
+def _pow2(recipe, power_of_two_scales) -> bool:
+    """Whether a quantization runs the amax-pow2 scale mode: asked for, on an fp32-scale recipe. MX recipes
+    take the flag as it is (their scales are powers of two); nvfp4's E4M3 block scales cannot be."""
+    pow2 = _core.flag(power_of_two_scales, "power_of_two_scales")
+    if pow2 and recipe == "nvfp4":
+        raise _core.invalid("power_of_two_scales", "power-of-two scales of an fp32-scale or MX recipe",
+                            "False for nvfp4", "True", "nvfp4's block scales are E4M3 values; leave the flag off.")
+    return pow2 and recipe not in _MX
+
+
+def _quantize_pow2(x, recipe, dtype, scale_format, columnwise, rowwise=True):
+    """The library's quantizer in the amax-pow2 scale mode (TransformerEngine's power-of-two constraint):
+    each scale 1/q with q = max / amax rounded down to a power of two. CUDA tensors run the device
+    quantizer, host tensors the emulator (the same bytes). rowwise=False (with columnwise) writes only
+    (data_t, scales_t)."""
+    x = x if x.is_contiguous() else x.contiguous()
+    r, fmt, out = _quantize_outputs(x, recipe, dtype, scale_format, columnwise)
+    keep = list(out) if rowwise else [None, None] + list(out[2:])
+    ptrs = [0 if t is None else t.data_ptr() for t in keep] + ([0, 0] if not columnwise else [])
+    with (_on_device(x) if x.is_cuda else contextlib.nullcontext()):
+        _C.quantize_mode(x.data_ptr(), DTYPE_CODE[_name(x.dtype)], x.shape[0], x.shape[1], r,
+                         DTYPE_CODE[_core.DATA_DTYPES[dtype]], fmt,
+                         _POW2_MODE, *ptrs, 1 if x.is_cuda else 0, _stream(x.device.index) if x.is_cuda else 0)
+    return out if rowwise else out[2:]
+
+
 @torch.library.custom_op("scalemm::quantize", mutates_args=())
 def _quantize_op(x: torch.Tensor, recipe: str, dtype: str, scale_format: str,
-                 columnwise: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                 columnwise: bool, power_of_two_scales: bool = False) -> Tuple[torch.Tensor, torch.Tensor,
+                                                                               torch.Tensor, torch.Tensor]:
     if recipe == "nvfp4":
         raise _core.invalid("recipe", "torch.ops.scalemm.quantize covers the FP8 recipes (nvfp4 has a global scale "
                             "too)", "an FP8 recipe", "nvfp4", "Call torch.ops.scalemm.quantize_nvfp4, or "
                             "scalemm.torch.quantize, which takes every recipe.")
     # A compiled graph calls this at run time on real tensors: the prepared path, as eager calls take
     # (the general one validates everything on every call, about as long as the kernel at these sizes).
-    out = _fast_quantize(x, recipe, dtype, scale_format, columnwise) if _direct(x) else \
-        _core.quantize_impl(x, recipe, dtype, scale_format, columnwise)
+    if _pow2(recipe, power_of_two_scales):
+        out = _quantize_pow2(x, recipe, dtype, scale_format, columnwise)
+    elif _direct(x):
+        out = _fast_quantize(x, recipe, dtype, scale_format, columnwise)
+    else:
+        out = _core.quantize_impl(x, recipe, dtype, scale_format, columnwise)
     if not columnwise:
         out = tuple(out) + (x.new_empty((0,), dtype=out[0].dtype), x.new_empty((0,), dtype=out[1].dtype))
     return out
 
 
 @_quantize_op.register_fake
-def _(x, recipe, dtype, scale_format, columnwise):
+def _(x, recipe, dtype, scale_format, columnwise, power_of_two_scales=False):
     out = _quantize_outputs(x, recipe, dtype, scale_format, columnwise)[2]
     return out if columnwise else out + (x.new_empty((0,), dtype=out[0].dtype), x.new_empty((0,), dtype=out[1].dtype))
 
@@ -97,16 +133,21 @@ def _nvfp4_pairs(out, columnwise):
     return data, (scales, glob)
 
 
-def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", columnwise=False):
+def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", columnwise=False, power_of_two_scales=False):
     """Quantizes x (rows, K) along K; with columnwise=True also x^T (K, rows) along rows, from one read
     of x (for the square-block weight recipes the columnwise output is the exact transpose). Every
     recipe: nvfp4 returns its scales as scalemm.quantize does, (block_scales, global_decode_scale)
-    with the global a 0-d float32 tensor on x's device."""
+    with the global a 0-d float32 tensor on x's device. power_of_two_scales=True: every scale a power of
+    two (the library's amax-pow2 mode, TransformerEngine's Float8BlockScaling constraint) for the fp32-scale
+    recipes; MX scales are powers of two already; refused for nvfp4."""
+    pow2 = _pow2(recipe, power_of_two_scales)
     if recipe != "nvfp4" and _direct(x):
+        if pow2:
+            return _quantize_pow2(x, recipe, dtype, scale_format, columnwise)
         return _fast_quantize(x, recipe, dtype, scale_format, columnwise)
     if recipe == "nvfp4":
         return _nvfp4_pairs(torch.ops.scalemm.quantize_nvfp4(x, scale_format, columnwise), columnwise)
-    out = torch.ops.scalemm.quantize(x, recipe, dtype, scale_format, columnwise)
+    out = torch.ops.scalemm.quantize(x, recipe, dtype, scale_format, columnwise, pow2)
     return out if columnwise else out[:2]
 
 
