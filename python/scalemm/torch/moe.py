@@ -159,7 +159,8 @@ def _weight_operands(w, cfg, dgrad):
     if not dgrad:
         return (wq, ws), None
     if cfg[1] in _SQUARE:
-        return (wq, ws), (ops.transpose_fp8(wq), ws.transpose(1, 2).contiguous())
+        wts = ops.transpose_fp8(ws) if ws.element_size() == 1 else ws.transpose(1, 2).contiguous()  # E8M0 as bytes
+        return (wq, ws), (ops.transpose_fp8(wq), wts)
     # Scales along K (rowwise): W^T's, along N, are not W's; quantize the transposed master weights.
     wtq, wts = ops.quantize_weights(w.transpose(1, 2).reshape(e * k, n), cfg[1], cfg[2])
     return (wq, ws), (wtq.view(e, k, n), wts.view(e, wts.shape[0] // e, *wts.shape[1:]))
