@@ -127,12 +127,15 @@ def test_power_of_two_scales_on_the_host_follow_the_amax_pow2_rule(recipe):
     assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(mx, st.quantize(x, "mxfp8")))
 
 
-def test_power_of_two_scales_reach_the_layers_and_the_converted_model():
+@pytest.mark.parametrize("device", [pytest.param("cpu", id="host"), pytest.param("cuda", marks=needs_gpu, id="gpu")])
+def test_power_of_two_scales_reach_the_layers_and_the_converted_model(device):
+    """A layer's forward and dgrad are the GEMMs of scalemm.torch.quantize(..., power_of_two_scales=True)'s
+    operands, bit for bit; convert_to_float8 sets the option and reports it."""
     from scalemm.torch.config import Float8LinearConfig
 
-    layer = st.Float8Linear(256, 128, recipe="blockwise", dtype=torch.bfloat16)
+    layer = st.Float8Linear(256, 128, recipe="blockwise", dtype=torch.bfloat16, device=device)
     assert layer.config == Float8LinearConfig() and not layer.config.power_of_two_scales
-    x = torch.randn(64, 256, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(64, 256, dtype=torch.bfloat16, device=device, requires_grad=True)
     y0 = layer(x)
     layer.power_of_two_scales = True
     assert layer.config == Float8LinearConfig(power_of_two_scales=True)
@@ -143,13 +146,15 @@ def test_power_of_two_scales_reach_the_layers_and_the_converted_model():
     wq, ws = st.quantize(layer.weight.detach(), "block128x128", scale_format="cublaslt", power_of_two_scales=True)
     want = st.scaled_mm(xq, wq, xs, ws, recipe_a="block1x128", recipe_b="block128x128", scale_format="cublaslt")
     assert torch.equal(y, want + layer.bias.to(want.dtype))
-    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed("pow2 dgrad"))).to(y.dtype)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed("pow2 dgrad"))).to(device, y.dtype)
     (dx,) = torch.autograd.grad(y, [x], dy)
     dyq, dys = st.quantize(dy, "block1x128", scale_format="cublaslt", power_of_two_scales=True)
     wtq, wts = st.quantize(layer.weight.detach(), "block128x128", scale_format="cublaslt", columnwise=True,
                            power_of_two_scales=True)[2:]
     assert torch.equal(dx, st.scaled_mm(dyq, wtq, dys, wts, recipe_a="block1x128", recipe_b="block128x128",
                                         scale_format="cublaslt"))
+    if device != "cpu":
+        return
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 128))
     st.convert_to_float8(model, recipe="rowwise", power_of_two_scales=True)
     assert all(m.power_of_two_scales for m in model)
