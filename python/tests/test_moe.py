@@ -335,8 +335,8 @@ def test_gpu_pow2_quantizers_equal_the_host_emulator():
             torch.equal(a.cpu(), b)
 
 
-def _step(p, names):
-    out = moe.experts_forward(p["x"], p["idx"], p["w"], p["w1"], p["w2"], num_experts=p["e"])
+def _step(p, names, recipe="blockwise"):
+    out = moe.experts_forward(p["x"], p["idx"], p["w"], p["w1"], p["w2"], num_experts=p["e"], recipe=recipe)
     return [out] + list(torch.autograd.grad(out, [p[n] for n in names], p["dout"]))
 
 
@@ -399,17 +399,20 @@ def test_gpu_step_never_synchronises(recipe):
     torch.cuda.synchronize()
 
 
-def test_torch_compile_fullgraph_traces_the_ops_on_host():
+@pytest.mark.parametrize("recipe", list(moe.RECIPES))
+def test_torch_compile_fullgraph_traces_the_ops_on_host(recipe):
     """The fake implementations and the Functions under dynamo and AOTAutograd (aot_eager: the graph runs
-    the ops themselves, so it must give the eager bytes)."""
+    the ops themselves, so it must give the eager bytes). rowwise and mxfp8: the traced call hands the
+    device sizes to the library, the eager one host sizes it read back; the same bytes."""
     p = problem("moe compile host", **HOST)
     names = ["x", "w", "w1", "w2"]
     torch._dynamo.reset()
-    f = torch.compile(lambda x, idx, w, w1, w2: moe.experts_forward(x, idx, w, w1, w2, num_experts=p["e"]),
+    f = torch.compile(lambda x, idx, w, w1, w2: moe.experts_forward(x, idx, w, w1, w2, num_experts=p["e"],
+                                                                    recipe=recipe),
                       fullgraph=True, backend="aot_eager")
     out = f(p["x"], p["idx"], p["w"], p["w1"], p["w2"])
     got = [out] + list(torch.autograd.grad(out, [p[n] for n in names], p["dout"]))
     assert st.experts_forward is moe.experts_forward
-    want = _step(p, names)
+    want = _step(p, names, recipe)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
