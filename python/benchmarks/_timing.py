@@ -15,3 +15,16 @@ def event_times(torch, step, steps):
         b.synchronize()
         times.append(a.elapsed_time(b))
     return times
+
+
+def profiled(torch, step):
+    """(device ms, torch.profiler profile) of one call of step(), CPU and CUDA activity recorded."""
+    from torch.profiler import ProfilerActivity, profile
+
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        a.record()
+        step()
+        b.record()
+        b.synchronize()
+    return a.elapsed_time(b), p

@@ -30,7 +30,7 @@ import json
 import statistics
 import sys
 
-from _timing import event_times
+from _timing import event_times, profiled
 
 LAYERS = {  # name: (model type, experts, top-k, hidden, intermediate, tokens)
     "dsv3": ("deepseek_v3", 8, 2, 7168, 2048, 16384),
@@ -205,7 +205,6 @@ def kind_of(name):
 def profile(torch, tf, st, cases, recipes):
     """One MoE layer step (router + experts, forward + backward) under torch.profiler: device time per part
     of the step, the launches, the largest gaps, and the idle time (step - kernels)."""
-    from torch.profiler import ProfilerActivity, profile as prof
 
     out = []
     for case in cases:
@@ -221,20 +220,17 @@ def profile(torch, tf, st, cases, recipes):
             x = torch.randn(1, t, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             dy = torch.randn(1, t, h, device="cuda", dtype=torch.bfloat16)
 
-            def step():
+            def step():  # gradients cleared as an optimizer's zero_grad(set_to_none=True) would
+                x.grad = None
+                for q in block.parameters():
+                    q.grad = None
                 o = block(x)
                 (o[0] if isinstance(o, tuple) else o).backward(dy)
 
             for _ in range(3):
                 step()
             torch.cuda.synchronize()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
-                a.record()
-                step()
-                b.record()
-                b.synchronize()
-            step_ms = a.elapsed_time(b)
+            step_ms, p = profiled(torch, step)
             kernels = sorted((ev for ev in p.events() if ev.device_type.name == "CUDA"
                               and "#" not in ev.name.split("<")[0]), key=lambda ev: ev.time_range.start)
             per, names = collections.defaultdict(lambda: [0.0, 0]), collections.defaultdict(lambda: [0.0, 0])

@@ -31,7 +31,7 @@ import json
 import statistics
 import sys
 
-from _timing import event_times
+from _timing import event_times, profiled
 from models import MLP_SHAPES, build
 
 RECIPES = ["bf16", "blockwise", "rowwise", "tensorwise", "mxfp8", "blockwise-mlp"]
@@ -130,7 +130,6 @@ def _annotation(name):
 def profile(torch, suites, recipes, mode="eager"):
     """One step under torch.profiler (in `mode`: the first of --modes): device time per kernel class and
     the host gap, per model."""
-    from torch.profiler import ProfilerActivity, profile as prof
 
     def kind(name):
         n = name.lower()
@@ -156,13 +155,7 @@ def profile(torch, suites, recipes, mode="eager"):
                 continue
             torch._dynamo.reset()
             step, _ = warm_step(torch, model, make_input, mode)
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
-                a.record()
-                step()
-                b.record()
-                b.synchronize()
-            step_ms = a.elapsed_time(b)
+            step_ms, p = profiled(torch, step)
             per = collections.defaultdict(lambda: [0.0, 0])
             names = collections.defaultdict(lambda: [0.0, 0])
             for ev in p.events():

@@ -26,7 +26,7 @@ import scalemm  # noqa: E402
 import scalemm.torch as st  # noqa: E402
 from scalemm.torch import hf_experts as hx  # noqa: E402
 from oracle import seed  # noqa: E402
-from torch_support import _sqnr as sqnr, needs_gpu  # noqa: E402
+from torch_support import _sqnr as sqnr, needs_gpu, run_without_syncs  # noqa: E402
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(scalemm.__file__)))
 MODELS = ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"]
@@ -477,14 +477,7 @@ def test_moe_block_step_does_not_sync(kind):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    step()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
+    run_without_syncs(step)
 
 
 @needs_gpu

@@ -15,6 +15,7 @@ import scalemm.torch as st  # noqa: E402
 from scalemm.torch import moe  # noqa: E402
 from scalemm.torch import moe_ops as ops  # noqa: E402
 from oracle import seed  # noqa: E402
+from torch_support import run_without_syncs  # noqa: E402
 
 GPU = torch.cuda.is_available() and scalemm.has_gpu()
 needs_gpu = pytest.mark.skipif(not GPU, reason="no usable CUDA device (torch.cuda.is_available() = "
@@ -389,14 +390,7 @@ def test_gpu_step_never_synchronises(recipe):
                                   gate_up_bias=p["b1"], down_bias=p["b2"], recipe=recipe)
         return torch.autograd.grad(out, [p[n] for n in names], p["dout"])
 
-    step()  # first calls prepare the library's calls
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
+    run_without_syncs(step)  # the first call prepares the library's calls
 
 
 @pytest.mark.parametrize("recipe", list(moe.RECIPES))

@@ -36,3 +36,16 @@ def _host64(data, scales, recipe, dtype="e4m3"):
 def _sqnr(ref, got):
     ref, got = ref.double(), got.double()
     return (10 * torch.log10(ref.square().sum() / (ref - got).square().sum().clamp_min(1e-300))).item()
+
+
+def run_without_syncs(step):
+    """step() once to prepare its calls, then again under torch.cuda.set_sync_debug_mode("error"), so that
+    any host synchronisation in the second call raises."""
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
