@@ -318,6 +318,20 @@ def test_convert_to_float8_sets_the_experts_and_reports_every_module():
         assert all(r["reason"] == f"FP8 {recipe} experts (the engine's SiLU(gate) * up)" + (f"; {host}" if host else "")
                    for r in rows)
         assert (host is None) == (recipe == "blockwise")
+    # "auto" keeps the experts of the recipes measured slower than bf16 on grouped_mm, and says so; the
+    # module then runs transformers' own function (bit for bit grouped_mm's output).
+    for recipe in ("rowwise", "mxfp8"):
+        if recipe == "mxfp8" and hx._auto_reason("mxfp8") is None:
+            continue  # a GPU with native MX GEMMs: auto converts them
+        m = st.convert_to_float8(model("mixtral"), recipe=recipe, module_filter="auto")
+        rows = [r for r in st.conversion_report(m) if "Experts" in r["layer"]]
+        assert len(rows) == 2 and all(r["layer"] == "MixtralExperts (4 experts): grouped_mm" and r["recipe"] is None
+                                      and r["reason"] == hx.AUTO_SLOWER[recipe] for r in rows)
+        e = experts_of(m)[0]
+        g = torch.Generator().manual_seed(seed("auto experts"))
+        idx, w = routing(24, 4, 2, g, "cpu")
+        x = torch.randn(24, 256, generator=g)
+        assert torch.equal(e(x, idx, w), hx._moe().grouped_mm_experts_forward(e, x, idx, w))
     # power_of_two_scales reaches every experts module's calls and the report.
     m = st.convert_to_float8(model("mixtral"), recipe="blockwise", power_of_two_scales=True)
     mods = experts_of(m)

@@ -179,10 +179,24 @@ def run(m, hidden_states, top_k_index, top_k_weights, recipe: str):
 
 # ---- module_filter="auto" --------------------------------------------------------------------------------
 
-# "auto" converts every experts module the engine takes: python/benchmarks/moe.py measured the FP8 experts
-# faster than transformers' bf16 grouped_mm at every shape it ran (H200, one layer forward + backward: 1.68x at
-# DeepSeek-V3's, 1.21x at Mixtral's, 1.31x at Qwen3-30B-A3B's H 2048, I 768, whose first grouped GEMM is 206
-# GFLOP), so there is no measured size below which bf16 wins to set a rule at (docs/python.md).
+# "auto" converts the experts only where python/benchmarks/moe.py measured them faster than transformers'
+# bf16 grouped_mm (H200, one layer forward + backward; docs/python.md): blockwise at every shape it ran (1.66x
+# at DeepSeek-V3's, 1.21x at Mixtral's, 1.26x at Qwen3-30B-A3B's H 2048, I 768, whose first grouped GEMM is
+# 206 GFLOP), so no size rule for it; rowwise nowhere (1.00x, 0.67x, 0.42x: its wgrad takes host sizes and
+# runs per group); mxfp8 nowhere on Hopper (the exact emulation). Those two keep grouped_mm under "auto".
+AUTO_SLOWER = {
+    "rowwise": "auto: rowwise experts measured slower than bf16 grouped_mm (0.67x at Mixtral's shape, 0.42x at "
+               "Qwen3-30B-A3B's, 1.00x at DeepSeek-V3's; H200); recipe=\"blockwise\" converts them",
+    "mxfp8": "auto: mxfp8 experts run the exact emulation on this GPU, slower than bf16 grouped_mm; "
+             "recipe=\"blockwise\" converts them",
+}
+
+
+def _auto_reason(recipe):
+    if recipe == "mxfp8" and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 10:
+        return None  # native MX GEMMs: not measured slower
+    return AUTO_SLOWER.get(recipe)
+
 
 def _features(m):
     w, _ = _up(m)
@@ -319,7 +333,7 @@ def is_experts(m) -> bool:
 def convert_experts(model, recipe: str, module_filter, power_of_two_scales: bool = False) -> int:
     """Set every experts module of a transformers `model` to "scalemm_<recipe>" (convert_to_float8's part for
     experts), with power-of-two scales if asked. Modules the filter leaves out keep the name but run
-    grouped_mm, with the reason on the module; "auto" takes every module (see above). Returns how many
+    grouped_mm, with the reason on the module; "auto" takes them for the recipes measured faster (above). Returns how many
     experts modules were found."""
     found = [(fqn, m) for fqn, m in model.named_modules() if is_experts(m)]
     if not found:
@@ -338,8 +352,11 @@ def convert_experts(model, recipe: str, module_filter, power_of_two_scales: bool
         return len(found)
     name = f"scalemm_{recipe}"
     for fqn, m in found:
-        chosen = module_filter is None or module_filter == "auto" or module_filter(fqn, m)
-        m._scalemm_not_converted = None if chosen else "module_filter returned False"
+        if module_filter == "auto":
+            m._scalemm_not_converted = _auto_reason(recipe)
+        else:
+            chosen = module_filter is None or module_filter(fqn, m)
+            m._scalemm_not_converted = None if chosen else "module_filter returned False"
     if hasattr(model, "set_experts_implementation"):
         model.set_experts_implementation(name)
     for _, m in found:  # experts whose config the model's setter does not reach (a bare module, a sub-model)
