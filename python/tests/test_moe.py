@@ -204,6 +204,37 @@ def test_power_of_two_scales_on_host():
     check(got, ref, p, "host pow2", bound=20.0)
 
 
+def _weight_pair_both_ways(monkeypatch, device):
+    """W and W^T of each square-block recipe in one pass per expert against W's pass plus a byte transpose:
+    the same bytes (data and scales), with and without power-of-two scales."""
+    monkeypatch.setattr(ops, "_PAIR_MIN_ELEMENTS", 0)  # the small test weights take the one-pass form
+    g = torch.Generator().manual_seed(seed("moe weight pair"))
+    for e, n, k in ((3, 256, 384), (1, 128, 128)):
+        w = (torch.randn(e, n, k, generator=g) * torch.logspace(-3, 3, k)).to(torch.bfloat16).to(device)
+        for recipe in moe._SQUARE:
+            for pow2 in (False, True):
+                cfg = ("block1x128", recipe, pow2)
+                pair = ops.quantize_weight_pair(w, recipe, pow2)
+                assert pair is not None
+                monkeypatch.setattr(ops, "_PAIR_MAX_EXPERTS", -1)  # the two-pass form
+                want = moe._weight_operands(w, cfg, True)
+                monkeypatch.setattr(ops, "_PAIR_MAX_EXPERTS", 32)
+                for got_t, want_t in zip([*pair[0], *pair[1]], [*want[0], *want[1]]):
+                    assert got_t.shape == want_t.shape and got_t.dtype == want_t.dtype
+                    assert torch.equal(got_t.view(torch.uint8) if got_t.element_size() == 1 else got_t,
+                                       want_t.view(torch.uint8) if want_t.element_size() == 1 else want_t), \
+                        (e, n, k, recipe, pow2)
+
+
+def test_weight_pair_in_one_pass_on_host(monkeypatch):
+    _weight_pair_both_ways(monkeypatch, "cpu")
+
+
+@needs_gpu
+def test_gpu_weight_pair_in_one_pass(monkeypatch):
+    _weight_pair_both_ways(monkeypatch, "cuda")
+
+
 def test_grouped_swiglu_quantizer_names_a_bad_intermediate_size():
     """Validation runs before any device work: an intermediate size off the 128-column blocks is refused by name."""
     if not hasattr(_C, "quantize_grouped_swiglu"):

@@ -154,6 +154,9 @@ def _weight_operands(w, cfg, dgrad):
     """(W, W^T) FP8 operands of (E, N, K) master weights: W for the forward GEMM, the exact transpose
     of its 128x128 blocks for dgrad (None when no dgrad runs)."""
     e, n, k = w.shape
+    pair = ops.quantize_weight_pair(w, cfg[1], cfg[2]) if dgrad and cfg[1] in _SQUARE else None
+    if pair is not None:
+        return pair
     wq, ws = ops.quantize_weights(w.reshape(e * n, k), cfg[1], cfg[2])
     wq, ws = wq.view(e, n, k), ws.view(e, ws.shape[0] // e, *ws.shape[1:])  # (G, one expert's scale grid)
     if not dgrad:

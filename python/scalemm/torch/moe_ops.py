@@ -300,6 +300,35 @@ def quantize_weights(w, recipe, pow2):
     return (_quantize_weights_op if _tracing() else _quantize_dense)(w, recipe, pow2)
 
 
+# W and W^T of a square-block weight recipe in one pass per expert: the 2D quantizer writes a block's
+# columnwise copy from the tile it already holds (the same bytes as W's transpose: one scale per block).
+# One launch per expert, so only where the experts are few and each one's matrix fills the GPU.
+_PAIR_MAX_EXPERTS = 32
+_PAIR_MIN_ELEMENTS = 1 << 22
+
+
+def quantize_weight_pair(w, recipe, pow2):
+    """((W, W scales), (W^T, W^T scales)) FP8 operands of (E, N, K) weights, W^T (E, K, N), each expert's
+    scales a compact grid; None where the one-pass form does not apply (traced calls, many or small experts)."""
+    e, n, k = w.shape
+    if _tracing() or not hasattr(_C, "quantize_mode") or e > _PAIR_MAX_EXPERTS or n * k < _PAIR_MIN_ELEMENTS:
+        return None
+    w = w.contiguous()
+    r = _core.recipe_code(recipe, "recipe")
+    sdt = torch_dtype(_core.scale_dtype_name(r))
+    f8 = torch.float8_e4m3fn
+    wq, wtq = w.new_empty((e, n, k), dtype=f8), w.new_empty((e, k, n), dtype=f8)
+    ws = w.new_empty((e, *_core.scale_shape(r, n, k, _FMT)), dtype=sdt)
+    wts = w.new_empty((e, *_core.scale_shape(r, k, n, _FMT)), dtype=sdt)
+    src, mode = DTYPE_CODE[_SRC[w.dtype]], _mode(recipe, pow2)
+    cuda, stream = (1, _stream(w)) if w.is_cuda else (0, 0)
+    with torch.cuda.device(w.device) if w.is_cuda else _nullctx():
+        for i in range(e):
+            _C.quantize_mode(w[i].data_ptr(), src, n, k, r, DTYPE_CODE["e4m3"], _FMT, mode, wq[i].data_ptr(),
+                             ws[i].data_ptr(), wtq[i].data_ptr(), wts[i].data_ptr(), cuda, stream)
+    return (wq, ws), (wtq, wts)
+
+
 def transpose_fp8(t):
     return _transpose_fp8(t)
 
