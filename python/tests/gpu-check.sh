@@ -8,7 +8,7 @@
 # tools/fetch-deepgemm.sh staged it (.deps/deepgemm). Both in one command: a later call that copies
 # .deps with the tree again replaces the built extension.
 # distributed (part of all when the machine has >= 2 GPUs): python/benchmarks/distributed.py under
-# torchrun on every GPU for ddp, fsdp2, fsdp2-fp8 and ep, each against the same training on one GPU.
+# torchrun on every GPU for ddp, fsdp2, fsdp2-fp8, ep and ep-fp8, each against the same training on one GPU.
 #
 # Run from anywhere inside the repository. Needs, in the repository root:
 #   .whl/       the build and test wheels (pure Python, py3-none-any), fetched on a machine with network:
@@ -20,7 +20,7 @@
 #   .deps/usr   staged header packages for the C++ build (nlohmann-json is the one the library needs;
 #               Catch2 and CLI11 are not used: the package builds no tests or tools)
 # Environment: PYTHON (default /opt/torch/.venv/bin/python3, else python3), OUT (default out/python), COMMIT,
-#   SCALEMM_CUDA_ARCHITECTURES (default 90), JOBS (default nproc), MODES (distributed: default "ddp fsdp2 fsdp2-fp8 ep"),
+#   SCALEMM_CUDA_ARCHITECTURES (default 90), JOBS (default nproc), MODES (distributed: default "ddp fsdp2 fsdp2-fp8 ep ep-fp8"),
 #   SCALEMM_DIR (install: link the scalemm installed there, <prefix>/lib/cmake/scalemm, instead of compiling the
 #   library again: `cmake --install build-gpu --prefix P` after a build of the tests takes the install to seconds).
 # Each stage fits in a few minutes; run them one by one where a command has a time limit.
@@ -120,7 +120,7 @@ distributed() {
   fi
   # NVLink multicast off, also in the processes torchrun starts.
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-  for mode in ${MODES:-ddp fsdp2 fsdp2-fp8 ep}; do
+  for mode in ${MODES:-ddp fsdp2 fsdp2-fp8 ep ep-fp8}; do
     local t0=$SECONDS r=0
     (cd "$OUT" && timeout 170 $PYTHON -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
       "$root/python/benchmarks/distributed.py" "$mode" --json "$OUT/distributed-$mode.json") \
