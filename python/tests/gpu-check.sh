@@ -127,7 +127,7 @@ distributed() {
       >"$OUT/distributed-$mode.log" 2>&1 || r=$?
     [ $r -eq 0 ] || rc=1
     note "distributed $mode on $gpus GPUs: rc $r in $((SECONDS - t0)) s"
-    grep -E "^(ddp|fsdp2|fsdp2-fp8|ep):" "$OUT/distributed-$mode.log" | tee -a "$OUT/summary.txt"
+    grep -E "^(ddp|fsdp2|fsdp2-fp8|ep|ep-fp8):" "$OUT/distributed-$mode.log" | tee -a "$OUT/summary.txt"
     [ $r -eq 0 ] || tail -25 "$OUT/distributed-$mode.log"
   done
   return $rc
