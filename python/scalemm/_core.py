@@ -180,7 +180,7 @@ def _data_shape(v: View, dtype: str, argument: str, rows_name: str):
     return rows, cols * 2 if dtype == "e2m1x2" else cols
 
 
-def _pair_refused(argument: str, given) -> InvalidArgumentError:
+def pair_refused(argument: str, given) -> InvalidArgumentError:
     # Taken alone the block scales would decode with global = 1: a result off by the encode scale.
     return invalid(argument, "nvfp4 scales are the pair (block_scales, global_decode_scale)",
                    "a tuple (scales, global)", f"one {type(given).__name__}",
@@ -199,7 +199,7 @@ def _scale_operand(s, recipe: int, space: int, argument: str):
         s, g = s
         glob = global_value(g, argument)
     elif two_level:
-        raise _pair_refused(argument, s)
+        raise pair_refused(argument, s)
     v = view(s, argument)
     if v.space != space:
         raise invalid(argument, "scales live with the data", "device" if space else "host memory",
@@ -629,7 +629,7 @@ def dequantize(data, scales, recipe, *, dtype=None, scale_format="compact", out_
     glob = None
     two_level = LAYOUTS[r].two_level
     if two_level and not (isinstance(scales, tuple) and len(scales) == 2):
-        raise _pair_refused("scales", scales)
+        raise pair_refused("scales", scales)
     if two_level:
         scales, g = scales
         gv = None

@@ -4,7 +4,9 @@
 // already read off the caller's arrays (NumPy, torch, CuPy, DLPack): that keeps one call to a few
 // integer conversions, so the host overhead of a GEMM is the library's own plus a Python frame.
 // Shape and dtype checks of the data live in Python; scale tensors are judged here by the library's
-// own contract (layouts::validate_scale), so the error names the rule. Library errors become the
+// own contract (layouts::validate_scale), so the error names the rule; what the package needs to know
+// of a scale layout (sizes, padding, element types) it reads from ScaleLayout and RecipeLayout here,
+// by name, and keeps no formulas of its own. Library errors become the
 // Python classes registered with set_error_classes (scalemm.Error subclasses).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -360,6 +362,15 @@ struct RecipeLayout {
   bool packed_fp4 = false;       ///< the operand's data is E2M1, two values per byte
 };
 
+// A recipe code from Python, refused by name when it is none of the library's.
+Recipe recipe_of(int code) {
+  for (Recipe r : kAllRecipes)
+    if (int(r) == code) return r;
+  fail(StatusCode::kInvalidArgument, "recipe: unknown recipe code: expected the code of one of " +
+                                         all_recipe_names() + ", got " + std::to_string(code) +
+                                         ". Map names with scalemm._core.recipe_code.");
+}
+
 RecipeLayout recipe_layout(Recipe r) {
   constexpr int64_t kOdd = 1000003;  // a prime: no block size divides it or equals it
   const layouts::ScaleLayout c(r, kOdd, kOdd, ScaleFormat::kCompact), lt = c.with_format(ScaleFormat::kCublasLt);
@@ -442,7 +453,10 @@ NB_MODULE(_scalemm, m) {
   nb::class_<layouts::ScaleLayout>(m, "ScaleLayout")
       .def("__init__",
            [](layouts::ScaleLayout* l, int recipe, int64_t rows, int64_t k, int format) {
-             new (l) layouts::ScaleLayout(Recipe(recipe), rows, k, ScaleFormat(format));
+             if (format != int(ScaleFormat::kCompact) && format != int(ScaleFormat::kCublasLt))
+               fail(StatusCode::kInvalidArgument, "format: unknown scale format code: expected 0 (compact) or 1 "
+                                                  "(cublaslt), got " + std::to_string(format) + ".");
+             new (l) layouts::ScaleLayout(recipe_of(recipe), rows, k, ScaleFormat(format));
            },
            nb::arg("recipe"), nb::arg("rows"), nb::arg("k"), nb::arg("format"))
       .def_prop_ro("recipe", [](const layouts::ScaleLayout& l) { return int(l.recipe); })
@@ -488,12 +502,7 @@ NB_MODULE(_scalemm, m) {
       .def_ro("two_level", &RecipeLayout::two_level)
       .def_ro("packed_fp4", &RecipeLayout::packed_fp4)
       .def("__repr__", [](const RecipeLayout& l) { return "RecipeLayout(" + l.name + ")"; });
-  m.def("recipe_layout", [](int recipe) {
-    for (Recipe r : kAllRecipes)
-      if (int(r) == recipe) return recipe_layout(r);
-    fail(StatusCode::kInvalidArgument, "recipe: unknown recipe code " + std::to_string(recipe) + ": expected one of "
-                                       + all_recipe_names());
-  }, nb::arg("recipe"));
+  m.def("recipe_layout", [](int recipe) { return recipe_layout(recipe_of(recipe)); }, nb::arg("recipe"));
 
   // (grid_rows, kblocks, padded_rows, padded_kblocks, size, scale_bytes, scale_dtype, description):
   // the ScaleLayout's facts as a tuple, for callers written before the class.

@@ -53,9 +53,7 @@ def _split_global(s, recipe, argument):
             g = float(g)
         return s[0], float(g)
     if recipe == "nvfp4":  # the eager path refuses a bare nvfp4 scale in _core; so does the op path
-        raise _core.invalid(argument, "nvfp4 scales are the pair (block_scales, global_decode_scale)",
-                            "a tuple (scales, global)", f"one {type(s).__name__}",
-                            "Pass the pair the nvfp4 quantizer returns.")
+        raise _core.pair_refused(argument, s)
     return s, 1.0
 
 
