@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import namedtuple
 
 import numpy as np
 
 from . import _scalemm as _C
 from ._arrays import DTYPE_CODE, View, empty, hand_back, on_device, stream_of, view
-from ._errors import UnsupportedError, invalid
+from ._errors import InvalidArgumentError, UnsupportedError, invalid
 
 RECIPES = dict(_C.recipe_names())  # "tensorwise" -> 1, ...
 _RECIPE_ALIASES = {"mxfp8_32x32": "mxfp8-32x32", "blockwise1x128": "block1x128", "blockwise128x128": "block128x128"}
@@ -81,11 +82,65 @@ def handle(backend: str) -> "_C.Handle":
     return h
 
 
+# ---- the scale-layout rules -------------------------------------------------------------------------
+
+# What each recipe's scale layout is at any size (block sizes, cuBLASLt padding, scale element type),
+# read from the library's ScaleLayout once at import: the package keeps no copy of those rules.
+LAYOUTS = {code: _C.recipe_layout(code) for code in RECIPES.values()}
+
+
+def layout(recipe: int, rows: int, k: int, fmt: int) -> "_C.ScaleLayout":
+    """The library's ScaleLayout of one (rows, k) operand: its sizes, padding and element type by name."""
+    return _C.ScaleLayout(recipe, rows, k, fmt)
+
+
+def _blocks(n, block):
+    return 1 if block == 0 else (n + block - 1) // block  # block 0: one block spans all of n
+
+
+def _round_up(n, multiple):
+    return (n + multiple - 1) // multiple * multiple
+
+
+def scale_shape(recipe: int, rows, k, fmt: int) -> tuple:
+    """Shape of a scale array scalemm allocates: compact grids as the CLI writes them (tensorwise a
+    0-d scalar, rowwise (rows, 1), block recipes (grid rows, K-blocks)); cublaslt as one flat buffer.
+
+    Integer arithmetic on the recipe's LAYOUTS rule (no call into the library), so that torch's fake
+    implementations can run it on symbolic sizes; tests check it against ScaleLayout for every recipe."""
+    rule = LAYOUTS[recipe]
+    kblocks = _blocks(k, rule.block_k)
+    if fmt == 0:
+        return () if rule.scalar else (_blocks(rows, rule.block_rows), kblocks)
+    stored = _round_up(_blocks(rows, rule.lt_row_step), rule.lt_row_multiple)
+    return (stored * _round_up(kblocks, rule.lt_kblock_multiple),)
+
+
+def scale_dtype_name(recipe: int) -> str:
+    return LAYOUTS[recipe].scale_dtype_name
+
+
+_SCALE_DTYPE_WORDS = {"f32": "float32", "e8m0": "float8_e8m0fnu or uint8 (E8M0 bits)",
+                      "ue4m3": "float8_e4m3fn or uint8 (UE4M3 bits)"}
+
+
+def scale_code(v: View, recipe: int, argument: str, check: bool = True) -> int:
+    """The library DType code of a scale array of this recipe (torch and ml_dtypes carry UE4M3 as
+    float8_e4m3fn); with check, a type the recipe does not take is refused naming `argument`."""
+    want = LAYOUTS[recipe].scale_dtype_name
+    code = DTYPE_CODE.get(v.dtype, -1)
+    if want == "ue4m3" and v.dtype == "e4m3":
+        code = DTYPE_CODE["ue4m3"]
+    if check and code not in _SCALE_DTYPES[want]:
+        raise invalid(argument, "scale element type of this recipe", _SCALE_DTYPE_WORDS[want], v.dtype)
+    return code
+
+
 # ---- operands ---------------------------------------------------------------------------------------
 
 def _operand_dtype(v: View, recipe: int, given, argument: str, dtype_argument: str) -> str:
     """The element type of operand data: from the array's own type, or `given` for raw uint8."""
-    nvfp4 = recipe == RECIPES["nvfp4"]
+    fp4 = LAYOUTS[recipe].packed_fp4
     want = None if given is None else choice(DATA_DTYPES, given, dtype_argument, "data dtype")
     if v.dtype in ("e4m3", "e5m2", "e2m1x2"):
         if want is not None and want != v.dtype:
@@ -94,7 +149,7 @@ def _operand_dtype(v: View, recipe: int, given, argument: str, dtype_argument: s
         have = v.dtype
     elif v.dtype == "u8":
         if want is None:
-            if not nvfp4:
+            if not fp4:
                 raise invalid(dtype_argument, f"{argument} holds raw bytes (uint8), so its element type must be named",
                               '"e4m3", "e5m2" or "e2m1"', "None",
                               f"Pass {dtype_argument}=\"e4m3\" (or the type the bytes hold).")
@@ -108,9 +163,9 @@ def _operand_dtype(v: View, recipe: int, given, argument: str, dtype_argument: s
         raise invalid(argument, "operand data must be FP8 or packed FP4", "float8_e4m3fn, float8_e5m2, "
                       "float4_e2m1fn_x2, or uint8 with " + dtype_argument, v.dtype,
                       "Quantize it first (scalemm.quantize).")
-    if nvfp4 != (have == "e2m1x2"):
+    if fp4 != (have == "e2m1x2"):
         raise invalid(argument, "nvfp4 data is packed E2M1 and E2M1 data needs the nvfp4 recipe",
-                      "e2m1 with nvfp4" if nvfp4 else "e4m3 or e5m2", have)
+                      "e2m1 with nvfp4" if fp4 else "e4m3 or e5m2", have)
     return have
 
 
@@ -125,32 +180,31 @@ def _data_shape(v: View, dtype: str, argument: str, rows_name: str):
     return rows, cols * 2 if dtype == "e2m1x2" else cols
 
 
-def _scale_operand(s, recipe: int, space: int, argument: str, scale_format: int):
-    """(View, global scale) of one operand's scales; NVFP4 takes (scales, global decode scale)."""
+def pair_refused(argument: str, given) -> InvalidArgumentError:
+    # Taken alone the block scales would decode with global = 1: a result off by the encode scale.
+    return invalid(argument, "nvfp4 scales are the pair (block_scales, global_decode_scale)",
+                   "a tuple (scales, global)", f"one {type(given).__name__}",
+                   "Pass the pair scalemm.quantize returns for nvfp4; (scales, 1.0) states a global of 1.")
+
+
+def _scale_operand(s, recipe: int, space: int, argument: str):
+    """(View, dtype code, shape, strides, global scale) of one operand's scales; two-level recipes
+    (nvfp4) take (scales, global decode scale)."""
     glob = 1.0
+    two_level = LAYOUTS[recipe].two_level
     if isinstance(s, tuple):
-        if recipe != RECIPES["nvfp4"] or len(s) != 2:
+        if not two_level or len(s) != 2:
             raise invalid(argument, "a (scales, global_scale) pair is only for nvfp4", "one scale array",
                           f"a tuple of {len(s)}")
         s, g = s
         glob = global_value(g, argument)
-    elif recipe == RECIPES["nvfp4"]:
-        # Taken alone the block scales would decode with global = 1: a result off by the encode scale.
-        raise invalid(argument, "nvfp4 scales are the pair (block_scales, global_decode_scale)",
-                      "a tuple (scales, global)", f"one {type(s).__name__}",
-                      "Pass the pair scalemm.quantize returns for nvfp4; (scales, 1.0) states a global of 1.")
+    elif two_level:
+        raise pair_refused(argument, s)
     v = view(s, argument)
     if v.space != space:
         raise invalid(argument, "scales live with the data", "device" if space else "host memory",
                       "device" if v.space else "host memory", "Move the scales to the operand's device.")
-    scale_dtype = {1: "f32", 2: "f32", 3: "f32", 4: "f32", 5: "e8m0", 6: "e8m0", 7: "ue4m3"}[recipe]
-    code = DTYPE_CODE.get(v.dtype, -1)
-    if scale_dtype == "ue4m3" and v.dtype == "e4m3":  # torch/ml_dtypes carry UE4M3 as float8_e4m3fn
-        code = 7
-    if code not in _SCALE_DTYPES[scale_dtype]:
-        want = {"f32": "float32", "e8m0": "float8_e8m0fnu or uint8 (E8M0 bits)",
-                "ue4m3": "float8_e4m3fn or uint8 (UE4M3 bits)"}[scale_dtype]
-        raise invalid(argument, "scale element type of this recipe", want, v.dtype)
+    code = scale_code(v, recipe, argument)
     shape, strides = v.shape, v.strides
     if not shape:  # a 0-d scalar scale (torch's tensorwise form) is a buffer of one
         shape, strides = (1,), (1,)
@@ -186,8 +240,19 @@ def _positive_finite_f32(value: float, argument: str) -> float:
     return float(f)
 
 
-def _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b):
-    """Recipes, scale format, views and element types of both operands (on one device)."""
+# A validated call: `view` is A's (kind, device, stream), `a` and `b` the binding's operand tuples
+# (data, dtype, recipe, scale, scale dtype, shape, strides, format, global).
+GemmCall = namedtuple("GemmCall", "view m n k a b bias_ptr bias_keep")
+GroupedCall = namedtuple("GroupedCall", "view dim sizes m n k a b out_shape")
+
+
+def operands(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b, group_dim=None, groups=0,
+             device_sizes=False):
+    """Both operands of a dense call (group_dim None) or a grouped one (0: m-grouped, 1: k-grouped):
+    every check the package makes of them, in one place and in this order: recipes and scale format;
+    the arrays, their device and element types; the data shapes and the shared K; the scales.
+    Returns (view of a, m, n, k, operand tuple of a, of b). The library then judges the scale tensors
+    by its layout contract (the binding's make_args / make_grouped)."""
     ra = recipe_code(recipe_a, "recipe_a")
     rb = recipe_code(recipe_b, "recipe_b")
     fmt = choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
@@ -198,30 +263,44 @@ def _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b):
                       f"{vb.kind} on {'device ' + str(vb.device) if vb.space else 'the host'}")
     ta = _operand_dtype(va, ra, dtype_a, "a", "dtype_a")
     tb = _operand_dtype(vb, rb, dtype_b, "b", "dtype_b")
-    return ra, rb, fmt, va, vb, ta, tb
-
-
-def _operand_tuples(va, vb, ta, tb, ra, rb, fmt, scale_a, scale_b):
-    """The library's (data, dtype, recipe, scale, scale dtype, shape, strides, format, global) pairs."""
-    sa, ca, sha, sta, ga = _scale_operand(scale_a, ra, va.space, "scale_a", fmt)
-    sb, cb, shb, stb, gb = _scale_operand(scale_b, rb, va.space, "scale_b", fmt)
-    return ((va.ptr, DTYPE_CODE[ta], ra, sa.ptr, ca, sha, sta, fmt, ga),
+    if device_sizes and va.space == 0:
+        raise invalid("group_sizes", "a call on host arrays takes its group sizes from the host",
+                      "a list, tuple or host array of the G sizes", "device-side sizes",
+                      "Pass the sizes on the host (e.g. sizes.tolist()).")
+    m, ka = _data_shape(va, ta, "a", "M" if group_dim != 0 else "sum M_g")
+    if group_dim == 0:
+        if len(vb.shape) != 3:
+            raise invalid("b", "m-grouped B holds one (N, K) operand per group", f"shape ({groups}, N, K)",
+                          f"shape {vb.shape}")
+        if vb.shape[0] != groups:
+            raise invalid("b", "m-grouped B holds one (N, K) operand per group",
+                          f"{groups} experts (len(group_sizes))", f"{vb.shape[0]}")
+        if not vb.contiguous():
+            raise invalid("b", "operand data must be row-major with K contiguous", "a contiguous (G, N, K) array",
+                          f"strides {vb.strides}", "Call .contiguous() (torch) or numpy.ascontiguousarray.")
+        n, kb = vb.shape[1], vb.shape[2] * (2 if tb == "e2m1x2" else 1)
+    else:
+        n, kb = _data_shape(vb, tb, "b", "N")
+    if ka != kb:
+        if group_dim is None:
+            raise invalid("b", "A (M, K) and B (N, K) share K (D = A B^T)", f"K = {ka}", f"K = {kb}",
+                          "B is given as (N, K), the weight of a linear layer; transpose a (K, N) B first.")
+        what = "A (sum M_g, K) and B (G, N, K) share K" if group_dim == 0 else \
+            "A (M, sum K_g) and B (N, sum K_g) share K"
+        raise invalid("b", what, f"K = {ka}", f"K = {kb}")
+    sa, ca, sha, sta, ga = _scale_operand(scale_a, ra, va.space, "scale_a")
+    sb, cb, shb, stb, gb = _scale_operand(scale_b, rb, va.space, "scale_b")
+    return (va, m, n, ka, (va.ptr, DTYPE_CODE[ta], ra, sa.ptr, ca, sha, sta, fmt, ga),
             (vb.ptr, DTYPE_CODE[tb], rb, sb.ptr, cb, shb, stb, fmt, gb))
 
 
-def gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias, dtype_a, dtype_b):
-    ra, rb, fmt, va, vb, ta, tb = _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
-    m, ka = _data_shape(va, ta, "a", "M")
-    n, kb = _data_shape(vb, tb, "b", "N")
-    if ka != kb:
-        raise invalid("b", "A (M, K) and B (N, K) share K (D = A B^T)", f"K = {ka}", f"K = {kb}",
-                      "B is given as (N, K), the weight of a linear layer; transpose a (K, N) B first.")
-    op_a, op_b = _operand_tuples(va, vb, ta, tb, ra, rb, fmt, scale_a, scale_b)
+def gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias, dtype_a, dtype_b) -> GemmCall:
+    va, m, n, k, op_a, op_b = operands(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
     bias_ptr, bias_keep = 0, None
     if bias is not None:
         bias_keep = _bias_bf16(bias, va, n)
         bias_ptr = view(bias_keep, "bias").ptr
-    return va, m, n, ka, op_a, op_b, bias_ptr, bias_keep
+    return GemmCall(va, m, n, k, op_a, op_b, bias_ptr, bias_keep)
 
 
 def _bias_bf16(bias, like: View, n: int):
@@ -388,8 +467,9 @@ def group_size_list(group_sizes) -> list:
 
 
 def grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, scale_format, dtype_a,
-                    dtype_b):
-    """(view of a, group dim code, sizes, m, n, k, operands, D shape) of a grouped call."""
+                    dtype_b) -> GroupedCall:
+    """A grouped call validated: the sizes (a list of host integers or a DeviceSizes), then both
+    operands (`operands`), and D's shape."""
     dim = choice(GROUP_DIMS, group_dim, "group_dim", 'grouped dimension ("m": row groups, MoE forward; "k": '
                   "weight gradient)")
     dev = _device_sizes(group_sizes)
@@ -397,32 +477,9 @@ def grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, rec
     g = len(sizes) if dev is None else dev.count
     if g == 0:
         raise invalid("group_sizes", "a grouped GEMM needs at least one group", "G >= 1 sizes", "none")
-    ra, rb, fmt, va, vb, ta, tb = _operand_views(a, b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
-    if dev is not None and va.space == 0:
-        raise invalid("group_sizes", "a call on host arrays takes its group sizes from the host",
-                      "a list, tuple or host array of the G sizes", "device-side sizes",
-                      "Pass the sizes on the host (e.g. sizes.tolist()).")
-    m, ka = _data_shape(va, ta, "a", "sum M_g" if dim == 0 else "M")
-    if dim == 0:
-        if len(vb.shape) != 3:
-            raise invalid("b", "m-grouped B holds one (N, K) operand per group", f"shape ({g}, N, K)",
-                          f"shape {vb.shape}")
-        if vb.shape[0] != g:
-            raise invalid("b", "m-grouped B holds one (N, K) operand per group", f"{g} experts (len(group_sizes))",
-                          f"{vb.shape[0]}")
-        if not vb.contiguous():
-            raise invalid("b", "operand data must be row-major with K contiguous", "a contiguous (G, N, K) array",
-                          f"strides {vb.strides}", "Call .contiguous() (torch) or numpy.ascontiguousarray.")
-        n, kb = vb.shape[1], vb.shape[2] * (2 if tb == "e2m1x2" else 1)
-        out_shape = (m, n)
-    else:
-        n, kb = _data_shape(vb, tb, "b", "N")
-        out_shape = (g, m, n)
-    if ka != kb:
-        what = "A (sum M_g, K) and B (G, N, K) share K" if dim == 0 else "A (M, sum K_g) and B (N, sum K_g) share K"
-        raise invalid("b", what, f"K = {ka}", f"K = {kb}")
-    op_a, op_b = _operand_tuples(va, vb, ta, tb, ra, rb, fmt, scale_a, scale_b)
-    return va, dim, sizes, m, n, ka, op_a, op_b, out_shape
+    va, m, n, k, op_a, op_b = operands(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, dtype_a, dtype_b,
+                                       group_dim=dim, groups=g, device_sizes=dev is not None)
+    return GroupedCall(va, dim, sizes, m, n, k, op_a, op_b, (m, n) if dim == 0 else (g, m, n))
 
 
 def sizes_args(sizes):
@@ -504,37 +561,6 @@ def _source(x, argument: str):
     return v
 
 
-_BLOCKS = {1: None, 2: (1, None), 3: (1, 128), 4: (128, 128), 5: (1, 32), 6: (32, 32), 7: (1, 16)}
-
-
-def scale_shape(recipe: int, rows, k, fmt: int) -> tuple:
-    """Shape of a scale array scalemm allocates: compact grids as the CLI writes them (tensorwise a
-    0-d scalar, rowwise (rows, 1), block recipes (grid rows, K-blocks)); cublaslt as one flat buffer.
-
-    Plain arithmetic (no call into the library), so that torch's fake implementations can run it on
-    symbolic sizes; tests check it against the library's ScaleLayout for every recipe."""
-    def cdiv(a, b):
-        return (a + b - 1) // b
-
-    if recipe == 1:
-        return () if fmt == 0 else (1,)
-    if recipe == 2:
-        return (rows, 1) if fmt == 0 else (rows,)
-    br, bk = _BLOCKS[recipe]
-    grid, kb = cdiv(rows, br), cdiv(k, bk)
-    if fmt == 0:
-        return (grid, kb)
-    if recipe == 3:
-        return (cdiv(rows, 4) * 4 * kb,)
-    if recipe == 4:
-        return (grid * cdiv(kb, 4) * 4,)
-    return (cdiv(rows, 128) * 128 * cdiv(kb, 4) * 4,)  # 128x4 tiles (mxfp8-32x32: replicated to rows)
-
-
-def scale_dtype_name(recipe: int) -> str:
-    return "f32" if recipe <= 4 else ("e8m0" if recipe <= 6 else "ue4m3")
-
-
 def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", _columnwise=False):
     """Quantizes a (rows, K) float32/bfloat16/float16 array along K: returns (data, scales).
 
@@ -553,7 +579,7 @@ def quantize_impl(x, recipe, dtype, scale_format, _columnwise):
     fmt = choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")
     v = _source(x, "x")
     rows, k = v.shape
-    nvfp4 = r == RECIPES["nvfp4"]
+    nvfp4 = LAYOUTS[r].packed_fp4  # and two_level: packed E2M1 data with a global decode scale
     if nvfp4:
         dt = "e2m1x2"
         if k % 2:
@@ -601,11 +627,10 @@ def dequantize(data, scales, recipe, *, dtype=None, scale_format="compact", out_
     t = _operand_dtype(v, r, dtype, "data", "dtype")
     rows, k = _data_shape(v, t, "data", "rows")
     glob = None
-    if r == RECIPES["nvfp4"] and not (isinstance(scales, tuple) and len(scales) == 2):
-        raise invalid("scales", "nvfp4 scales are the pair (block_scales, global_decode_scale)",
-                      "a tuple (scales, global)", f"one {type(scales).__name__}",
-                      "Pass the pair scalemm.quantize returns for nvfp4; (scales, 1.0) states a global of 1.")
-    if isinstance(scales, tuple) and r == RECIPES["nvfp4"] and len(scales) == 2:
+    two_level = LAYOUTS[r].two_level
+    if two_level and not (isinstance(scales, tuple) and len(scales) == 2):
+        raise pair_refused("scales", scales)
+    if two_level:
         scales, g = scales
         gv = None
         try:
@@ -625,9 +650,7 @@ def dequantize(data, scales, recipe, *, dtype=None, scale_format="compact", out_
     if sv.space != v.space:
         raise invalid("scales", "scales live with the data", "device" if v.space else "host memory",
                       "device" if sv.space else "host memory")
-    code = DTYPE_CODE.get(sv.dtype, -1)
-    if r == RECIPES["nvfp4"] and sv.dtype == "e4m3":
-        code = 7
+    code = scale_code(sv, r, "scales", check=False)  # the library names a wrong type with its layout rule
     shape, strides = (sv.shape, sv.strides) if sv.shape else ((1,), (1,))
     out = empty(v, (rows, k), od)
     from ._arrays import ptr_of

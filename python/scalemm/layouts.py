@@ -10,7 +10,7 @@ from collections import namedtuple
 
 from . import _scalemm as _C
 from ._arrays import DTYPE_CODE, empty, hand_back, ptr_of, stream_of, view
-from ._core import RECIPES, SCALE_FORMATS, choice, scale_dtype_name, recipe_code, scale_shape
+from ._core import SCALE_FORMATS, choice, layout, scale_code, scale_dtype_name, recipe_code, scale_shape
 from ._errors import invalid
 
 Diagnostic = namedtuple("Diagnostic", "argument rule message expected actual fix text")
@@ -19,9 +19,7 @@ Diagnostic.__doc__ = "One broken rule of a scale tensor; `text` is the library's
 
 def _scale_view(scales, recipe: int, argument: str):
     v = view(scales, argument)
-    code = DTYPE_CODE.get(v.dtype, -1)
-    if recipe == RECIPES["nvfp4"] and v.dtype == "e4m3":
-        code = DTYPE_CODE["ue4m3"]
+    code = scale_code(v, recipe, argument, check=False)
     shape, strides = (v.shape, v.strides) if v.shape else ((1,), (1,))
     return v, code, list(shape), list(strides)
 
@@ -36,7 +34,7 @@ def _convert(scales, recipe, rows, k, src_fmt, dst_fmt):
     r = recipe_code(recipe, "recipe")
     _dims(rows, k)
     v, code, shape, strides = _scale_view(scales, r, "scales")
-    out = empty(v, scale_shape(r, rows, k, dst_fmt), scale_dtype_name(r) if code != 8 else "u8")
+    out = empty(v, scale_shape(r, rows, k, dst_fmt), scale_dtype_name(r) if code != DTYPE_CODE["u8"] else "u8")
     _C.convert(r, rows, k, src_fmt, v.ptr, code, shape, strides, dst_fmt, ptr_of(out), v.space, stream_of(v))
     return hand_back(v, out)
 
@@ -74,7 +72,7 @@ def describe(recipe, rows, k, *, scale_format="compact") -> str:
     """One line: the layout's element type, padded shape and bytes."""
     r = recipe_code(recipe, "recipe")
     _dims(rows, k)
-    return _C.layout_info(r, rows, k, choice(SCALE_FORMATS, scale_format, "scale_format", "scale format"))[7]
+    return layout(r, rows, k, choice(SCALE_FORMATS, scale_format, "scale_format", "scale format")).description
 
 
 def shape(recipe, rows, k, *, scale_format="compact") -> tuple:

@@ -4,7 +4,9 @@
 // already read off the caller's arrays (NumPy, torch, CuPy, DLPack): that keeps one call to a few
 // integer conversions, so the host overhead of a GEMM is the library's own plus a Python frame.
 // Shape and dtype checks of the data live in Python; scale tensors are judged here by the library's
-// own contract (layouts::validate_scale), so the error names the rule. Library errors become the
+// own contract (layouts::validate_scale), so the error names the rule; what the package needs to know
+// of a scale layout (sizes, padding, element types) it reads from ScaleLayout and RecipeLayout here,
+// by name, and keeps no formulas of its own. Library errors become the
 // Python classes registered with set_error_classes (scalemm.Error subclasses).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -339,6 +341,57 @@ struct PreparedGrouped {
   }
 };
 
+// What a recipe's scale layout is at any size: the rule behind ScaleLayout's sizes, for callers that
+// size scale arrays without concrete extents (torch's fake implementations trace symbolic sizes).
+// Read off the contract at one size that equals no block, so these facts have no second copy; the
+// package's tests check the sizes they give against ScaleLayout at many extents.
+struct RecipeLayout {
+  int recipe = 0;
+  std::string name;
+  int scale_dtype = 0;
+  std::string scale_dtype_name;
+  int scale_bytes = 0;
+  int64_t block_rows = 0;        ///< data rows per scale; 0: all rows (one scale per tensor)
+  int64_t block_k = 0;           ///< K elements per scale; 0: all of K
+  int64_t lt_row_step = 0;       ///< data rows per stored row of the cuBLASLt buffer; 0: all rows
+  int64_t lt_row_multiple = 1;   ///< stored rows of the cuBLASLt buffer are padded to this multiple
+  int64_t lt_kblock_multiple = 1;  ///< and its K-blocks to this one
+  bool lt_tiled = false;         ///< the cuBLASLt buffer is 128x4-tiled
+  bool scalar = false;           ///< one scale for the whole operand (compact: a 0-d array)
+  bool two_level = false;        ///< block scales plus one global decode scale (passed by value)
+  bool packed_fp4 = false;       ///< the operand's data is E2M1, two values per byte
+};
+
+// A recipe code from Python, refused by name when it is none of the library's.
+Recipe recipe_of(int code) {
+  for (Recipe r : kAllRecipes)
+    if (int(r) == code) return r;
+  fail(StatusCode::kInvalidArgument, "recipe: unknown recipe code: expected the code of one of " +
+                                         all_recipe_names() + ", got " + std::to_string(code) +
+                                         ". Map names with scalemm._core.recipe_code.");
+}
+
+RecipeLayout recipe_layout(Recipe r) {
+  constexpr int64_t kOdd = 1000003;  // a prime: no block size divides it or equals it
+  const layouts::ScaleLayout c(r, kOdd, kOdd, ScaleFormat::kCompact), lt = c.with_format(ScaleFormat::kCublasLt);
+  RecipeLayout o;
+  o.recipe = int(r);
+  o.name = std::string(to_string(r));
+  o.scale_dtype = int(c.scale_dtype());
+  o.scale_dtype_name = std::string(to_string(c.scale_dtype()));
+  o.scale_bytes = c.scale_bytes();
+  o.block_rows = c.block_rows() == kOdd ? 0 : c.block_rows();
+  o.block_k = c.block_k() == kOdd ? 0 : c.block_k();
+  o.lt_row_step = lt.row_step() == kOdd ? 0 : lt.row_step();
+  o.lt_row_multiple = layouts::ScaleLayout(r, 1, kOdd, ScaleFormat::kCublasLt).padded_rows();
+  o.lt_kblock_multiple = layouts::ScaleLayout(r, kOdd, 1, ScaleFormat::kCublasLt).padded_kblocks();
+  o.lt_tiled = layouts::recipe_is_tiled(r);
+  o.scalar = o.block_rows == 0 && o.block_k == 0;
+  o.two_level = r == Recipe::kNvfp4;
+  o.packed_fp4 = r == Recipe::kNvfp4;
+  return o;
+}
+
 std::map<std::string, std::set<StreamKey>>& seen_problems() {
   static auto* m = new std::map<std::string, std::set<StreamKey>>();
   return *m;
@@ -395,7 +448,64 @@ NB_MODULE(_scalemm, m) {
     return v;
   });
 
-  // (grid_rows, kblocks, padded_rows, padded_kblocks, size, scale_bytes, scale_dtype, description)
+  // One operand's scale layout (layouts::ScaleLayout), its facts by name: the package reads sizes,
+  // element types and padding from here rather than keeping its own copy of the formulas.
+  nb::class_<layouts::ScaleLayout>(m, "ScaleLayout")
+      .def("__init__",
+           [](layouts::ScaleLayout* l, int recipe, int64_t rows, int64_t k, int format) {
+             if (format != int(ScaleFormat::kCompact) && format != int(ScaleFormat::kCublasLt))
+               fail(StatusCode::kInvalidArgument, "format: unknown scale format code: expected 0 (compact) or 1 "
+                                                  "(cublaslt), got " + std::to_string(format) + ".");
+             new (l) layouts::ScaleLayout(recipe_of(recipe), rows, k, ScaleFormat(format));
+           },
+           nb::arg("recipe"), nb::arg("rows"), nb::arg("k"), nb::arg("format"))
+      .def_prop_ro("recipe", [](const layouts::ScaleLayout& l) { return int(l.recipe); })
+      .def_prop_ro("recipe_name", [](const layouts::ScaleLayout& l) { return std::string(to_string(l.recipe)); })
+      .def_prop_ro("rows", [](const layouts::ScaleLayout& l) { return l.rows; })
+      .def_prop_ro("k", [](const layouts::ScaleLayout& l) { return l.k; })
+      .def_prop_ro("format", [](const layouts::ScaleLayout& l) { return int(l.format); })
+      .def_prop_ro("scale_dtype", [](const layouts::ScaleLayout& l) { return int(l.scale_dtype()); })
+      .def_prop_ro("scale_dtype_name", [](const layouts::ScaleLayout& l) { return std::string(to_string(l.scale_dtype())); })
+      .def_prop_ro("scale_bytes", &layouts::ScaleLayout::scale_bytes)
+      .def_prop_ro("block_rows", &layouts::ScaleLayout::block_rows)
+      .def_prop_ro("block_k", &layouts::ScaleLayout::block_k)
+      .def_prop_ro("grid_rows", &layouts::ScaleLayout::grid_rows)
+      .def_prop_ro("kblocks", &layouts::ScaleLayout::kblocks)
+      .def_prop_ro("padded_rows", &layouts::ScaleLayout::padded_rows)
+      .def_prop_ro("padded_kblocks", &layouts::ScaleLayout::padded_kblocks)
+      .def_prop_ro("row_step", &layouts::ScaleLayout::row_step)
+      .def_prop_ro("real_rows", &layouts::ScaleLayout::real_rows)
+      .def_prop_ro("has_padding", &layouts::ScaleLayout::has_padding)
+      .def_prop_ro("tiled", [](const layouts::ScaleLayout& l) {
+        return l.format == ScaleFormat::kCublasLt && layouts::recipe_is_tiled(l.recipe);
+      })
+      .def_prop_ro("size", &layouts::ScaleLayout::size)
+      .def_prop_ro("bytes", &layouts::ScaleLayout::bytes)
+      .def_prop_ro("description", &layouts::ScaleLayout::to_string)
+      .def_prop_ro("shape_stride", &layouts::ScaleLayout::shape_stride_string)
+      .def("offset", &layouts::ScaleLayout::offset, nb::arg("r"), nb::arg("kb"))
+      .def("__repr__", [](const layouts::ScaleLayout& l) { return "ScaleLayout(" + l.to_string() + ")"; });
+
+  nb::class_<RecipeLayout>(m, "RecipeLayout")
+      .def_ro("recipe", &RecipeLayout::recipe)
+      .def_ro("name", &RecipeLayout::name)
+      .def_ro("scale_dtype", &RecipeLayout::scale_dtype)
+      .def_ro("scale_dtype_name", &RecipeLayout::scale_dtype_name)
+      .def_ro("scale_bytes", &RecipeLayout::scale_bytes)
+      .def_ro("block_rows", &RecipeLayout::block_rows)
+      .def_ro("block_k", &RecipeLayout::block_k)
+      .def_ro("lt_row_step", &RecipeLayout::lt_row_step)
+      .def_ro("lt_row_multiple", &RecipeLayout::lt_row_multiple)
+      .def_ro("lt_kblock_multiple", &RecipeLayout::lt_kblock_multiple)
+      .def_ro("lt_tiled", &RecipeLayout::lt_tiled)
+      .def_ro("scalar", &RecipeLayout::scalar)
+      .def_ro("two_level", &RecipeLayout::two_level)
+      .def_ro("packed_fp4", &RecipeLayout::packed_fp4)
+      .def("__repr__", [](const RecipeLayout& l) { return "RecipeLayout(" + l.name + ")"; });
+  m.def("recipe_layout", [](int recipe) { return recipe_layout(recipe_of(recipe)); }, nb::arg("recipe"));
+
+  // (grid_rows, kblocks, padded_rows, padded_kblocks, size, scale_bytes, scale_dtype, description):
+  // the ScaleLayout's facts as a tuple, for callers written before the class.
   m.def("layout_info", [](int recipe, int64_t rows, int64_t k, int format) {
     const layouts::ScaleLayout l(Recipe(recipe), rows, k, ScaleFormat(format));
     return nb::make_tuple(l.grid_rows(), l.kblocks(), l.padded_rows(), l.padded_kblocks(), l.size(), l.scale_bytes(),

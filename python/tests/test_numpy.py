@@ -178,6 +178,28 @@ def test_scale_shapes_match_the_library_layouts():
                 assert _core.scale_shape(r, rows, k, 1) == (_scalemm.layout_info(r, rows, k, 1)[4],), (name, rows, k)
 
 
+def test_layout_objects_name_the_library_layout_facts():
+    """The package sizes scale arrays from the recipe rules (LAYOUTS, read from the library's
+    ScaleLayout) and reads concrete layouts by name: both agree with ScaleLayout at every extent."""
+    from scalemm import _core
+
+    for name, r in _core.RECIPES.items():
+        rule = _core.LAYOUTS[r]
+        assert rule.name == name and rule.recipe == r
+        for rows in (1, 2, 5, 31, 33, 100, 127, 129, 200, 513):
+            for k in (1, 15, 16, 17, 33, 127, 129, 500, 1024):
+                for fmt in (0, 1):
+                    lay = _core.layout(r, rows, k, fmt)
+                    assert (lay.recipe, lay.rows, lay.k, lay.format) == (r, rows, k, fmt)
+                    assert lay.scale_dtype_name == rule.scale_dtype_name == _core.scale_dtype_name(r)
+                    assert lay.bytes == lay.size * lay.scale_bytes
+                    assert int(np.prod(_core.scale_shape(r, rows, k, fmt))) == lay.size, (name, rows, k, fmt)
+                    if fmt == 0 and not rule.scalar:
+                        assert _core.scale_shape(r, rows, k, 0) == (lay.grid_rows, lay.kblocks), (name, rows, k)
+                    assert lay.tiled == (fmt == 1 and rule.lt_tiled)
+                    assert lay.description in repr(lay)
+
+
 def test_torch_style_scale_forms_are_accepted():
     """The scale forms torch._scaled_mm takes give the same result as the compact ones."""
     rng = np.random.default_rng(seed("torch forms"))

@@ -18,7 +18,6 @@ from .. import _scalemm as C
 from .._arrays import DTYPE_CODE, View, _NUMPY_NAMES, _np_dtype
 from .._errors import invalid
 
-NVFP4 = _core.RECIPES["nvfp4"]
 
 
 def _register():
@@ -57,7 +56,7 @@ def _scale(s, recipe: int, argument: str):
     """(scale array, its dtype code, shape, global decode scale array) of one operand."""
     glob = None
     if isinstance(s, tuple):
-        if recipe != NVFP4 or len(s) != 2:
+        if not _core.LAYOUTS[recipe].two_level or len(s) != 2:
             raise invalid(argument, "a (scales, global_scale) pair is only for nvfp4", "one scale array",
                           f"a tuple of {len(s)}")
         s, glob = s
@@ -67,14 +66,7 @@ def _scale(s, recipe: int, argument: str):
                           str(int(np.prod(gv.shape))))
         glob = jnp.asarray(glob, jnp.float32).reshape(())
     v = view(s, argument)
-    want = _core.scale_dtype_name(recipe)
-    code = DTYPE_CODE.get(v.dtype, -1)
-    if want == "ue4m3" and v.dtype == "e4m3":  # ml_dtypes carries UE4M3 as float8_e4m3fn
-        code = 7
-    if code not in _core._SCALE_DTYPES[want]:
-        raise invalid(argument, "scale element type of this recipe", {
-            "f32": "float32", "e8m0": "float8_e8m0fnu or uint8 (E8M0 bits)",
-            "ue4m3": "float8_e4m3fn or uint8 (UE4M3 bits)"}[want], v.dtype)
+    code = _core.scale_code(v, recipe, argument)
     return s, code, list(v.shape), jnp.ones((), jnp.float32) if glob is None else glob
 
 
@@ -152,7 +144,7 @@ def quantize_parts(x, recipe, dtype="e4m3", scale_format="compact", rowwise=True
     fmt = _core.choice(_core.SCALE_FORMATS, scale_format, "scale_format", "scale format")
     v = _source(x)
     rows, k = v.shape
-    if r == NVFP4:
+    if _core.LAYOUTS[r].packed_fp4:
         dt = "e2m1x2"
         if k % 2:
             raise invalid("x", "nvfp4 packs two values per byte", "an even K", str(k))
@@ -180,7 +172,7 @@ class QuantizeCall(NamedTuple):
         r, dt, fmt = self.recipe, self.data_dtype, self.format
         rows, k = x.shape
         src = DTYPE_CODE[view(x, "x").dtype]
-        sdt, half, none = _core.scale_dtype_name(r), 2 if r == NVFP4 else 1, (0,)
+        sdt, half, none = _core.scale_dtype_name(r), 2 if _core.LAYOUTS[r].packed_fp4 else 1, (0,)
         ws = C.quantize_workspace_bytes(src, rows, k, r, DTYPE_CODE[dt], fmt, self.rowwise, self.columnwise)
         results = [_struct((rows, k // half) if self.rowwise else none, dt),
                    _struct(_core.scale_shape(r, rows, k, fmt) if self.rowwise else none, sdt),
@@ -198,7 +190,7 @@ def quantize(x, recipe, *, dtype="e4m3", scale_format="compact", columnwise=Fals
     (block_scales, global_decode_scale), the global a 0-d float32 array."""
     columnwise = _core.flag(columnwise, "columnwise")
     data, scales, data_t, scales_t, glob = quantize_parts(x, recipe, dtype, scale_format, True, columnwise)
-    if _core.recipe_code(recipe, "recipe") == NVFP4:
+    if _core.LAYOUTS[_core.recipe_code(recipe, "recipe")].two_level:
         scales, scales_t = (scales, glob), (scales_t, glob)
     return (data, scales, data_t, scales_t) if columnwise else (data, scales)
 
@@ -245,7 +237,7 @@ def scaled_grouped_mm(a, b, scale_a, scale_b, group_sizes, *, group_dim="m", rec
     ra, rb = _core.recipe_code(recipe_a, "recipe_a"), _core.recipe_code(recipe_b, "recipe_b")
     od = _core.choice(_core.OUT_DTYPES, out_dtype, "out_dtype", "output dtype")
     for r, arg in ((ra, "recipe_a"), (rb, "recipe_b")):
-        if r == NVFP4:
+        if _core.LAYOUTS[r].two_level:
             raise invalid(arg, "grouped calls from JAX take the FP8 and MX recipes", "an FP8 or MX recipe", "nvfp4",
                           "Run nvfp4 groups as scaled_mm calls (its global decode scales are per group).")
     sizes, groups, int64 = _sizes(group_sizes)

@@ -19,14 +19,16 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .. import _core
 
-_PER_ROW = {_core.RECIPES[r] for r in ("rowwise", "block1x128", "mxfp8", "nvfp4")}
+def _per_row(recipe: int) -> bool:
+    """One scale row per data row (rowwise, block1x128, mxfp8, nvfp4): the compact grid splits with the rows."""
+    return _core.LAYOUTS[recipe].block_rows == 1
 
 
 def scale_kind(recipe: int, fmt: int) -> str:
     """How an operand's scales follow its rows: "grid" (split with them), "scalar" (replicated), "none"."""
-    if recipe == _core.RECIPES["tensorwise"]:
+    if _core.LAYOUTS[recipe].scalar:
         return "scalar"
-    return "grid" if recipe in _PER_ROW and fmt == 0 else "none"
+    return "grid" if _per_row(recipe) and fmt == 0 else "none"
 
 
 def _rule(call, kind_a, kind_b, mesh, operand_types, result_types):
@@ -103,8 +105,8 @@ def _quantize_rule(call, mesh, operand_types, result_types):
 
 def _splits_rows(call) -> bool:
     """A rowwise-only quantization whose every row's bytes and scales depend on that row alone."""
-    return (call.rowwise and not call.columnwise and call.format == 0 and call.recipe in _PER_ROW
-            and call.recipe != _core.RECIPES["nvfp4"])  # nvfp4's global scale is the whole tensor's
+    return (call.rowwise and not call.columnwise and call.format == 0 and _per_row(call.recipe)
+            and not _core.LAYOUTS[call.recipe].two_level)  # nvfp4's global scale is the whole tensor's
 
 
 def _quantize_partition(call, mesh, arg_shapes, result_shape):

@@ -53,9 +53,7 @@ def _split_global(s, recipe, argument):
             g = float(g)
         return s[0], float(g)
     if recipe == "nvfp4":  # the eager path refuses a bare nvfp4 scale in _core; so does the op path
-        raise _core.invalid(argument, "nvfp4 scales are the pair (block_scales, global_decode_scale)",
-                            "a tuple (scales, global)", f"one {type(s).__name__}",
-                            "Pass the pair the nvfp4 quantizer returns.")
+        raise _core.pair_refused(argument, s)
     return s, 1.0
 
 
@@ -103,14 +101,14 @@ def _prepare(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format
              fast_accum=False):
     od = _out_name(out_dtype)
     h = _core.handle(backend)
-    va, m, n, k, op_a, op_b, bias_ptr, keep = _core.gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b,
-                                                                 scale_format, bias, dtype_a, dtype_b)
-    if bias is not None and keep is not bias:
+    c = _core.gemm_inputs(a, b, scale_a, scale_b, recipe_a, recipe_b, scale_format, bias, dtype_a, dtype_b)
+    if bias is not None and c.bias_keep is not bias:
         return None
     # The run makes the operands' device current, so their device's default stream is the one used.
-    prepared = h.prepare(m, n, k, op_a, op_b, DTYPE_CODE[od], bias is not None, 1.0, va.space,
-                         va.device if va.space == 1 else -1, fast_accum)
-    return prepared.run, (m, n), _OUT[od], a.device, (va.device if va.space == 1 else -1)
+    device = c.view.device if c.view.space == 1 else -1
+    prepared = h.prepare(c.m, c.n, c.k, c.a, c.b, DTYPE_CODE[od], bias is not None, 1.0, c.view.space, device,
+                         fast_accum)
+    return prepared.run, (c.m, c.n), _OUT[od], a.device, device
 
 
 def _via_op(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a, dtype_b,
@@ -211,13 +209,13 @@ def _fast_grouped(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, reci
     if p is None:
         od = _out_name(out_dtype)
         h = _core.handle(backend)
-        va, dim, sizes, m, n, k, op_a, op_b, out_shape = _core.grouped_inputs(
-            a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, scale_format, dtype_a, dtype_b)
+        c = _core.grouped_inputs(a, b, scale_a, scale_b, group_sizes, group_dim, recipe_a, recipe_b, scale_format,
+                                 dtype_a, dtype_b)
         gb = _core.choice(_core.GROUPED_BACKENDS, grouped_backend, "grouped_backend", "grouped backend")
         with _core.naming_backend(backend):
-            prepared = h.prepare_grouped(dim, *_core.sizes_args(sizes), m, n, k, op_a, op_b, DTYPE_CODE[od], 1.0,
-                                         va.space, gb, va.device, fast_accum)
-        p = (prepared.run, out_shape, _OUT[od], a.device, va.device)
+            prepared = h.prepare_grouped(c.dim, *_core.sizes_args(c.sizes), c.m, c.n, c.k, c.a, c.b, DTYPE_CODE[od],
+                                         1.0, c.view.space, gb, c.view.device, fast_accum)
+        p = (prepared.run, c.out_shape, _OUT[od], a.device, c.view.device)
         _prepared_grouped.put(key, p)
     run, shape, dtype, device, index = p
     d = torch.empty(shape, dtype=dtype, device=device)
