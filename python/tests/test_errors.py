@@ -261,6 +261,46 @@ def test_an_output_that_does_not_fit_raises_out_of_memory_and_the_next_call_runs
     assert torch.equal(got, want)
 
 
+@pytest.mark.skipif(not _gpu()[0], reason=_gpu()[1])
+@pytest.mark.parametrize("recipe", ["blockwise", "tensorwise"])
+def test_a_torch_layer_out_of_memory_leaves_its_parameters_and_the_next_step_exact(recipe):
+    """scalemm.torch's layers allocate their buffers (quantized operands, outputs, gradients) through torch's
+    caching allocator: under a memory limit with no room, a step raises torch's OutOfMemoryError (which names
+    the size it tried), the parameters and their gradients are left as they were, and the same layer's next
+    step, with the limit lifted, gives the bytes of a step that never failed."""
+    import torch
+
+    import scalemm.torch as st
+
+    torch.manual_seed(11)
+    lin = torch.nn.Linear(2048, 4096, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = st.Float8Linear.from_linear(lin, recipe=recipe)
+    x = torch.randn(4096, 2048, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def step():
+        x.grad = layer.weight.grad = None
+        layer(x).float().square().mean().backward()
+        return layer.weight.grad.clone(), x.grad.clone()
+
+    want = step()
+    w0 = layer.weight.detach().clone()
+    x.grad = layer.weight.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    held = torch.cuda.memory_reserved()
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (held + (1 << 20)) / total))
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
+            layer(x).float().square().mean().backward()
+        torch.cuda.synchronize()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert torch.equal(layer.weight.detach(), w0) and layer.weight.grad is None
+    got = step()
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
 def test_torch_nvfp4_scales_without_their_global_are_refused_eager_and_traced():
     torch = pytest.importorskip("torch")
     from torch.fx.experimental.proxy_tensor import make_fx
