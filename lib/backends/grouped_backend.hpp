@@ -29,12 +29,16 @@ struct StagingScratch {
   uint64_t generation = 0;
 };
 
-/// Streams forked from a caller stream, each with its own workspace; they are joined back to the
+/// Streams forked from a caller stream, each with its own workspace. They exist (and their resources
+/// can be allocated) from the start, but wait for the caller only from begin() on, so that a call can
+/// allocate everything it needs before it enqueues anything; once begun, they are joined back to the
 /// caller when this is destroyed, on every path (a capture left with unjoined streams cannot end).
 /// `streams` is empty where there is nothing to fork: the caller then runs on its own stream.
 class ForkedStreams {
  public:
   virtual ~ForkedStreams() = default;
+  /// Each stream waits for the work enqueued on the caller so far (an event: captured like a launch).
+  virtual void begin() = 0;
   std::vector<Stream> streams;
 };
 
@@ -47,9 +51,13 @@ class GroupedServices {
   virtual void dense_gemm(const GemmArgs& args, Stream stream) = 0;
   /// The staging memory of `stream`, grown to `bytes` (growing synchronises the stream first).
   virtual StagingScratch staging(Stream stream, size_t bytes) = 0;
-  /// Up to `count` non-blocking streams of the caller's device, each waiting for the work enqueued on
-  /// `caller` so far (events, so a graph capture holds the fork and the join).
+  /// Up to `count` non-blocking streams of the caller's device, which wait for the work enqueued on
+  /// `caller` once begun (ForkedStreams::begin; events, so a graph capture holds the fork and the join).
   virtual std::unique_ptr<ForkedStreams> fork(Stream caller, int count) = 0;
+  /// Allocates what a dense call of `workspace_bytes` on `stream` uses (the stream's cuBLASLt
+  /// workspace, the plans' scratch grown to `workspace_bytes`, verification's buffers), so that a
+  /// grouped call fails out of memory before its first launch rather than after some groups ran.
+  virtual void reserve_dense(Stream stream, size_t workspace_bytes) = 0;
 
  protected:
   ~GroupedServices() = default;

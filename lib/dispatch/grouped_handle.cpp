@@ -235,6 +235,9 @@ class Services final : public backends::GroupedServices {
   std::unique_ptr<backends::ForkedStreams> fork(Stream caller, int count) override {
     return dispatch::fork_streams(impl_, caller, count);
   }
+  void reserve_dense(Stream stream, size_t workspace_bytes) override {
+    dispatch::reserve_dense(impl_, stream, workspace_bytes);
+  }
 
  private:
   Handle& h_;

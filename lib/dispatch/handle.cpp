@@ -410,17 +410,27 @@ namespace {
 class Fork final : public backends::ForkedStreams {
  public:
   ~Fork() override {
-    // The join runs on every path, a group that threw included: a caller stream that did not wait for
-    // its forks would race them, and a capture left with unjoined streams cannot end.
-    for (size_t i = 0; i < streams.size(); ++i) {
+    // The join runs on every path once begun, a group that threw included: a caller stream that did
+    // not wait for its forks would race them, and a capture left with unjoined streams cannot end.
+    for (size_t i = 0; begun && i < streams.size(); ++i) {
       const cudaEvent_t e = joins[i];
-      if (cudaEventRecord(e, streams[i]) != cudaSuccess || cudaStreamWaitEvent(caller, e, 0) != cudaSuccess)
+      if (cudaEventRecord(e, static_cast<cudaStream_t>(streams[i])) != cudaSuccess ||
+          cudaStreamWaitEvent(caller, e, 0) != cudaSuccess)
         std::fprintf(stderr, "scalemm: grouped_gemm could not join stream %zu back to its caller\n", i);
     }
   }
+  void begin() override {
+    if (streams.empty() || begun) return;
+    cuda_check(cudaEventRecord(fork_event, caller), "grouped_gemm: fork");
+    begun = true;  // before the first wait: the destructor joins what was forked
+    for (Stream s : streams)
+      cuda_check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), fork_event, 0), "grouped_gemm: fork");
+  }
   std::unique_lock<std::mutex> lock;
   cudaStream_t caller = nullptr;
+  cudaEvent_t fork_event = nullptr;
   std::vector<cudaEvent_t> joins;  // one per stream
+  bool begun = false;
 };
 
 }  // namespace
@@ -440,14 +450,21 @@ std::unique_ptr<backends::ForkedStreams> dispatch::fork_streams(Handle::Impl& im
     cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "grouped_gemm: a join event");
     arena.join_events.push_back(e);
   }
-  cuda_check(cudaEventRecord(arena.fork_event, caller), "grouped_gemm: fork");
-  f->caller = static_cast<cudaStream_t>(caller);  // before the first stream joins f->streams: the destructor joins what was forked
+  f->caller = static_cast<cudaStream_t>(caller);
+  f->fork_event = arena.fork_event;
   for (int i = 0; i < count; ++i) {
-    cuda_check(cudaStreamWaitEvent(arena.forks[size_t(i)], arena.fork_event, 0), "grouped_gemm: fork");
     f->streams.push_back(arena.forks[size_t(i)]);
     f->joins.push_back(arena.join_events[size_t(i)]);
   }
   return f;
+}
+
+void dispatch::reserve_dense(Handle::Impl& impl, Stream stream, size_t workspace_bytes) {
+  if (impl.sim) return;
+  StreamArena& arena = impl.arena(stream, impl.device_of(stream));
+  std::lock_guard<std::mutex> lock(arena.mu);
+  arena.reserve(workspace_bytes, stream);
+  if (impl.verify_mode == verify::Mode::kSample && !arena.sampler) arena.sampler = std::make_unique<verify::AsyncSampler>();
 }
 
 bool dispatch::replay_graph(Handle::Impl& impl, const std::string& key, Stream stream) {
