@@ -1,7 +1,7 @@
-// A grouped backend is one object in one file, as a dense one is (backend.hpp): blocker() says whether
-// it can run a call (and if not, why), run() runs it with what the handle lends it, explain() says how.
-// The handle's grouped entry points (dispatch/grouped_handle.cpp) walk kGroupedTable in order and take
-// the first backend with no blocker.
+// A grouped backend is one object in one file, as a dense one is (backend.hpp): plan() answers with the
+// dense backends' Verdict whether it can run a call (and if not, why), run() runs it with what the
+// handle lends it, explain() says how. The grouped planner (dispatch/grouped_planner.cpp) walks
+// kGroupedTable in order and takes the first backend that takes the call.
 //
 // A grouped backend never reaches into the handle: the dense path, staging memory and forked streams
 // it needs come through GroupedServices, which the handle implements.
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.hpp"
 #include "scalemm/gemm.hpp"
 #include "scalemm/grouped.hpp"
 
@@ -47,8 +48,10 @@ class GroupedServices {
  public:
   /// The plan a dense call on `stream` gets (the handle's cache: planned once per distinct problem).
   virtual const Plan& dense_plan(const GemmArgs& args, Stream stream) = 0;
-  /// One dense call, as Handle::gemm runs it (validation, verification and all).
-  virtual void dense_gemm(const GemmArgs& args, Stream stream) = 0;
+  /// Runs one dense call of `plan` (dense_plan() of `args`'s problem) as Handle::gemm runs a planned
+  /// call: the stream's workspace and cuBLASLt context, then verification. `args` is not validated
+  /// again: the grouped call's validation has checked every group (grouped_handle.cpp).
+  virtual void run_dense(const GemmArgs& args, const Plan& plan, Stream stream) = 0;
   /// The staging memory of `stream`, grown to `bytes` (growing synchronises the stream first).
   virtual StagingScratch staging(Stream stream, size_t bytes) = 0;
   /// Up to `count` non-blocking streams of the caller's device, which wait for the work enqueued on
@@ -75,11 +78,12 @@ class GroupedBackendImpl {
  public:
   virtual ~GroupedBackendImpl() = default;
   virtual GroupedBackend id() const = 0;
-  /// Host only, before validation reads any buffer: "" when this backend runs `args` on `t`, else why
-  /// not (printable, one line). `options.force` is the handle's forced dense backend; a call that
-  /// leaves the choice to the library (GroupedBackend::kAuto) may be passed over where a measurement
-  /// says another backend is faster.
-  virtual std::string blocker(const GroupedGemmArgs& args, const DeviceTarget& t, const PlanOptions& options) const = 0;
+  /// Host only, before validation reads any buffer: taken when this backend runs `args` on `t`, else
+  /// passed over with why (printable, one line). `options.force` is the handle's forced dense backend;
+  /// a call that leaves the choice to the library (GroupedBackend::kAuto) may be passed over where a
+  /// measurement says another backend is faster. Reads the call's shape, recipes, formats and host
+  /// sizes, never its buffers.
+  virtual Verdict plan(const GroupedGemmArgs& args, const DeviceTarget& t, const PlanOptions& options) const = 0;
   /// True when the backend runs the whole call in one launch: the handle then verifies its groups
   /// against the reference itself (no dense call did) and graph_replay has nothing to add. False when
   /// it runs the groups as dense calls, which need the sizes on the host.

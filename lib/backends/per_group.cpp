@@ -282,17 +282,16 @@ void run_groups(const GroupedGemmArgs& a, Stream stream, GroupedServices& svc) {
       batch.add(lb, a.b.scale, first_kblock(lb, first[size_t(g)]), layouts::ScaleLayout(a.b.recipe, a.n, c.k, to), &c.b);
     }
   }
-  // The workspace each group's dense call will take: the plan of the call as it runs, its scales in
-  // the layout the batch gives them (a plan depends on the formats, not on the addresses).
-  std::vector<size_t> work(size_t(a.groups), 0);
-  std::map<std::pair<int64_t, std::pair<ScaleFormat, ScaleFormat>>, size_t> work_of;
+  // The dense plan each group runs: that of the call as it runs, its scales in the layout the batch
+  // gives them (a plan depends on the formats, not on the addresses), looked up once per shape.
+  std::vector<const Plan*> plan_of(size_t(a.groups), nullptr);
+  std::map<std::pair<int64_t, std::pair<ScaleFormat, ScaleFormat>>, const Plan*> by_shape;
   for (int64_t g : order) {
-    if (host) break;
     const GemmArgs& c = calls[size_t(g)];
     const auto key = std::make_pair(a.group_sizes[g], std::make_pair(c.a.scale_format, c.b.scale_format));
-    auto it = work_of.find(key);
-    if (it == work_of.end()) it = work_of.emplace(key, svc.dense_plan(c, stream).workspace_bytes).first;
-    work[size_t(g)] = it->second;
+    const Plan*& p = by_shape[key];
+    if (!p) p = &svc.dense_plan(c, stream);
+    plan_of[size_t(g)] = p;
   }
   // k-grouped groups gather their K columns into their stream's staging buffer: a stream runs its
   // groups one after another, so one buffer per stream serves them all. Without forked streams that
@@ -345,7 +344,7 @@ void run_groups(const GroupedGemmArgs& a, Stream stream, GroupedServices& svc) {
     std::vector<size_t> lane_work(streams.size(), 0);
     for (int64_t g : order) {
       size_t& w = lane_work[size_t(lane_of[size_t(g)])];
-      w = std::max(w, work[size_t(g)]);
+      w = std::max(w, plan_of[size_t(g)]->workspace_bytes);
     }
     for (size_t i = 0; i < streams.size(); ++i) svc.reserve_dense(streams[i], lane_work[i]);
   }
@@ -365,15 +364,15 @@ void run_groups(const GroupedGemmArgs& a, Stream stream, GroupedServices& svc) {
     const size_t lane = size_t(lane_of[size_t(g)]);
     if (mg) {
       if (need > 0) stage_m_data(calls[size_t(g)], base[lane], streams[lane]);
-      svc.dense_gemm(calls[size_t(g)], streams[lane]);
+      svc.run_dense(calls[size_t(g)], *plan_of[size_t(g)], streams[lane]);
       continue;
     }
     if (host) {
-      svc.dense_gemm(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), streams[lane]);
+      svc.run_dense(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), *plan_of[size_t(g)], streams[lane]);
       continue;
     }
     stage_k_data(a, first[size_t(g)], base[lane], streams[lane], calls[size_t(g)]);
-    svc.dense_gemm(calls[size_t(g)], streams[lane]);
+    svc.run_dense(calls[size_t(g)], *plan_of[size_t(g)], streams[lane]);
   }
 }
 
@@ -438,7 +437,9 @@ class PerGroup final : public GroupedBackendImpl {
  public:
   GroupedBackend id() const override { return GroupedBackend::kPerGroup; }
   // Every call that validates: each group is a dense call, which takes every recipe pair.
-  std::string blocker(const GroupedGemmArgs&, const DeviceTarget&, const PlanOptions&) const override { return {}; }
+  Verdict plan(const GroupedGemmArgs&, const DeviceTarget&, const PlanOptions&) const override {
+    return {true, "one dense call per non-empty group"};
+  }
   bool one_launch() const override { return false; }
   void run(const GroupedGemmArgs& a, const GroupedRunContext& ctx) const override {
     run_groups(a, ctx.stream, *ctx.services);

@@ -20,6 +20,7 @@
 #include "backends/per_group.hpp"
 #include "base/capabilities.hpp"
 #include "dispatch/devices.hpp"
+#include "dispatch/grouped_planner.hpp"
 #include "dispatch/handle_scratch.hpp"
 #include "dispatch/verify.hpp"
 #include "scalemm/detail/cuda_check.hpp"
@@ -182,53 +183,16 @@ Diagnostics validate_sizes(const GroupedGemmArgs& a) { return validate_grouped(a
 
 namespace {
 
-// The grouped backends in the order the handle tries them (grouped_backend.hpp): the first with no
-// blocker runs the call. The per-group backend takes every call that validates.
-const backends::GroupedBackendImpl* const kGroupedTable[] = {
-    &backends::contiguous_grouped_backend(),
-    &backends::cutlass_grouped_backend(),
-    &backends::per_group_backend(),
-};
-
-const char* display_name(GroupedBackend b) {
-  return b == GroupedBackend::kCutlass      ? "CUTLASS grouped kernel"
-         : b == GroupedBackend::kContiguous ? "contiguous grouped kernel"
-                                            : "per-group backend";
-}
-
-// The backend that runs `a` on `t`, and why those before it passed it over ("<name> passed over: why").
-// Null when the call asks for a backend that cannot run it; `passed_over` then says why.
-struct GroupedChoice {
-  const backends::GroupedBackendImpl* backend = nullptr;
-  std::string passed_over;
-};
-GroupedChoice choose(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) {
-  GroupedChoice c;
-  for (const backends::GroupedBackendImpl* b : kGroupedTable) {
-    std::string why = a.backend != GroupedBackend::kAuto && a.backend != b->id()
-                          ? "the call asks for the " + std::string(display_name(a.backend))
-                          : b->blocker(a, t, options);
-    if (why.empty()) {
-      c.backend = b;
-      return c;
-    }
-    if (a.backend == b->id()) {
-      c.passed_over = why;
-      return c;
-    }
-    c.passed_over += (c.passed_over.empty() ? "" : "; ") + std::string(display_name(b->id())) + " passed over: " + why;
-  }
-  return c;
-}
-
 // What the handle lends a grouped backend (grouped_backend.hpp).
 class Services final : public backends::GroupedServices {
  public:
-  Services(Handle& h, Handle::Impl& impl) : h_(h), impl_(impl) {}
+  explicit Services(Handle::Impl& impl) : impl_(impl) {}
   const Plan& dense_plan(const GemmArgs& args, Stream stream) override {
     return dispatch::cached_plan(impl_, args, stream);
   }
-  void dense_gemm(const GemmArgs& args, Stream stream) override { h_.gemm(args, stream); }
+  void run_dense(const GemmArgs& args, const Plan& plan, Stream stream) override {
+    dispatch::run_planned(impl_, args, plan, stream);
+  }
   backends::StagingScratch staging(Stream stream, size_t bytes) override {
     return dispatch::staging_scratch(impl_, stream, bytes);
   }
@@ -240,7 +204,6 @@ class Services final : public backends::GroupedServices {
   }
 
  private:
-  Handle& h_;
   Handle::Impl& impl_;
 };
 
@@ -337,13 +300,12 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   // checks fit what runs.
   const int device = host ? -1 : dispatch::call_device(*impl_, stream);
   const DeviceTarget& target = host ? this->target() : dispatch::device_target(*impl_, device);
-  const GroupedChoice choice = choose(a, target, dispatch::handle_options(*impl_).plan);
-  const bool one_launch = choice.backend && choice.backend->one_launch();
+  const std::shared_ptr<const dispatch::GroupedPlan> plan =
+      dispatch::grouped_plans(*impl_).get(a, target, dispatch::handle_options(*impl_).plan);
+  const dispatch::GroupedPlan& choice = *plan;
+  const bool one_launch = choice.one_launch();
   throw_if_any(validate_grouped(a, one_launch ? Depth::kWhole : Depth::kPerGroup), StatusCode::kInvalidArgument);
-  if (!choice.backend)
-    throw Error(StatusCode::kUnsupported, "backend: the " + std::string(display_name(a.backend)) +
-                                              " cannot run this call: " + choice.passed_over +
-                                              ". Fix: pass GroupedBackend::kAuto or kPerGroup.");
+  dispatch::throw_if_unplanned(choice, a);
   // The whole tensors' memory space and device, before any group runs (the groups are views into
   // them, and k-grouped groups read staged copies that the dense check never sees).
   if (!host) {
@@ -354,7 +316,7 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
   }
   // Staging, its copies and every launch go to the stream's device.
   const dispatch::DeviceScope scope(host ? -1 : dispatch::scope_device(*impl_, stream, device));
-  Services services(*this, *impl_);
+  Services services(*impl_);
   const backends::GroupedRunContext ctx{stream, &target, &services};
   if (one_launch) {
     choice.backend->run(a, ctx);
@@ -403,11 +365,10 @@ void Handle::grouped_gemm(const GroupedGemmArgs& a, Stream stream) {
 
 std::string Handle::explain(const GroupedGemmArgs& a) {
   throw_if_any(validate(a), StatusCode::kInvalidArgument);
-  const GroupedChoice choice = choose(a, target(), dispatch::handle_options(*impl_).plan);
-  if (!choice.backend)
-    throw Error(StatusCode::kUnsupported, "backend: the " + std::string(display_name(a.backend)) +
-                                              " cannot run this call: " + choice.passed_over +
-                                              ". Fix: pass GroupedBackend::kAuto or kPerGroup.");
+  const std::shared_ptr<const dispatch::GroupedPlan> plan =
+      dispatch::grouped_plans(*impl_).get(a, target(), dispatch::handle_options(*impl_).plan);
+  const dispatch::GroupedPlan& choice = *plan;
+  dispatch::throw_if_unplanned(choice, a);
   std::ostringstream os;
   os << "grouped (" << to_string(a.group_dim) << "), G=" << a.groups << ", "
      << choice.backend->explain(*this, a, choice.passed_over);

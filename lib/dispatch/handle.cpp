@@ -159,6 +159,7 @@ struct Handle::Impl {
 
   std::mutex mu;  // guards the maps below
   std::unordered_map<dispatch::PlanKey, Plan, dispatch::PlanKeyHash> plans;  // node-based: references stay valid
+  dispatch::GroupedPlanCache grouped_plans;  // its own lock
   // Per stream and device: the legacy default stream (nullptr) of device 0 and of device 1 are two
   // streams with one handle value.
   std::map<std::pair<Stream, int>, std::unique_ptr<StreamArena>> arenas;
@@ -235,6 +236,8 @@ struct Handle::Impl {
   }
 
   Diagnostics check_pointers(const GemmArgs& args, Stream stream, int device);
+  // A validated, planned call on `stream` of `device` (Handle::gemm, and each group of a grouped call).
+  void run(const GemmArgs& args, const Plan& plan, Stream stream, int device);
 
   const Plan& cached_plan(const GemmProblem& p, int device) {
     std::lock_guard<std::mutex> lock(mu);
@@ -369,6 +372,7 @@ void dispatch::simulate_devices(Handle& handle, SimulatedDevices sim) {
   std::lock_guard<std::mutex> lock(impl.mu);
   std::lock_guard<std::mutex> slock(impl.stream_mu);
   impl.plans.clear();
+  impl.grouped_plans.clear();
   impl.device_pointers.clear();
   impl.stream_devices.clear();
   impl.sim = std::make_unique<SimulatedDevices>(std::move(sim));
@@ -508,6 +512,8 @@ const Plan& dispatch::cached_plan(Handle::Impl& impl, const GemmArgs& args, Stre
   return impl.cached_plan(GemmProblem::from(args), impl.device_of(stream));
 }
 
+dispatch::GroupedPlanCache& dispatch::grouped_plans(Handle::Impl& impl) { return impl.grouped_plans; }
+
 const HandleOptions& dispatch::handle_options(const Handle::Impl& impl) { return impl.options; }
 verify::Mode dispatch::handle_verify_mode(const Handle::Impl& impl) { return impl.verify_mode; }
 
@@ -521,7 +527,15 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
   throw_if_any(validate(args), StatusCode::kInvalidArgument);
   const int device = impl_->device_of(stream);
   throw_if_any(impl_->check_pointers(args, stream, device), StatusCode::kInvalidArgument);
-  const Plan& plan = impl_->cached_plan(GemmProblem::from(args), device);
+  impl_->run(args, impl_->cached_plan(GemmProblem::from(args), device), stream, device);
+}
+
+void dispatch::run_planned(Handle::Impl& impl, const GemmArgs& args, const Plan& plan, Stream stream) {
+  impl.run(args, plan, stream, args.space == MemorySpace::kHost ? -1 : impl.device_of(stream));
+}
+
+void Handle::Impl::run(const GemmArgs& args, const Plan& plan, Stream stream, int device) {
+  Impl* const impl_ = this;
   if (args.space == MemorySpace::kHost) {  // the host reference, synchronously: no stream resources
     dispatch::execute(args, plan, backends::RunContext{});
     return;

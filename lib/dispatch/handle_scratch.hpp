@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/grouped_backend.hpp"
+#include "dispatch/grouped_planner.hpp"
 #include "dispatch/verify.hpp"
 #include "scalemm/gemm.hpp"
 
@@ -43,6 +44,12 @@ void reserve_dense(Handle::Impl& impl, Stream stream, size_t workspace_bytes);
 bool replay_graph(Handle::Impl& impl, const std::string& key, Stream stream);
 void keep_graph(Handle::Impl& impl, const std::string& key, void* exec, uint64_t epoch);
 uint64_t arena_epoch_now();
+
+/// Runs `plan` for `args` on `stream` as Handle::gemm does once it has validated and planned the call.
+void run_planned(Handle::Impl& impl, const GemmArgs& args, const Plan& plan, Stream stream);
+
+/// The handle's grouped plans (dispatch/grouped_planner.hpp).
+GroupedPlanCache& grouped_plans(Handle::Impl& impl);
 
 /// The plan a dense call on `stream` gets (the handle's cache: planned once per distinct problem).
 const Plan& cached_plan(Handle::Impl& impl, const GemmArgs& args, Stream stream);

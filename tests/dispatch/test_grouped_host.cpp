@@ -566,7 +566,10 @@ class RecordingServices final : public backends::GroupedServices {
     log.push_back({"plan", s, plans.back()->workspace_bytes});
     return *plans.back();
   }
-  void dense_gemm(const GemmArgs& a, Stream s) override { log.push_back({"gemm", s, size_t(a.m)}); }
+  void run_dense(const GemmArgs& a, const Plan& p, Stream s) override {
+    CHECK(p.workspace_bytes == size_t(a.m) * 1000);  // the plan made for this group's shape
+    log.push_back({"gemm", s, size_t(a.m)});
+  }
   backends::StagingScratch staging(Stream s, size_t bytes) override {
     log.push_back({"staging", s, bytes});
     backends::StagingScratch out;
