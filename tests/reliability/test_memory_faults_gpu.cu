@@ -238,6 +238,7 @@ TEST_CASE("a grouped call whose allocation fails at any point writes nothing to 
             },
             [&](Handle& h) {
               SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, d.bytes));
+              SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());  // the poison lands before the call's stream runs
               h.grouped_gemm(call, stream);
               SCALEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
             },
