@@ -238,6 +238,12 @@ struct Handle::Impl {
   Diagnostics check_pointers(const GemmArgs& args, Stream stream, int device);
   // A validated, planned call on `stream` of `device` (Handle::gemm, and each group of a grouped call).
   void run(const GemmArgs& args, const Plan& plan, Stream stream, int device);
+  // What a call of `workspace_bytes` allocates on `arena` (its mutex held): the plans' scratch, and
+  // the sampler's buffers when SCALEMM_VERIFY=sample.
+  void reserve(StreamArena& arena, size_t workspace_bytes, Stream stream) {
+    arena.reserve(workspace_bytes, stream);
+    if (verify_mode == verify::Mode::kSample && !arena.sampler) arena.sampler = std::make_unique<verify::AsyncSampler>();
+  }
 
   const Plan& cached_plan(const GemmProblem& p, int device) {
     std::lock_guard<std::mutex> lock(mu);
@@ -467,8 +473,7 @@ void dispatch::reserve_dense(Handle::Impl& impl, Stream stream, size_t workspace
   if (impl.sim) return;
   StreamArena& arena = impl.arena(stream, impl.device_of(stream));
   std::lock_guard<std::mutex> lock(arena.mu);
-  arena.reserve(workspace_bytes, stream);
-  if (impl.verify_mode == verify::Mode::kSample && !arena.sampler) arena.sampler = std::make_unique<verify::AsyncSampler>();
+  impl.reserve(arena, workspace_bytes, stream);
 }
 
 bool dispatch::replay_graph(Handle::Impl& impl, const std::string& key, Stream stream) {
@@ -535,33 +540,30 @@ void dispatch::run_planned(Handle::Impl& impl, const GemmArgs& args, const Plan&
 }
 
 void Handle::Impl::run(const GemmArgs& args, const Plan& plan, Stream stream, int device) {
-  Impl* const impl_ = this;
   if (args.space == MemorySpace::kHost) {  // the host reference, synchronously: no stream resources
     dispatch::execute(args, plan, backends::RunContext{});
     return;
   }
-  dispatch::refuse_to_run_simulated(*impl_);
+  dispatch::refuse_to_run_simulated(*this);
   // Launches, allocations and cuBLASLt calls go to the stream's device, whichever is current (a
   // default stream's device is the current one already).
   const dispatch::DeviceScope scope(dispatch::is_default_stream(stream) ? -1 : device);
-  StreamArena& arena = impl_->arena(stream, device);
+  StreamArena& arena = this->arena(stream, device);
   {
     std::lock_guard<std::mutex> lock(arena.mu);
-    arena.reserve(plan.workspace_bytes, stream);
-    if (impl_->verify_mode == verify::Mode::kSample && !arena.sampler)
-      arena.sampler = std::make_unique<verify::AsyncSampler>();
+    reserve(arena, plan.workspace_bytes, stream);
     dispatch::execute(args, plan,
-                      {stream, &arena.lt, arena.lt_workspace, arena.lt_bytes, arena.scratch, &impl_->target_of(device)});
-    if (impl_->verify_mode == verify::Mode::kSample) {
+                      {stream, &arena.lt, arena.lt_workspace, arena.lt_bytes, arena.scratch, &target_of(device)});
+    if (verify_mode == verify::Mode::kSample) {
       // After the launches, so that polling never delays the GEMM: an earlier call on this stream
       // that failed its check is reported now (this call's result is already on its way).
       arena.sampler->poll();
       arena.sampler->enqueue(args, plan, stream);
     }
   }
-  if (impl_->verify_mode == verify::Mode::kFull) {
+  if (verify_mode == verify::Mode::kFull) {
     try {  // its buffers are allocated after the call: say what a failed one leaves in D
-      verify::check(args, plan, impl_->verify_mode, stream);
+      verify::check(args, plan, verify_mode, stream);
     } catch (const Error& e) {
       if (e.code() != StatusCode::kOutOfMemory) throw;
       throw Error(StatusCode::kOutOfMemory,
