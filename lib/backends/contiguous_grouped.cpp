@@ -101,18 +101,17 @@ class ContiguousGrouped final : public GroupedBackendImpl {
  public:
   GroupedBackend id() const override { return GroupedBackend::kContiguous; }
 
-  std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) const override {
+  Verdict plan(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) const override {
     if (!contiguous_grouped::built())
-      return "not built (CUTLASS's headers, whose CuTe parts it uses, were not found at configure time: tools/fetch-cutlass.sh)";
+      return {false, "not built (CUTLASS's headers, whose CuTe parts it uses, were not found at configure time: tools/fetch-cutlass.sh)"};
     // A handle forcing the dense contiguous backend (the same kernel, one group a call) takes it too.
     if (options.force && *options.force != Backend::kNative && *options.force != Backend::kContiguous)
-      return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
-    std::string why = contiguous_grouped::blocker(a, t);
-    if (!why.empty() || a.backend != GroupedBackend::kAuto) return why;
+      return {false, "the handle forces the " + std::string(to_string(*options.force)) + " backend"};
     // auto takes it wherever it runs. bench_grouped, interleaved, the same bits: 0.81-0.96x the CUTLASS
     // kernel's time on all twelve MoE shapes on an H100, 0.80-0.99x on an H200 (decode 0.93-0.99x),
     // and below the per-group backend's time on the large shapes.
-    return {};
+    const std::string why = contiguous_grouped::blocker(a, t);
+    return {why.empty(), why.empty() ? "one launch of the contiguous grouped kernel" : why};
   }
 
   bool one_launch() const override { return true; }

@@ -38,14 +38,14 @@ class CutlassGrouped final : public GroupedBackendImpl {
  public:
   GroupedBackend id() const override { return GroupedBackend::kCutlass; }
 
-  std::string blocker(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) const override {
+  Verdict plan(const GroupedGemmArgs& a, const DeviceTarget& t, const PlanOptions& options) const override {
     if (!cutlass_grouped::built())
-      return "not built (CUTLASS's headers were not found at configure time: tools/fetch-cutlass.sh)";
+      return {false, "not built (CUTLASS's headers were not found at configure time: tools/fetch-cutlass.sh)"};
     if (options.force && *options.force != Backend::kNative)
-      return "the handle forces the " + std::string(to_string(*options.force)) + " backend";
+      return {false, "the handle forces the " + std::string(to_string(*options.force)) + " backend"};
     std::string why = cutlass_grouped::blocker(a, t);
     if (why.empty() && a.backend == GroupedBackend::kAuto) why = slower_than_per_group(a);
-    return why;
+    return {why.empty(), why.empty() ? "one launch of the CUTLASS grouped kernel" : why};
   }
 
   bool one_launch() const override { return true; }

@@ -202,6 +202,7 @@ class ScaleBatch {
     items_.push_back({from, to, src, nullptr, kb0});
     offsets_.push_back(bytes_);
     ops_.push_back(op);
+    op->scale_format = to.format;  // what the call's plan reads; the buffer follows in run()
     bytes_ += (size_t(to.bytes()) + 255) / 256 * 256;
   }
   size_t bytes() const { return bytes_; }
@@ -211,7 +212,6 @@ class ScaleBatch {
     for (size_t i = 0; i < items_.size(); ++i) {
       items_[i].dst = region + offsets_[i];
       ops_[i]->scale = items_[i].dst;
-      ops_[i]->scale_format = items_[i].to.format;
     }
     layouts::gpu::convert_batch(items_.data(), int(items_.size()), stream);
   }
@@ -243,17 +243,11 @@ size_t k_stage_bytes(const GroupedGemmArgs& a) {
 
 namespace {
 
-// Every non-empty group's dense call, on host sizes, after validation.
+// Every non-empty group's dense call, on host sizes, after validation. Everything the call allocates
+// (the caller's staging, each forked stream's staging and workspace) is allocated before anything is
+// enqueued: a device out-of-memory then leaves D as it was, not with some groups written.
 void run_groups(const GroupedGemmArgs& a, Stream stream, GroupedServices& svc) {
   const bool host = a.space == MemorySpace::kHost;
-  // Empty k-groups first, on the caller's stream: an empty reduction makes D[g] = 0.
-  const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
-  for (int64_t g = 0; a.group_dim == GroupDim::kK && g < a.groups; ++g) {
-    if (a.group_sizes[g] != 0) continue;
-    uint8_t* dg = static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes;
-    if (host) std::memset(dg, 0, d_bytes);
-    else detail::cuda_check(cudaMemsetAsync(dg, 0, d_bytes, stream), "grouped_gemm: zero D[g] of an empty group");
-  }
   // The non-empty groups, spread over a few streams (host arrays: one after another).
   std::vector<int64_t> order;
   for (int64_t g = 0; g < a.groups; ++g)
@@ -288,6 +282,17 @@ void run_groups(const GroupedGemmArgs& a, Stream stream, GroupedServices& svc) {
       batch.add(lb, a.b.scale, first_kblock(lb, first[size_t(g)]), layouts::ScaleLayout(a.b.recipe, a.n, c.k, to), &c.b);
     }
   }
+  // The dense plan each group runs: that of the call as it runs, its scales in the layout the batch
+  // gives them (a plan depends on the formats, not on the addresses), looked up once per shape.
+  std::vector<const Plan*> plan_of(size_t(a.groups), nullptr);
+  std::map<std::pair<int64_t, std::pair<ScaleFormat, ScaleFormat>>, const Plan*> by_shape;
+  for (int64_t g : order) {
+    const GemmArgs& c = calls[size_t(g)];
+    const auto key = std::make_pair(a.group_sizes[g], std::make_pair(c.a.scale_format, c.b.scale_format));
+    const Plan*& p = by_shape[key];
+    if (!p) p = &svc.dense_plan(c, stream);
+    plan_of[size_t(g)] = p;
+  }
   // k-grouped groups gather their K columns into their stream's staging buffer: a stream runs its
   // groups one after another, so one buffer per stream serves them all. Without forked streams that
   // is the caller's, which also holds the batch.
@@ -306,12 +311,10 @@ void run_groups(const GroupedGemmArgs& a, Stream stream, GroupedServices& svc) {
     caller_stage = reinterpret_cast<char*>(host_stage.data());
   } else if (batch.count() > 0 || (need > 0 && one_lane)) {
     caller_scratch = svc.staging(stream, batch.bytes() + (one_lane ? need : 0));
-    batch.run(caller_scratch.ptr, stream);
     caller_stage = caller_scratch.ptr + batch.bytes();
   }
-  // The fork follows the batch, so every stream sees its conversions. Each stream takes the
-  // next-largest group while it has the least work (M_g or K_g: the work of a group is proportional
-  // to it), so the last stream to finish finishes early.
+  // Each stream takes the next-largest group while it has the least work (M_g or K_g: the work of a
+  // group is proportional to it), so the last stream to finish finishes early.
   const std::unique_ptr<ForkedStreams> forked = svc.fork(stream, lanes);
   std::vector<Stream> streams = forked->streams;
   if (streams.empty()) streams.push_back(stream);
@@ -327,33 +330,49 @@ void run_groups(const GroupedGemmArgs& a, Stream stream, GroupedServices& svc) {
       load[lane] += a.group_sizes[g];
     }
   }
-  if (mg && need == 0) {
-    for (int64_t g : order) svc.dense_gemm(calls[size_t(g)], streams[size_t(lane_of[size_t(g)])]);
-    return;
-  }
   std::vector<StagingScratch> scratch;  // locked in stream order: no two calls deadlock
   std::vector<char*> base;
   if (streams.size() == 1) {
     base.push_back(caller_stage);
-  } else {
+  } else if (need > 0) {
     for (Stream s : streams) {
       scratch.push_back(svc.staging(s, need));
       base.push_back(scratch.back().ptr);
     }
   }
+  if (!host) {  // each stream's workspace, grown to its largest group's
+    std::vector<size_t> lane_work(streams.size(), 0);
+    for (int64_t g : order) {
+      size_t& w = lane_work[size_t(lane_of[size_t(g)])];
+      w = std::max(w, plan_of[size_t(g)]->workspace_bytes);
+    }
+    for (size_t i = 0; i < streams.size(); ++i) svc.reserve_dense(streams[i], lane_work[i]);
+  }
+  // Everything is allocated: from here on the call only enqueues. Empty k-groups first, on the
+  // caller's stream (an empty reduction makes D[g] = 0), then the batch; the fork follows both, so
+  // every stream sees the conversions.
+  const size_t d_bytes = size_t(dtype_storage_bytes(a.d_dtype, a.m * a.n));
+  for (int64_t g = 0; !mg && g < a.groups; ++g) {
+    if (a.group_sizes[g] != 0) continue;
+    uint8_t* dg = static_cast<uint8_t*>(a.d) + size_t(g) * d_bytes;
+    if (host) std::memset(dg, 0, d_bytes);
+    else detail::cuda_check(cudaMemsetAsync(dg, 0, d_bytes, stream), "grouped_gemm: zero D[g] of an empty group");
+  }
+  if (batch.count() > 0) batch.run(caller_scratch.ptr, stream);
+  forked->begin();
   for (int64_t g : order) {
     const size_t lane = size_t(lane_of[size_t(g)]);
     if (mg) {
-      stage_m_data(calls[size_t(g)], base[lane], streams[lane]);
-      svc.dense_gemm(calls[size_t(g)], streams[lane]);
+      if (need > 0) stage_m_data(calls[size_t(g)], base[lane], streams[lane]);
+      svc.run_dense(calls[size_t(g)], *plan_of[size_t(g)], streams[lane]);
       continue;
     }
     if (host) {
-      svc.dense_gemm(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), streams[lane]);
+      svc.run_dense(stage_k_group(a, g, first[size_t(g)], base[lane], streams[lane]), *plan_of[size_t(g)], streams[lane]);
       continue;
     }
     stage_k_data(a, first[size_t(g)], base[lane], streams[lane], calls[size_t(g)]);
-    svc.dense_gemm(calls[size_t(g)], streams[lane]);
+    svc.run_dense(calls[size_t(g)], *plan_of[size_t(g)], streams[lane]);
   }
 }
 
@@ -418,7 +437,9 @@ class PerGroup final : public GroupedBackendImpl {
  public:
   GroupedBackend id() const override { return GroupedBackend::kPerGroup; }
   // Every call that validates: each group is a dense call, which takes every recipe pair.
-  std::string blocker(const GroupedGemmArgs&, const DeviceTarget&, const PlanOptions&) const override { return {}; }
+  Verdict plan(const GroupedGemmArgs&, const DeviceTarget&, const PlanOptions&) const override {
+    return {true, "one dense call per non-empty group"};
+  }
   bool one_launch() const override { return false; }
   void run(const GroupedGemmArgs& a, const GroupedRunContext& ctx) const override {
     run_groups(a, ctx.stream, *ctx.services);

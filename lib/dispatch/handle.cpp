@@ -159,6 +159,7 @@ struct Handle::Impl {
 
   std::mutex mu;  // guards the maps below
   std::unordered_map<dispatch::PlanKey, Plan, dispatch::PlanKeyHash> plans;  // node-based: references stay valid
+  dispatch::GroupedPlanCache grouped_plans;  // its own lock
   // Per stream and device: the legacy default stream (nullptr) of device 0 and of device 1 are two
   // streams with one handle value.
   std::map<std::pair<Stream, int>, std::unique_ptr<StreamArena>> arenas;
@@ -235,6 +236,14 @@ struct Handle::Impl {
   }
 
   Diagnostics check_pointers(const GemmArgs& args, Stream stream, int device);
+  // A validated, planned call on `stream` of `device` (Handle::gemm, and each group of a grouped call).
+  void run(const GemmArgs& args, const Plan& plan, Stream stream, int device);
+  // What a call of `workspace_bytes` allocates on `arena` (its mutex held): the plans' scratch, and
+  // the sampler's buffers when SCALEMM_VERIFY=sample.
+  void reserve(StreamArena& arena, size_t workspace_bytes, Stream stream) {
+    arena.reserve(workspace_bytes, stream);
+    if (verify_mode == verify::Mode::kSample && !arena.sampler) arena.sampler = std::make_unique<verify::AsyncSampler>();
+  }
 
   const Plan& cached_plan(const GemmProblem& p, int device) {
     std::lock_guard<std::mutex> lock(mu);
@@ -369,6 +378,7 @@ void dispatch::simulate_devices(Handle& handle, SimulatedDevices sim) {
   std::lock_guard<std::mutex> lock(impl.mu);
   std::lock_guard<std::mutex> slock(impl.stream_mu);
   impl.plans.clear();
+  impl.grouped_plans.clear();
   impl.device_pointers.clear();
   impl.stream_devices.clear();
   impl.sim = std::make_unique<SimulatedDevices>(std::move(sim));
@@ -410,17 +420,27 @@ namespace {
 class Fork final : public backends::ForkedStreams {
  public:
   ~Fork() override {
-    // The join runs on every path, a group that threw included: a caller stream that did not wait for
-    // its forks would race them, and a capture left with unjoined streams cannot end.
-    for (size_t i = 0; i < streams.size(); ++i) {
+    // The join runs on every path once begun, a group that threw included: a caller stream that did
+    // not wait for its forks would race them, and a capture left with unjoined streams cannot end.
+    for (size_t i = 0; begun && i < streams.size(); ++i) {
       const cudaEvent_t e = joins[i];
-      if (cudaEventRecord(e, streams[i]) != cudaSuccess || cudaStreamWaitEvent(caller, e, 0) != cudaSuccess)
+      if (cudaEventRecord(e, static_cast<cudaStream_t>(streams[i])) != cudaSuccess ||
+          cudaStreamWaitEvent(caller, e, 0) != cudaSuccess)
         std::fprintf(stderr, "scalemm: grouped_gemm could not join stream %zu back to its caller\n", i);
     }
   }
+  void begin() override {
+    if (streams.empty() || begun) return;
+    cuda_check(cudaEventRecord(fork_event, caller), "grouped_gemm: fork");
+    begun = true;  // before the first wait: the destructor joins what was forked
+    for (Stream s : streams)
+      cuda_check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), fork_event, 0), "grouped_gemm: fork");
+  }
   std::unique_lock<std::mutex> lock;
   cudaStream_t caller = nullptr;
+  cudaEvent_t fork_event = nullptr;
   std::vector<cudaEvent_t> joins;  // one per stream
+  bool begun = false;
 };
 
 }  // namespace
@@ -440,14 +460,20 @@ std::unique_ptr<backends::ForkedStreams> dispatch::fork_streams(Handle::Impl& im
     cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "grouped_gemm: a join event");
     arena.join_events.push_back(e);
   }
-  cuda_check(cudaEventRecord(arena.fork_event, caller), "grouped_gemm: fork");
-  f->caller = static_cast<cudaStream_t>(caller);  // before the first stream joins f->streams: the destructor joins what was forked
+  f->caller = static_cast<cudaStream_t>(caller);
+  f->fork_event = arena.fork_event;
   for (int i = 0; i < count; ++i) {
-    cuda_check(cudaStreamWaitEvent(arena.forks[size_t(i)], arena.fork_event, 0), "grouped_gemm: fork");
     f->streams.push_back(arena.forks[size_t(i)]);
     f->joins.push_back(arena.join_events[size_t(i)]);
   }
   return f;
+}
+
+void dispatch::reserve_dense(Handle::Impl& impl, Stream stream, size_t workspace_bytes) {
+  if (impl.sim) return;
+  StreamArena& arena = impl.arena(stream, impl.device_of(stream));
+  std::lock_guard<std::mutex> lock(arena.mu);
+  impl.reserve(arena, workspace_bytes, stream);
 }
 
 bool dispatch::replay_graph(Handle::Impl& impl, const std::string& key, Stream stream) {
@@ -491,6 +517,8 @@ const Plan& dispatch::cached_plan(Handle::Impl& impl, const GemmArgs& args, Stre
   return impl.cached_plan(GemmProblem::from(args), impl.device_of(stream));
 }
 
+dispatch::GroupedPlanCache& dispatch::grouped_plans(Handle::Impl& impl) { return impl.grouped_plans; }
+
 const HandleOptions& dispatch::handle_options(const Handle::Impl& impl) { return impl.options; }
 verify::Mode dispatch::handle_verify_mode(const Handle::Impl& impl) { return impl.verify_mode; }
 
@@ -504,33 +532,38 @@ void Handle::gemm(const GemmArgs& args, Stream stream) {
   throw_if_any(validate(args), StatusCode::kInvalidArgument);
   const int device = impl_->device_of(stream);
   throw_if_any(impl_->check_pointers(args, stream, device), StatusCode::kInvalidArgument);
-  const Plan& plan = impl_->cached_plan(GemmProblem::from(args), device);
+  impl_->run(args, impl_->cached_plan(GemmProblem::from(args), device), stream, device);
+}
+
+void dispatch::run_planned(Handle::Impl& impl, const GemmArgs& args, const Plan& plan, Stream stream) {
+  impl.run(args, plan, stream, args.space == MemorySpace::kHost ? -1 : impl.device_of(stream));
+}
+
+void Handle::Impl::run(const GemmArgs& args, const Plan& plan, Stream stream, int device) {
   if (args.space == MemorySpace::kHost) {  // the host reference, synchronously: no stream resources
     dispatch::execute(args, plan, backends::RunContext{});
     return;
   }
-  dispatch::refuse_to_run_simulated(*impl_);
+  dispatch::refuse_to_run_simulated(*this);
   // Launches, allocations and cuBLASLt calls go to the stream's device, whichever is current (a
   // default stream's device is the current one already).
   const dispatch::DeviceScope scope(dispatch::is_default_stream(stream) ? -1 : device);
-  StreamArena& arena = impl_->arena(stream, device);
+  StreamArena& arena = this->arena(stream, device);
   {
     std::lock_guard<std::mutex> lock(arena.mu);
-    arena.reserve(plan.workspace_bytes, stream);
-    if (impl_->verify_mode == verify::Mode::kSample && !arena.sampler)
-      arena.sampler = std::make_unique<verify::AsyncSampler>();
+    reserve(arena, plan.workspace_bytes, stream);
     dispatch::execute(args, plan,
-                      {stream, &arena.lt, arena.lt_workspace, arena.lt_bytes, arena.scratch, &impl_->target_of(device)});
-    if (impl_->verify_mode == verify::Mode::kSample) {
+                      {stream, &arena.lt, arena.lt_workspace, arena.lt_bytes, arena.scratch, &target_of(device)});
+    if (verify_mode == verify::Mode::kSample) {
       // After the launches, so that polling never delays the GEMM: an earlier call on this stream
       // that failed its check is reported now (this call's result is already on its way).
       arena.sampler->poll();
       arena.sampler->enqueue(args, plan, stream);
     }
   }
-  if (impl_->verify_mode == verify::Mode::kFull) {
+  if (verify_mode == verify::Mode::kFull) {
     try {  // its buffers are allocated after the call: say what a failed one leaves in D
-      verify::check(args, plan, impl_->verify_mode, stream);
+      verify::check(args, plan, verify_mode, stream);
     } catch (const Error& e) {
       if (e.code() != StatusCode::kOutOfMemory) throw;
       throw Error(StatusCode::kOutOfMemory,

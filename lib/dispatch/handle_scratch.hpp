@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/grouped_backend.hpp"
+#include "dispatch/grouped_planner.hpp"
 #include "dispatch/verify.hpp"
 #include "scalemm/gemm.hpp"
 
@@ -24,12 +25,15 @@ backends::StagingScratch staging_scratch(Handle::Impl& impl, Stream stream, size
 /// Streams that a grouped call spreads its groups over (the per-group backend): up to `count`
 /// non-blocking streams of the caller stream's device, made on first use and kept with the caller
 /// stream's resources, each with its own workspace (a dense call on it uses that stream's arena). On
-/// creation each stream waits for the work enqueued on the caller stream so far; on destruction the
-/// caller stream waits for everything enqueued on them. Both are events, so the fork and the join are
+/// ForkedStreams::begin each stream waits for the work enqueued on the caller stream so far; on destruction
+/// (once begun) the caller stream waits for everything enqueued on them. Both are events, so the fork and the join are
 /// captured into a CUDA graph like any launch. `streams` is empty where there is nothing to fork (a
 /// simulated machine in host tests, count < 2). One grouped call at a time per caller stream holds
 /// them.
 std::unique_ptr<backends::ForkedStreams> fork_streams(Handle::Impl& impl, Stream caller, int count);
+
+/// What a dense call of `workspace_bytes` on `stream` allocates (backends::GroupedServices::reserve_dense).
+void reserve_dense(Handle::Impl& impl, Stream stream, size_t workspace_bytes);
 
 /// Whole-call graphs of grouped calls (GroupedGemmArgs::graph_replay), kept by the handle under a
 /// key that holds everything the call's launches bake in (sizes, shapes, pointers, stream, device).
@@ -40,6 +44,12 @@ std::unique_ptr<backends::ForkedStreams> fork_streams(Handle::Impl& impl, Stream
 bool replay_graph(Handle::Impl& impl, const std::string& key, Stream stream);
 void keep_graph(Handle::Impl& impl, const std::string& key, void* exec, uint64_t epoch);
 uint64_t arena_epoch_now();
+
+/// Runs `plan` for `args` on `stream` as Handle::gemm does once it has validated and planned the call.
+void run_planned(Handle::Impl& impl, const GemmArgs& args, const Plan& plan, Stream stream);
+
+/// The handle's grouped plans (dispatch/grouped_planner.hpp).
+GroupedPlanCache& grouped_plans(Handle::Impl& impl);
 
 /// The plan a dense call on `stream` gets (the handle's cache: planned once per distinct problem).
 const Plan& cached_plan(Handle::Impl& impl, const GemmArgs& args, Stream stream);

@@ -4,9 +4,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "backends/contiguous_grouped.hpp"
 #include "backends/cutlass_grouped.hpp"
+#include "backends/grouped_backend.hpp"
 #include "dispatch/devices.hpp"
 #include "grouped_inputs.hpp"
 #include "support/test_support.hpp"
@@ -537,4 +542,103 @@ TEST_CASE("rowwise fast accumulation over many rows per group takes the CUTLASS 
   CHECK_THAT(plan({2048, 2048}, true), Catch::Contains("rowwise fast accumulation with large groups (average M_g 2048 >= 2048)"));
   // fewer than 256 rows per group on average: the 128 x 128 tiles
   CHECK_THAT(plan({7, 0, 1, 129}, true), Catch::Contains("128x128x128 tiles") && Catch::Contains("fast accumulation"));
+}
+
+namespace {
+
+// GroupedServices that record what the per-group backend asks for, in order, and run nothing: the
+// order in which a device call allocates and enqueues is checked without a device.
+class RecordingServices final : public backends::GroupedServices {
+ public:
+  struct Event {
+    std::string what;  // "plan", "staging", "fork", "reserve", "begin", "gemm", "join"
+    Stream stream = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Event> log;
+  std::vector<std::unique_ptr<Plan>> plans;
+  std::vector<char> stage = std::vector<char>(1 << 20);
+
+  const Plan& dense_plan(const GemmArgs& a, Stream s) override {
+    plans.push_back(std::make_unique<Plan>());
+    plans.back()->backend = Backend::kEmulated;  // reads compact scales as they are: no batch
+    plans.back()->workspace_bytes = size_t(a.m) * 1000;
+    log.push_back({"plan", s, plans.back()->workspace_bytes});
+    return *plans.back();
+  }
+  void run_dense(const GemmArgs& a, const Plan& p, Stream s) override {
+    CHECK(p.workspace_bytes == size_t(a.m) * 1000);  // the plan made for this group's shape
+    log.push_back({"gemm", s, size_t(a.m)});
+  }
+  backends::StagingScratch staging(Stream s, size_t bytes) override {
+    log.push_back({"staging", s, bytes});
+    backends::StagingScratch out;
+    out.ptr = stage.data();
+    return out;
+  }
+  std::unique_ptr<backends::ForkedStreams> fork(Stream caller, int count) override {
+    log.push_back({"fork", caller, size_t(count)});
+    auto f = std::make_unique<Fork>(log);
+    for (int i = 0; count > 1 && i < count; ++i) f->streams.push_back(reinterpret_cast<Stream>(uintptr_t(0x1000 + i)));
+    return f;
+  }
+  void reserve_dense(Stream s, size_t bytes) override { log.push_back({"reserve", s, bytes}); }
+
+ private:
+  class Fork final : public backends::ForkedStreams {
+   public:
+    explicit Fork(std::vector<Event>& log) : log_(log) {}
+    ~Fork() override { log_.push_back({"join", nullptr, 0}); }
+    void begin() override { log_.push_back({"begin", nullptr, 0}); }
+
+   private:
+    std::vector<Event>& log_;
+  };
+};
+
+}  // namespace
+
+TEST_CASE("the per-group backend allocates every stream's workspace and staging before it enqueues a group",
+          "[dispatch][grouped][host][memory]") {
+  // Device-memory arguments whose buffers are never read: the recording services run nothing, and
+  // blockwise FP8 with K = 512 needs no aligned copies or scale batch.
+  auto rng = scalemm::testing::rng(0x6A9);
+  const auto in = scalemm::testing::make_grouped(GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128,
+                                                 ScaleFormat::kCompact, ScaleFormat::kCompact, {7, 0, 129, 64, 300, 1},
+                                                 512, 256, rng);
+  std::vector<float> d(in.expected.size());
+  GroupedGemmArgs args = in.args(d.data(), in.a_data.data(), in.a_scale.data(), in.b_data.data(), in.b_scale.data(),
+                                 MemorySpace::kDevice);
+  args.backend = GroupedBackend::kPerGroup;
+  RecordingServices svc;
+  const backends::GroupedRunContext ctx{reinterpret_cast<Stream>(uintptr_t(0x10)), nullptr, &svc};
+  backends::per_group_backend().run(args, ctx);
+
+  auto at = [&](const std::string& what) {
+    for (size_t i = 0; i < svc.log.size(); ++i)
+      if (svc.log[i].what == what) return i;
+    return svc.log.size();
+  };
+  const size_t begin = at("begin"), first_gemm = at("gemm");
+  REQUIRE(begin < svc.log.size());
+  REQUIRE(first_gemm < svc.log.size());
+  CHECK(begin < first_gemm);
+  std::map<Stream, size_t> reserved;  // what each stream was given before the fork began
+  for (size_t i = 0; i < svc.log.size(); ++i) {
+    const auto& e = svc.log[i];
+    CAPTURE(i, e.what);
+    if (e.what == "reserve" || e.what == "staging" || e.what == "fork" || e.what == "plan") CHECK(i < begin);
+    if (e.what == "reserve") reserved[e.stream] = std::max(reserved[e.stream], e.bytes);
+  }
+  int gemms = 0;
+  for (const auto& e : svc.log) {
+    if (e.what != "gemm") continue;
+    ++gemms;
+    INFO("a group of " << e.bytes << " rows");
+    REQUIRE(reserved.count(e.stream) == 1);
+    CHECK(reserved[e.stream] >= e.bytes * 1000);  // the group's plan's workspace, reserved up front
+  }
+  CHECK(gemms == 5);                 // the non-empty groups
+  CHECK(reserved.size() == 4);       // four forked streams, each reserved
+  CHECK(svc.log.back().what == "join");
 }

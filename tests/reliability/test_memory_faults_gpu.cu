@@ -8,6 +8,7 @@
 
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dispatch/device_buffer.hpp"
@@ -51,10 +52,13 @@ struct DenseCall {
 // `call(handle)`; `after(handle)` checks each failure (and runs the call again on the same handle).
 // Stops at the first nth whose call makes no failing allocation and returns how many allocations a
 // first call makes.
-template <typename Call, typename After>
-int fail_each_allocation(const HandleOptions& opts, Call&& call, After&& after) {
+// `prepare(handle)` runs on each fresh handle before the hook is armed (a warm-up call, so that the
+// failures hit a call that grows buffers rather than one that makes them).
+template <typename Prepare, typename Call, typename After>
+int fail_each_allocation_after(const HandleOptions& opts, Prepare&& prepare, Call&& call, After&& after) {
   for (int nth = 1; nth < 64; ++nth) {
     Handle h(opts);
+    prepare(h);
     const int64_t failed_before = detail::failed_device_allocations();
     detail::fail_device_allocation(nth);
     std::string message;
@@ -81,6 +85,11 @@ int fail_each_allocation(const HandleOptions& opts, Call&& call, After&& after) 
   }
   FAIL("a call made more than 63 device allocations");
   return 0;
+}
+
+template <typename Call, typename After>
+int fail_each_allocation(const HandleOptions& opts, Call&& call, After&& after) {
+  return fail_each_allocation_after(opts, [](Handle&) {}, std::forward<Call>(call), std::forward<After>(after));
 }
 
 size_t free_device_bytes() {
@@ -179,6 +188,78 @@ TEST_CASE("a grouped call whose staging or per-stream allocation fails raises ou
           });
       CHECK(allocations >= 1);
     }
+  }
+}
+
+// Every allocation of a grouped call in turn: the cold call (the caller's and each forked stream's
+// cuBLASLt workspace, scratch and staging), and the same call after a smaller one warmed the handle up
+// (the buffers grow instead). D must be exactly as it was (every byte still the poison): the call
+// allocates everything before its first launch.
+TEST_CASE("a grouped call whose allocation fails at any point writes nothing to D and leaves the handle usable",
+          "[gpu][reliability][memory]") {
+  auto rng = scalemm::testing::rng(0x0A14);
+  struct Config {
+    GroupDim dim;
+    Recipe ra, rb;
+    std::vector<int64_t> sizes, warm_sizes;
+    int64_t m_or_k;
+  };
+  const Config configs[] = {
+      {GroupDim::kM, Recipe::kBlock1x128, Recipe::kBlock128x128, {7, 0, 129, 64, 300}, {1, 1, 1, 1, 1}, 512},
+      {GroupDim::kM, Recipe::kRowwise, Recipe::kRowwise, {33, 0, 257, 64}, {1, 1, 1, 1}, 256},
+      {GroupDim::kK, Recipe::kBlock1x128, Recipe::kBlock128x128, {128, 0, 256, 384}, {128, 0, 128, 128}, 64},
+      {GroupDim::kK, Recipe::kTensorwise, Recipe::kTensorwise, {16, 48, 0, 80}, {16, 16, 0, 16}, 96},
+  };
+  for (const Config& cf : configs) {
+    const auto in = scalemm::testing::make_grouped(cf.dim, cf.ra, cf.rb, ScaleFormat::kCompact, ScaleFormat::kCompact,
+                                                   cf.sizes, cf.m_or_k, 256, rng);
+    const auto warm_in = scalemm::testing::make_grouped(cf.dim, cf.ra, cf.rb, ScaleFormat::kCompact,
+                                                        ScaleFormat::kCompact, cf.warm_sizes, cf.m_or_k, 256, rng);
+    Dev ad(in.a_data), as(in.a_scale), bd(in.b_data), bs(in.b_scale), d(in.expected.size() * 4);
+    Dev wad(warm_in.a_data), was(warm_in.a_scale), wbd(warm_in.b_data), wbs(warm_in.b_scale),
+        wd(warm_in.expected.size() * 4);
+    const GroupedGemmArgs args = in.args(d.p, ad.p, as.p, bd.p, bs.p, MemorySpace::kDevice);
+    const GroupedGemmArgs warm_args = warm_in.args(wd.p, wad.p, was.p, wbd.p, wbs.p, MemorySpace::kDevice);
+    CAPTURE(to_string(cf.dim), to_string(cf.ra), to_string(cf.rb));
+    for (const char* backend : {"auto", "per-group"})
+      for (bool warm : {false, true}) {
+        CAPTURE(backend, warm);
+        GroupedGemmArgs call = args, warm_call = warm_args;
+        if (std::string(backend) == "per-group") call.backend = warm_call.backend = GroupedBackend::kPerGroup;
+        // A stream of its own: the groups fork from it, as they do in a model.
+        cudaStream_t stream = nullptr;
+        SCALEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        const int allocations = fail_each_allocation_after(
+            quiet(),
+            [&](Handle& h) {
+              if (!warm) return;
+              h.grouped_gemm(warm_call, stream);
+              SCALEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
+            },
+            [&](Handle& h) {
+              SCALEMM_CUDA_CHECK(cudaMemset(d.p, 0xFF, d.bytes));
+              SCALEMM_CUDA_CHECK(cudaDeviceSynchronize());  // the poison lands before the call's stream runs
+              h.grouped_gemm(call, stream);
+              SCALEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
+            },
+            [&](Handle& h, const std::string& message) {
+              SCALEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
+              CHECK(download(d) == std::vector<uint8_t>(d.bytes, 0xFF));  // nothing of D written
+              // The message names what was being allocated.
+              CHECK((message.find("scalemm scratch") != std::string::npos ||
+                     message.find("scalemm staging") != std::string::npos ||
+                     message.find("cuBLASLt workspace") != std::string::npos));
+              h.grouped_gemm(call, stream);  // the same handle runs the call, exactly
+              SCALEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
+              std::vector<float> got(in.expected.size());
+              SCALEMM_CUDA_CHECK(cudaMemcpy(got.data(), d.p, d.bytes, cudaMemcpyDeviceToHost));
+              int64_t bad = 0;
+              for (size_t i = 0; i < got.size(); ++i) bad += got[i] != float(in.expected[i]);
+              CHECK(bad == 0);
+            });
+        SCALEMM_CUDA_CHECK(cudaStreamDestroy(stream));
+        if (!warm) CHECK(allocations >= 1);  // at least the caller stream's cuBLASLt workspace
+      }
   }
 }
 
