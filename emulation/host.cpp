@@ -1,34 +1,18 @@
-// Host backend: the functors of detail/functors.hpp run through thrust::for_each with the Thrust CPP
-// system (sequential, compiled by g++). Same functors as device.cu, hence byte-identical results.
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/system/cpp/execution_policy.h>
-
+// Host backend: the functors of detail/functors.hpp run by the host executor (detail/host_exec.hpp,
+// compiled by g++). Same functors as device.cu, hence byte-identical results.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "checks.hpp"
 #include "detail/driver.hpp"
+#include "detail/host_exec.hpp"
 #include "scalemm/emulation/emulation.hpp"
 #include "scalemm/status.hpp"
 
 namespace scalemm::emulation {
 
-namespace {
-
-struct HostExec {
-  template <class F>
-  void for_each(int64_t n, F f) {
-    thrust::for_each(thrust::cpp::par, thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(n), f);
-  }
-  void zero(void* p, size_t bytes) {
-    if (bytes) std::memset(p, 0, bytes);
-  }
-};
-
-
-}  // namespace
+using numerics::detail::HostExec;
 
 void quantize_host(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out) {
   validate(src, cfg, out);

@@ -66,11 +66,6 @@ struct GroupedScaledLinear::Impl : detail::LinearCore<GroupedLinearOptions, Grou
     return layout_bytes(act, t + 128 * g, cols) + 16 * g;
   }
 
-  void quantize(const float* src, int64_t rows, int64_t cols, const emulation::QuantizeConfig& cfg,
-                const emulation::QuantizeOutputs& out, void* ws, size_t ws_bytes, Stream stream) const {
-    LinearCore::quantize(src, rows, cols, cfg, out, ws, ws_bytes, options.space, stream);
-  }
-
   size_t weight_bytes() const {
     return aligned(size_t(g * n * k)) * 2 + aligned(size_t(w_stride_of(n, k) * g)) +
            aligned(size_t(w_stride_of(k, n) * g)) + aligned(quant_workspace(wt, n, k, true, true));

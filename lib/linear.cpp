@@ -96,7 +96,7 @@ struct ScaledLinear::Impl : detail::LinearCore<LinearOptions, GemmArgs> {
     o.scales = out.scales;
     o.data_t = out.data_t;
     o.scales_t = out.scales_t;
-    quantize(src, rows, cols, config(r), o, ws, ws_bytes, MemorySpace::kDevice, stream);
+    quantize(src, rows, cols, config(r), o, ws, ws_bytes, stream);
   }
 
   void run(LinearGemm which, int64_t gm, int64_t gn, int64_t gk, const GemmOperand& a, const GemmOperand& b, void* d,

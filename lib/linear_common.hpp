@@ -129,7 +129,7 @@ const Args& last_linear_gemm(const char* owner, const Args (&last)[3], const boo
 }
 
 /// What both layers hold and do the same way: the recipe's operands, the weight and activation
-/// arenas (the activations' grown with M), the quantizer call (host memory: the reference quantizer)
+/// arenas (the activations' grown with M), the quantizer call (scalemm::quantize, for host and device memory)
 /// and the record of the last forward, dgrad and wgrad GEMMs. `Args` is GemmArgs or GroupedGemmArgs;
 /// each layer's Impl derives from this and adds its own buffers and GEMMs.
 template <class Options, class Args>
@@ -165,15 +165,11 @@ struct LinearCore {
   GemmOperand operand(const void* data, Recipe r, const void* scales) const {
     return linear_operand(options, data, r, scales);
   }
-  /// Quantizes an fp32 (rows, cols) source in `space` with `cfg` into `out`.
+  /// Quantizes an fp32 (rows, cols) source with `cfg` into `out`: scalemm::quantize, which runs host
+  /// memory (a host layer's) on the host and device memory on `stream`.
   void quantize(const float* src, int64_t rows, int64_t cols, const emulation::QuantizeConfig& cfg,
-                const emulation::QuantizeOutputs& out, void* ws, size_t ws_bytes, MemorySpace space,
-                Stream stream) const {
-    const emulation::SourceMatrix s{src, DType::kF32, rows, cols};
-    if (space == MemorySpace::kHost)
-      emulation::quantize_host(s, cfg, out);
-    else
-      scalemm::quantize::quantize(s, cfg, out, ws, ws_bytes, stream);
+                const emulation::QuantizeOutputs& out, void* ws, size_t ws_bytes, Stream stream) const {
+    scalemm::quantize::quantize(emulation::SourceMatrix{src, DType::kF32, rows, cols}, cfg, out, ws, ws_bytes, stream);
   }
   /// A GEMM's arguments, with what dense and grouped calls share filled in.
   Args gemm_args(int64_t gm, int64_t gn, int64_t gk, const GemmOperand& a, const GemmOperand& b, void* d, DType d_dtype,

@@ -1,14 +1,17 @@
 // scalemm::quantize (include/scalemm/quantize.hpp): the fast kernels of fast_quantizers.cu, on the
 // stream's device; requests the fast path does not cover (empty shapes) run the shared functors
-// (numerics/detail) on the device, which give the same bytes.
+// (numerics/detail) on the device, which give the same bytes. quantize() of host memory runs the same
+// functors on the host (detail/host_exec.hpp, the reference emulator's host executor).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "detail/device_exec.cuh"
 #include "detail/driver.hpp"
+#include "detail/host_exec.hpp"
 #include "fast_quantizers.hpp"
 #include "scalemm/detail/device_state.hpp"
 #include "scalemm/quantize.hpp"
@@ -40,9 +43,54 @@ size_t workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg) {
   return round256(size_t(std::max(generic, fast)) * sizeof(float));
 }
 
+namespace {
+/// Where an address lives, as far as quantize() cares: pageable host memory (a kernel cannot be
+/// handed it; every address counts as such where CUDA has no device to ask, a machine without a GPU),
+/// device memory (the host cannot read it), or memory both can read (pinned host, managed).
+enum class Space { kPageable, kDevice, kBoth };
+Space space_of(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // not a sticky error: the query failed
+    return Space::kPageable;
+  }
+  if (attr.type == cudaMemoryTypeUnregistered) return Space::kPageable;
+  return attr.type == cudaMemoryTypeDevice ? Space::kDevice : Space::kBoth;
+}
+
+/// Whether quantize() runs on the host: some pointer is pageable host memory, and then none may be
+/// device memory, since neither the kernels nor the host loop could read both. A source in device
+/// memory (the usual call) settles it with one pointer query.
+bool runs_on_host(const SourceMatrix& src, const QuantizeOutputs& out) {
+  const std::pair<const char*, const void*> ptrs[] = {{"src.data", src.data},         {"out.data", out.data},
+                                                      {"out.scales", out.scales},     {"out.data_t", out.data_t},
+                                                      {"out.scales_t", out.scales_t}, {"out.global_scale", out.global_scale}};
+  if (src.data && space_of(src.data) == Space::kDevice) return false;  // the usual call: the kernels
+  const char *pageable = nullptr, *device = nullptr;
+  for (const auto& [name, p] : ptrs) {
+    if (!p) continue;
+    const Space s = space_of(p);
+    if (s == Space::kDevice && !device) device = name;
+    if (s == Space::kPageable && !pageable) pageable = name;
+  }
+  if (pageable && device)
+    throw_if_any({Diagnostic{device, "quantize-memory-space", "the source and the outputs in memory one side can read",
+                             "host memory, as " + std::string(pageable) + " is", "device memory",
+                             "Pass device memory for all of them, or host memory for all of them."}},
+                 StatusCode::kInvalidArgument);
+  return pageable != nullptr;
+}
+}  // namespace
+
 void quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, void* workspace,
               size_t bytes, cudaStream_t stream) {
   numerics::validate(src, cfg, out);
+  if (runs_on_host(src, out)) {  // the reference functors on this thread; stream and workspace are not used
+    std::vector<float> scratch(size_t(numerics::detail::plan_quantize(src, cfg).scratch_floats()));
+    numerics::detail::HostExec ex;
+    numerics::detail::run_quantize(ex, src, cfg, out, scratch.data());
+    return;
+  }
   const scalemm::detail::DeviceScope scope(scalemm::detail::stream_device(stream));  // the stream's device
   DeviceExec ex{stream};
   if (src.rows > 0 && src.cols > 0) {

@@ -27,6 +27,9 @@ size_t workspace_bytes(const SourceMatrix& src, const QuantizeConfig& cfg);
 
 /// Quantizes a device (R, C) source into `out` (rowwise and/or columnwise, cfg) on `stream`.
 /// `workspace` (workspace_bytes(), or null: a stream-ordered allocation of the call's own).
+/// A source and outputs in pageable host memory are quantized on the calling thread before the call
+/// returns (the same bytes; stream and workspace are not used): layers and tools that hold host
+/// operands call the same function. Host and device pointers in one call are an error.
 void quantize(const SourceMatrix& src, const QuantizeConfig& cfg, const QuantizeOutputs& out, void* workspace,
               size_t workspace_bytes, Stream stream);
 

@@ -40,6 +40,21 @@ inline QuantizeConfig make_cfg(Recipe r, ScaleFormat f = ScaleFormat::kCompact, 
   return c;
 }
 
+/// Whether NVFP4 can quantize an (R, C) source in directions `dirs` (1 rowwise, 2 columnwise): its
+/// elements pack in pairs along the quantized direction, so C (rowwise) and R (columnwise) must be even.
+inline bool shape_fits(Recipe r, int dirs, int64_t R, int64_t C) {
+  return r != Recipe::kNvfp4 || !(((dirs & 1) && C % 2) || ((dirs & 2) && R % 2));
+}
+
+/// The scale mode of the byte-identity sweeps: the recipe's default (alt == 0), or its other mode
+/// (NVFP4 two-level, MX E8M0 floor, the fp32 recipes' power-of-two amax scales).
+inline ScaleMode sweep_mode(Recipe r, int alt) {
+  if (alt != 1) return ScaleMode::kDefault;
+  return r == Recipe::kNvfp4                                  ? ScaleMode::kNvfp4TwoLevel
+         : (r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32) ? ScaleMode::kE8M0Floor
+                                                              : ScaleMode::kAmaxPow2;
+}
+
 /// Host buffers of one quantize call.
 struct HostQuant {
   SourceMatrix src;

@@ -122,11 +122,8 @@ void check_quantizers_identical(const Shape* shapes, size_t n_shapes, bool misal
       for (ScaleFormat f : {ScaleFormat::kCompact, ScaleFormat::kCublasLt})
         for (int dirs : dir_sets)
           for (int alt = 0; alt < 3; ++alt) {
-            if (r == Recipe::kNvfp4 && (((dirs & 1) && C % 2) || ((dirs & 2) && R % 2))) continue;
-            ScaleMode mode = ScaleMode::kDefault;
-            if (alt == 1) mode = r == Recipe::kNvfp4 ? ScaleMode::kNvfp4TwoLevel
-                                 : (r == Recipe::kMxfp8 || r == Recipe::kMxfp8_32x32) ? ScaleMode::kE8M0Floor
-                                                                                       : ScaleMode::kAmaxPow2;
+            if (!shape_fits(r, dirs, R, C)) continue;
+            const ScaleMode mode = sweep_mode(r, alt);
             const DType src_dtype = alt == 0 ? DType::kF32 : alt == 1 ? DType::kBF16 : DType::kF16;
             auto cfg = make_cfg(r, f, dirs & 1, dirs & 2, mode,
                                 alt == 1 && r != Recipe::kNvfp4 ? DType::kE5M2 : DType::kE4M3);
