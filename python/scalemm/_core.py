@@ -353,10 +353,9 @@ def flag(value, argument: str) -> bool:
 
 
 def is_torch_call(a) -> bool:
-    import sys
-
-    t = sys.modules.get("torch")
-    return t is not None and isinstance(a, t.Tensor)
+    # A torch.Tensor (or subclass) without importing torch, and without reading sys.modules: torch.compile
+    # traces this, and a dict that other threads' imports change is not safe for it to iterate.
+    return any(c.__name__ == "Tensor" and c.__module__ == "torch" for c in type(a).__mro__)
 
 
 def scaled_mm_impl(a, b, scale_a, scale_b, recipe_a, recipe_b, out_dtype, scale_format, bias, backend, dtype_a,

@@ -3,6 +3,10 @@ write nothing."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -226,11 +230,27 @@ def _gpu():
     return ok, f"no usable CUDA device (torch.cuda.is_available() = {torch.cuda.is_available()})"
 
 
+def _ran_in_own_process(request) -> bool:
+    """Reruns the calling test alone in a new process and says whether it did (then the caller returns).
+    A memory-limit test needs an allocator with nothing cached: after other tests, a free fragment of a
+    segment that torch cannot release would serve the allocation the limit is meant to refuse."""
+    if os.environ.get("SCALEMM_TEST_OWN_PROCESS"):
+        return False
+    # By absolute path, from this process's folder (inside python/, the source folder would shadow the install).
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"{request.node.path}::{request.node.name}"],
+                       env={**os.environ, "SCALEMM_TEST_OWN_PROCESS": "1"}, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-4000:] + r.stderr[-2000:]
+    return True
+
+
 @pytest.mark.skipif(not _gpu()[0], reason=_gpu()[1])
-def test_an_output_that_does_not_fit_raises_out_of_memory_and_the_next_call_runs():
+def test_an_output_that_does_not_fit_raises_out_of_memory_and_the_next_call_runs(request):
     """The array layer (scalemm._core, which every non-torch caller and DLPack arrays go through; torch
     tensors take scalemm.torch) allocates the output through the framework: under a memory limit with no
     room for it, a scalemm.OutOfMemoryError names the buffer and its size."""
+    if _ran_in_own_process(request):
+        return
     import torch
 
     from scalemm import _core
@@ -263,11 +283,13 @@ def test_an_output_that_does_not_fit_raises_out_of_memory_and_the_next_call_runs
 
 @pytest.mark.skipif(not _gpu()[0], reason=_gpu()[1])
 @pytest.mark.parametrize("recipe", ["blockwise", "tensorwise"])
-def test_a_torch_layer_out_of_memory_leaves_its_parameters_and_the_next_step_exact(recipe):
+def test_a_torch_layer_out_of_memory_leaves_its_parameters_and_the_next_step_exact(recipe, request):
     """scalemm.torch's layers allocate their buffers (quantized operands, outputs, gradients) through torch's
     caching allocator: under a memory limit with no room, a step raises torch's OutOfMemoryError (which names
     the size it tried), the parameters and their gradients are left as they were, and the same layer's next
     step, with the limit lifted, gives the bytes of a step that never failed."""
+    if _ran_in_own_process(request):
+        return
     import torch
 
     import scalemm.torch as st
