@@ -284,7 +284,7 @@ def main():
     runs = st.hf_experts.registered()
     # By default, the recipes "auto" would convert (hf_experts.AUTO_SLOWER): on Hopper mxfp8's experts run the
     # exact emulation, minutes per step at these shapes; name it in --recipes to time it anyway.
-    slow = [r for r in runs if st.hf_experts._auto_reason(r) and r == "mxfp8"]
+    slow = ["mxfp8"] if "mxfp8" in runs and st.hf_experts._auto_reason("mxfp8") else []
     if slow and not args.recipes:
         print(f"moe.py: {', '.join(slow)} left out by default ({st.hf_experts._auto_reason(slow[0])}); "
               "--recipes names it to time it")
