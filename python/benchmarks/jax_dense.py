@@ -15,6 +15,8 @@ host's per-call time hides behind the device's), 3 warm-up calls after compilati
 
     python benchmarks/jax_dense.py [--suite gemm,dense,train] [--size 8192] [--tokens 8192 --din 4096
                                    --dout 14336] [--recipes blockwise,rowwise,tensorwise,mxfp8] [--json out.json]
+    python benchmarks/jax_dense.py --profile 5 --hlo DIR   each case's kernels per call, and its compiled
+                                                    program's text
     python benchmarks/jax_dense.py --small          a quick run at small sizes (any device; the host
                                                     emulator on a CPU)
 """
@@ -33,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import scalemm.jax as sj
+from _jax_profile import kernel_table, print_table
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
@@ -49,6 +52,16 @@ def bench(f, *args, iters=20, reps=7):
         jax.block_until_ready(out)
         times.append((time.perf_counter() - t) / iters * 1e3)
     return statistics.median(times)
+
+
+def report(a, name, f, *args):
+    """--profile: the kernels of one call; --hlo DIR: the compiled program's text."""
+    if a.profile:
+        print_table(name, kernel_table(f, *args, calls=a.profile))
+    if a.hlo:
+        os.makedirs(a.hlo, exist_ok=True)
+        with open(os.path.join(a.hlo, name.replace("/", "_") + ".txt"), "w") as fh:
+            fh.write(f.lower(*args).compile().as_text())
 
 
 def has_fp8(compiled_text: str) -> bool:
@@ -88,6 +101,7 @@ def suite_gemm(a, out):
         ratio = f"  C++ Handle::gemm {cpp:.3f} ms, jit/C++ {ms / cpp:.3f}" if cpp else ""
         print(f"gemm {s}^3 {ra} x {rb}: jit {ms:.3f} ms ({tf:.0f} TF/s){ratio}")
         out[f"gemm/{ra}"] = {"ms": ms, "tflops": tf, "cpp_ms": cpp}
+        report(a, f"gemm/{ra}", f, qa, qb, sa, sb)
 
 
 def suite_dense(a, out):
@@ -120,6 +134,7 @@ def suite_dense(a, out):
         print(f"dense {m}x{kin}->{kout} fwd+bwd {name:20s} {ms:8.3f} ms {flops / ms / 1e9:7.0f} TF/s "
               f"{base / ms:5.2f}x bf16  FP8 in program: {fp8}")
         out[f"dense/{name}"] = {"ms": ms, "tflops": flops / ms / 1e9, "speedup": base / ms, "fp8_in_program": fp8}
+        report(a, f"dense/{name}", f, params, x, g)
 
 
 def suite_train(a, out):
@@ -148,6 +163,7 @@ def suite_train(a, out):
         print(f"train step MLP {m}x{d}x{f} adamw {name:12s} {ms:8.3f} ms {flops / ms / 1e9:7.0f} TF/s "
               f"{base / ms:5.2f}x bf16")
         out[f"train/{name}"] = {"ms": ms, "speedup": base / ms}
+        report(a, f"train/{name}", step, params, state, x, y)
 
 
 def main():
@@ -162,6 +178,9 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--small", action="store_true", help="small sizes, few repetitions (a smoke run)")
     ap.add_argument("--json")
+    ap.add_argument("--profile", type=int, default=0, metavar="CALLS",
+                    help="print each case's kernels over CALLS calls (JAX's profiler)")
+    ap.add_argument("--hlo", metavar="DIR", help="write each case's compiled program to DIR")
     a = ap.parse_args()
     a.recipes = [r for r in a.recipes.split(",") if r]
     if a.small:
