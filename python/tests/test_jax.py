@@ -416,6 +416,42 @@ def test_gpu_scaled_mm_is_torchs(ra, rb):
 
 
 @needs_gpu
+@pytest.mark.parametrize("recipe", TRAINING)
+def test_gpu_dot_general_is_float8linear(recipe):
+    """On the GPU: forward and dX bit-identical to Float8Linear on the same bf16 values; dW, which the JAX
+    layer runs with the wgrad's operands swapped (to write the kernel's (K, N) layout), the same products
+    summed in the same blocks: equal, or apart by what another fp32 summation order can give (M * 2^-24 of
+    the sum of |products|, bounded here by 2^-14 of |dY|^T |X|) plus one bf16 rounding of each result, where
+    cuBLASLt's transposed problem accumulates in another order."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import scalemm.torch as st
+
+    r = rng(40)
+    x = r.standard_normal((512, 1024)).astype(np.float32)
+    w = (r.standard_normal((768, 1024)) * 0.05).astype(np.float32)
+    g = r.standard_normal((512, 768)).astype(np.float32)
+    lin = st.Float8Linear(1024, 768, bias=False, recipe=recipe, dtype=torch.bfloat16, device="cuda")
+    with torch.no_grad():
+        lin.weight.copy_(torch.from_numpy(w).bfloat16())
+    xt = torch.from_numpy(x).cuda().bfloat16().requires_grad_()
+    y = lin(xt)
+    y.backward(torch.from_numpy(g).cuda().bfloat16())
+    tb = lambda t: t.detach().cpu().view(torch.int16).numpy().view(np.uint16)  # noqa: E731
+    f = jax.jit(lambda x, k, g: jax.vjp(lambda x, k: _dense(recipe, x, k), x, k)[1](g))
+    xj, kj, gj = (jnp.asarray(a, jnp.bfloat16) for a in (x, w.T, g))
+    yj = jax.jit(lambda x, k: _dense(recipe, x, k))(xj, kj)
+    dx, dk = f(xj, kj, gj)
+    assert np.array_equal(tb(y), bits(yj)), recipe
+    assert np.array_equal(tb(xt.grad), bits(dx)), recipe
+    want = lin.weight.grad.float().cpu().numpy()
+    got = np.asarray(dk.T, np.float32)
+    xb, gb = (np.asarray(jnp.asarray(a, jnp.bfloat16), np.float64) for a in (x, g))
+    bound = np.abs(want) * 2.0 ** -7 + (np.abs(gb).T @ np.abs(xb)) * 2.0 ** -14
+    assert np.all(np.abs(got - want) <= bound), (recipe, float(np.max(np.abs(got - want) / bound)))
+    print(f"JAX-DW {recipe}: bit-identical {np.array_equal(tb(lin.weight.grad), bits(dk.T))}")
+
+
+@needs_gpu
 def test_gpu_flax_mlp_training_tracks_bf16():
     """200 jitted optax adamw steps of a Flax MLP (8192 tokens, 4096 -> 14336 -> 4096 at full size is the
     benchmark; here 4096 x 1024 -> 4096): the FP8 loss within 1% of the bf16 loss."""

@@ -2,11 +2,13 @@
 
     forward  Y  (M, N) = X (act, along K)      . W (weight recipe, along K)
     dgrad    dX (M, K) = dY (act, along N)     . W^T (weight recipe, along N)
-    wgrad    dW (N, K) = dY^T (act, along M)   . X^T (act, along M), written in W's dtype
+    wgrad    dW (N, K) = dY^T (act, along M)   . X^T (act, along M), written in W's dtype; run as
+             dW^T (K, N) = X^T . dY^T with the same two operands swapped: the kernel's own layout
 
 Flax's kernel is (K, N) = W^T, so W along K is the kernel's columnwise quantization and W^T along N its
 rowwise one: the same blocks, hence the same bytes as Float8Linear's quantizations of W. Saved for
-backward: X^T in FP8 (the forward's columnwise output) and the kernel itself."""
+backward: X^T in FP8 (the forward's columnwise output) and W^T in FP8 (the kernel's rowwise output, from
+the forward's one quantizer pass over the kernel)."""
 
 from __future__ import annotations
 
@@ -37,9 +39,11 @@ def _forward(x, kernel, act, wgt, fmt, fast, save):
     k, n = kernel.shape
     x2 = x.reshape(-1, k)
     xq, xs, xtq, xts, _ = _quantize(x2, act, fmt, True, save)
-    _, _, wq, ws, _ = _quantize(kernel, wgt, fmt, False, True)  # W (N, K) along K
+    # W (N, K) along K; when training also W^T (K, N) along N for dgrad, from the same read of the kernel
+    wtq, wts, wq, ws, _ = _quantize(kernel, wgt, fmt, save, True)
     y = scaled_mm_impl(xq, wq, xs, ws, act, wgt, _out_name(x.dtype), fmt, fast)
-    return y.reshape(*x.shape[:-1], n), (xtq, xts, kernel, jnp.zeros((0,), x.dtype))
+    return y.reshape(*x.shape[:-1], n), (xtq, xts, wtq, wts, jnp.zeros((0,), kernel.dtype),
+                                         jnp.zeros((0,), x.dtype))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5))
@@ -52,14 +56,16 @@ def _linear_fwd(x, kernel, act, wgt, fmt, fast):
 
 
 def _linear_bwd(act, wgt, fmt, fast, res, dy):
-    xtq, xts, kernel, x_proto = res
-    k, n = kernel.shape
+    xtq, xts, wtq, wts, k_proto, x_proto = res
+    k, n = wtq.shape[0], dy.shape[-1]
     dy2 = dy.reshape(-1, n)
     dyq, dys, dytq, dyts, _ = _quantize(dy2, act, fmt, True, True)
-    dw = scaled_mm_impl(dytq, xtq, dyts, xts, act, act, _out_name(kernel.dtype, "f32"), fmt)  # (N, K)
-    wtq, wts, _, _, _ = _quantize(kernel, wgt, fmt, True, False)  # W^T (K, N) along N
+    # dW^T = X^T . dY: the wgrad's operands swapped, so the GEMM writes the kernel's (K, N) layout itself.
+    # A transpose after it would be fused by XLA into the optimizer's update of the kernel as a strided
+    # read, measured at 1.6 ms per 4096 x 14336 kernel against 0.36 ms for the update alone.
+    dk = scaled_mm_impl(xtq, dytq, xts, dyts, act, act, _out_name(k_proto.dtype, "f32"), fmt)  # (K, N)
     dx = scaled_mm_impl(dyq, wtq, dys, wts, act, wgt, _out_name(x_proto.dtype), fmt)
-    return dx.reshape(*dy.shape[:-1], k).astype(x_proto.dtype), dw.T.astype(kernel.dtype)
+    return dx.reshape(*dy.shape[:-1], k).astype(x_proto.dtype), dk.astype(k_proto.dtype)
 
 
 _linear.defvjp(_linear_fwd, _linear_bwd)

@@ -3,7 +3,7 @@ activations is gathered.
 
     forward  per device: Y_d = X_d . W (the kernel gathered first when it is FSDP-sharded: the weight,
              never the batch, moves), X_d^T saved in FP8 as the device's own shard
-    backward per device: dX_d = dY_d . W^T; dW = psum over the batch axis of dY_d^T . X_d^T (fp32
+    backward per device: dX_d = dY_d . W^T; dW^T = psum over the batch axis of X_d^T . dY_d^T (fp32
              partial products, rounded to the kernel's dtype after the sum)
 
 Quantization is per shard: recipes whose blocks lie along K of one row (the activations of blockwise,
@@ -40,10 +40,11 @@ def _local_backward(dy2, xtq, xts_flat, kernel, x_proto, act, wgt, fmt, axis):
     r = _core.recipe_code(act, "recipe")
     xts = xts_flat.reshape(_core.scale_shape(r, k, m_local, _core.SCALE_FORMATS[fmt]))
     dyq, dys, dytq, dyts, _ = _quantize(dy2, act, fmt, True, True, False)
-    dw = jax.lax.psum(scaled_mm_impl(dytq, xtq, dyts, xts, act, act, "f32", fmt, partitioned=False), axis)
+    # dW^T (K, N) = X_d^T . dY_d^T: the kernel's own layout (as _dense.py's wgrad), no transpose after
+    dk = jax.lax.psum(scaled_mm_impl(xtq, dytq, xts, dyts, act, act, "f32", fmt, partitioned=False), axis)
     wtq, wts, _, _, _ = _quantize(kernel, wgt, fmt, True, False, False)
     dx = scaled_mm_impl(dyq, wtq, dys, wts, act, wgt, _out_name(x_proto.dtype), fmt, partitioned=False)
-    return dx, dw.T.astype(kernel.dtype)
+    return dx, dk.astype(kernel.dtype)
 
 
 def _specs(axis):
