@@ -9,16 +9,22 @@ Suites:
           routing: k distinct experts per token, uniformly at random (balanced on average)
   model   MixtralForCausalLM and Qwen3MoeForCausalLM at their real widths, 2 layers, random init, 2 x 2048 tokens:
           forward, loss, backward and a fused AdamW step
+  loss    a small Mixtral LM (2 layers, h 512, 8 experts top-2) trained --loss-steps (200) AdamW steps on fixed
+          bigram-chain batches from the same initial weights: the last ten steps' mean loss against bf16's
 Recipes: bf16 (experts_implementation="grouped_mm", nn.Linear in bf16); "R" (convert_to_float8(model, recipe=R):
 the experts and every eligible nn.Linear in FP8); "R-experts" (only the experts: set_experts_implementation);
 "R+auto" (convert_to_float8(..., module_filter="auto")). R is each recipe scalemm's experts engine runs
 (mxfp8 only when --recipes names it, on a GPU where its experts run the emulation).
 CUDA-event median of --steps steps after 3 warm-up steps; peak memory over the timed steps
 (torch.cuda.max_memory_allocated: parameters, gradients, optimizer state and inputs included). Modes: eager,
-compiled (torch.compile of the model or layer).
+compiled (torch.compile of the model or layer), graphed (the step captured in one CUDA graph after the
+warm-up and replayed: forward, backward and, for models, the capturable fused AdamW; where a model's code
+cannot be captured the row says what stopped it).
 
     python benchmarks/moe.py [--suite layer,model] [--cases dsv3,mixtral,qwen3] [--recipes bf16,blockwise,...]
-                             [--modes eager,compiled] [--steps 20] [--json out.json]
+                             [--modes eager,compiled,graphed] [--steps 20] [--json out.json]
+    python benchmarks/moe.py --suite loss [--loss-steps 200]     the 200-step loss check
+    python benchmarks/moe.py --plot out.json moe.png             the speed-ups of a --json file (no GPU)
     python benchmarks/moe.py --profile [--cases mixtral]   kernel-by-kernel breakdown of one MoE layer step
                                                            (router + experts, forward + backward)
 """
@@ -112,28 +118,63 @@ def timed(torch, step, steps):
     return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30
 
 
+def graphed(torch, clear, body):
+    """body() captured in one CUDA graph after three warm-up steps on the capture stream, gradients cleared
+    before each (so the graph writes them fresh on every replay); the step is the graph's replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            clear()
+            body()
+        clear()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        body()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph.replay
+
+
 def layer_step(torch, m, inputs, mode):
     x, idx, w, dy = inputs
     x = x.detach().requires_grad_()
     w = w.detach().requires_grad_()
     fn = torch.compile(m) if mode == "compiled" else m
 
-    def step():
+    def clear():
         x.grad = w.grad = None
         for p in m.parameters():
             p.grad = None
+
+    def body():
         fn(x, idx, w).backward(dy)
+
+    if mode == "graphed":
+        return graphed(torch, clear, body)
+
+    def step():
+        clear()
+        body()
 
     return step
 
 
 def model_step(torch, m, ids, mode):
     fn = torch.compile(m) if mode == "compiled" else m
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-5, fused=True)
+    # capturable: the fused AdamW keeps its step count on the device, which a graph replay needs
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-5, fused=True, capturable=mode == "graphed")
 
-    def step():
+    def body():
         fn(input_ids=ids, labels=ids).loss.backward()
         opt.step()
+
+    if mode == "graphed":
+        return graphed(torch, lambda: opt.zero_grad(set_to_none=True), body)
+
+    def step():
+        body()
         opt.zero_grad(set_to_none=True)
 
     return step
@@ -182,6 +223,91 @@ def run_suites(torch, tf, st, args, recipes):
                                      speedup=sp, experts=status))
                     m = base = step = None  # free the model before the next one is built
     return rows
+
+
+def bigram_batches(torch, vocab, batches, batch, seq, seed=3):
+    """Token batches from a fixed random bigram chain (each token has four likely successors), so a small
+    LM's loss falls well below log(vocab) within a few hundred steps."""
+    g = torch.Generator().manual_seed(seed)
+    succ = torch.randint(0, vocab, (vocab, 4), generator=g)
+    out = []
+    for _ in range(batches):
+        t = torch.empty(batch, seq, dtype=torch.long)
+        t[:, 0] = torch.randint(0, vocab, (batch,), generator=g)
+        for j in range(1, seq):
+            t[:, j] = succ[t[:, j - 1], torch.randint(0, 4, (batch,), generator=g)]
+        out.append(t.to(DEVICE))
+    return out
+
+
+def loss_run(torch, tf, st, recipes, steps):
+    """A small Mixtral LM (2 layers, h 512, 8 experts top-2, i 1792, vocab 2048) trained `steps` AdamW steps
+    on the same bigram batches from the same initial weights, bf16 against each recipe: the loss curve and
+    the last ten steps' mean loss against bf16's."""
+    cfg = tf.MixtralConfig(num_hidden_layers=2, hidden_size=512, intermediate_size=1792, num_local_experts=8,
+                           num_experts_per_tok=2, num_attention_heads=8, num_key_value_heads=4, vocab_size=2048,
+                           max_position_embeddings=512)
+    data = bigram_batches(torch, cfg.vocab_size, 16, 8, 256)
+    torch.manual_seed(0)
+    with torch.device(DEVICE):
+        init = tf.AutoModelForCausalLM.from_config(cfg, experts_implementation="grouped_mm", dtype=torch.bfloat16)
+    state = {k: v.clone() for k, v in init.state_dict().items()}
+    rows, ref = [], None
+    for recipe in recipes:
+        init.load_state_dict(state)
+        m = apply_recipe(st, copy_model(init), recipe)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3, fused=True)
+        losses = []
+        for i in range(steps):
+            loss = m(input_ids=data[i % len(data)], labels=data[i % len(data)]).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        losses = [float(v) for v in torch.stack(losses).cpu()]
+        last = statistics.mean(losses[-10:])
+        ref = last if recipe == "bf16" else ref
+        rel = (last - ref) / ref if ref else float("nan")
+        print(f"loss {steps} steps {recipe:<16} first {losses[0]:.4f}  last-10 mean {last:.4f}  "
+              f"vs bf16 {100 * rel:+.2f}%", flush=True)
+        rows.append(dict(suite="loss", recipe=recipe, steps=steps, losses=losses, final=last, rel_to_bf16=rel))
+        m = opt = None
+    return rows
+
+
+def copy_model(m):
+    import copy
+
+    return copy.deepcopy(m)
+
+
+def plot(path, out):
+    """Speed-up over bf16 per case and mode from a --json file (matplotlib; no GPU needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = json.load(open(path))
+    rows = [r for r in data["rows"] if "ms" in r]
+    cases = list(dict.fromkeys(f"{r['suite']} {r['case']}" for r in rows))
+    recipes = [x for x in dict.fromkeys(r["recipe"] for r in rows) if x != "bf16"]
+    modes = [m for m in ("eager", "compiled", "graphed") if any(r["mode"] == m for r in rows)]
+    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes) + 1, 4.5), sharey=True, squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        for i, rec in enumerate(recipes):
+            ys = [next((r["speedup"] for r in rows if f"{r['suite']} {r['case']}" == c and r["recipe"] == rec
+                        and r["mode"] == mode), 0) for c in cases]
+            ax.bar([j + i * 0.8 / len(recipes) for j in range(len(cases))], ys, 0.8 / len(recipes), label=rec)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks([j + 0.4 - 0.4 / len(recipes) for j in range(len(cases))])
+        ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=8)
+        ax.set_title(f"{mode}: speed-up over bf16 grouped_mm")
+    axes[0][0].set_ylabel("bf16 time / FP8 time")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"MoE training steps, {data.get('device', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
 
 
 def kind_of(name):
@@ -270,7 +396,12 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--loss-steps", type=int, default=200, help="steps of the loss suite")
+    ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"), help="plot a --json file's speed-ups and exit")
     args = ap.parse_args()
+    if args.plot:
+        plot(*args.plot)
+        return 0
     import torch
 
     if not torch.cuda.is_available():
@@ -299,7 +430,13 @@ def main():
                                                              and "-" not in r])
         meta["profile"] = rows
     else:
-        meta["rows"] = run_suites(torch, tf, st, args, recipes)
+        suites = args.suite.split(",")
+        if any(x != "loss" for x in suites):
+            args.suite = ",".join(x for x in suites if x != "loss")
+            meta["rows"] = run_suites(torch, tf, st, args, recipes)
+        if "loss" in suites:
+            meta["loss"] = loss_run(torch, tf, st, [r for r in recipes if "-experts" not in r and "+" not in r],
+                                    args.loss_steps)
     if args.json:
         json.dump(meta, open(args.json, "w"), indent=1)
     return 0
