@@ -9,7 +9,7 @@ Suites:
           routing: k distinct experts per token, uniformly at random (balanced on average)
   model   MixtralForCausalLM and Qwen3MoeForCausalLM at their real widths, 2 layers, random init, 2 x 2048 tokens:
           forward, loss, backward and a fused AdamW step
-  loss    a small Mixtral LM (2 layers, h 512, 8 experts top-2) trained --loss-steps (200) AdamW steps on fixed
+  loss    a small Mixtral LM (2 layers, h 512, 8 experts top-2) trained --loss-steps (200) AdamW steps on fresh
           bigram-chain batches from the same initial weights: the last ten steps' mean loss against bf16's
 Recipes: bf16 (experts_implementation="grouped_mm", nn.Linear in bf16); "R" (convert_to_float8(model, recipe=R):
 the experts and every eligible nn.Linear in FP8); "R-experts" (only the experts: set_experts_implementation);
@@ -25,8 +25,9 @@ cannot be captured the row says what stopped it).
                              [--modes eager,compiled,graphed] [--steps 20] [--json out.json]
     python benchmarks/moe.py --suite loss [--loss-steps 200]     the 200-step loss check
     python benchmarks/moe.py --plot out.json moe.png             the speed-ups of a --json file (no GPU)
-    python benchmarks/moe.py --profile [--cases mixtral]   kernel-by-kernel breakdown of one MoE layer step
-                                                           (router + experts, forward + backward)
+    python benchmarks/moe.py --profile [--cases mixtral] [--modes compiled]   kernel-by-kernel breakdown of one
+                                                           MoE layer step (router + experts, forward + backward;
+                                                           eager, or in the first of --modes)
 """
 
 from __future__ import annotations
@@ -226,8 +227,9 @@ def run_suites(torch, tf, st, args, recipes):
 
 
 def bigram_batches(torch, vocab, batches, batch, seq, seed=3):
-    """Token batches from a fixed random bigram chain (each token has four likely successors), so a small
-    LM's loss falls well below log(vocab) within a few hundred steps."""
+    """Token batches from a fixed random bigram chain (each token followed by one of four successors), so a
+    small LM's loss falls from log(vocab) towards the chain's entropy, log(4) = 1.386, within a few hundred
+    steps."""
     g = torch.Generator().manual_seed(seed)
     succ = torch.randint(0, vocab, (vocab, 4), generator=g)
     out = []
@@ -242,12 +244,12 @@ def bigram_batches(torch, vocab, batches, batch, seq, seed=3):
 
 def loss_run(torch, tf, st, recipes, steps):
     """A small Mixtral LM (2 layers, h 512, 8 experts top-2, i 1792, vocab 2048) trained `steps` AdamW steps
-    on the same bigram batches from the same initial weights, bf16 against each recipe: the loss curve and
+    on the same fresh bigram batches from the same initial weights, bf16 against each recipe: the loss curve and
     the last ten steps' mean loss against bf16's."""
     cfg = tf.MixtralConfig(num_hidden_layers=2, hidden_size=512, intermediate_size=1792, num_local_experts=8,
                            num_experts_per_tok=2, num_attention_heads=8, num_key_value_heads=4, vocab_size=2048,
                            max_position_embeddings=512)
-    data = bigram_batches(torch, cfg.vocab_size, 16, 8, 256)
+    data = bigram_batches(torch, cfg.vocab_size, steps, 8, 256)  # a fresh batch every step: no memorizing
     torch.manual_seed(0)
     with torch.device(DEVICE):
         init = tf.AutoModelForCausalLM.from_config(cfg, experts_implementation="grouped_mm", dtype=torch.bfloat16)
@@ -329,7 +331,7 @@ def kind_of(name):
     return "other"
 
 
-def profile(torch, tf, st, cases, recipes):
+def profile(torch, tf, st, cases, recipes, mode="eager"):
     """One MoE layer step (router + experts, forward + backward) under torch.profiler: device time per part
     of the step, the launches, the largest gaps, and the idle time (step - kernels)."""
 
@@ -344,6 +346,7 @@ def profile(torch, tf, st, cases, recipes):
                                                          dtype=torch.bfloat16)
             lm = apply_recipe(st, lm, recipe if recipe == "bf16" else f"{recipe}-experts")
             block = lm.model.layers[0].mlp
+            fn = torch.compile(block) if mode == "compiled" else block
             x = torch.randn(1, t, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             dy = torch.randn(1, t, h, device="cuda", dtype=torch.bfloat16)
 
@@ -351,7 +354,7 @@ def profile(torch, tf, st, cases, recipes):
                 x.grad = None
                 for q in block.parameters():
                     q.grad = None
-                o = block(x)
+                o = fn(x)
                 (o[0] if isinstance(o, tuple) else o).backward(dy)
 
             for _ in range(3):
@@ -369,7 +372,7 @@ def profile(torch, tf, st, cases, recipes):
                 names[(kd, ev.name[:90])][0] += ms
                 names[(kd, ev.name[:90])][1] += 1
             busy = sum(v[0] for v in per.values())
-            print(f"\n== MoE layer {case} ({kind}: {e} experts top-{k}, H {h}, I {i}, {t} tokens) {recipe}: "
+            print(f"\n== MoE layer {case} ({kind}: {e} experts top-{k}, H {h}, I {i}, {t} tokens) {recipe} {mode}: "
                   f"step {step_ms:.3f} ms, kernels {busy:.3f} ms, idle {step_ms - busy:.3f} ms")
             for kd, (ms, n) in sorted(per.items(), key=lambda kv: -kv[1][0]):
                 print(f"   {kd:<18} {ms:8.3f} ms  {n:4d} launches  {100 * ms / step_ms:5.1f}%")
@@ -427,7 +430,7 @@ def main():
     meta = {"device": dev, "torch": torch.__version__, "transformers": tf.__version__, "steps": args.steps}
     if args.profile:
         rows = profile(torch, tf, st, args.cases.split(","), [r for r in recipes if "+" not in r
-                                                             and "-" not in r])
+                                                             and "-" not in r], args.modes.split(",")[0])
         meta["profile"] = rows
     else:
         suites = args.suite.split(",")
