@@ -235,6 +235,26 @@ def test_gpu_weight_pair_in_one_pass(monkeypatch):
     _weight_pair_both_ways(monkeypatch, "cuda")
 
 
+@needs_gpu
+def test_gpu_weight_operands_under_compile_are_the_eager_bytes(monkeypatch):
+    """torch.compile(fullgraph=True) of the experts' weight quantization: the one-pass pair (custom op) and the
+    two-pass form's byte transpose (custom op) give the eager bytes."""
+    torch._dynamo.reset()
+    monkeypatch.setattr(ops, "_PAIR_MIN_ELEMENTS", 0)
+    g = torch.Generator().manual_seed(seed("moe weight pair compiled"))
+    w = (torch.randn(3, 256, 384, generator=g) * torch.logspace(-3, 3, 384)).to(torch.bfloat16).cuda()
+    u8 = lambda t: t.view(torch.uint8) if t.element_size() == 1 else t  # noqa: E731
+    for recipe in moe._SQUARE:
+        cfg = ("block1x128", recipe, False)
+        for pair_max in (32, -1):  # the one-pass pair, then the quantizer pass plus the byte transpose
+            monkeypatch.setattr(ops, "_PAIR_MAX_EXPERTS", pair_max)
+            want = moe._weight_operands(w, cfg, True)
+            torch._dynamo.reset()
+            got = torch.compile(lambda w: moe._weight_operands(w, cfg, True), fullgraph=True)(w)
+            for a, b in zip([*got[0], *got[1]], [*want[0], *want[1]]):
+                assert a.shape == b.shape and a.dtype == b.dtype and torch.equal(u8(a), u8(b)), (recipe, pair_max)
+
+
 def test_grouped_swiglu_quantizer_names_a_bad_intermediate_size():
     """Validation runs before any device work: an intermediate size off the 128-column blocks is refused by name."""
     if not hasattr(_C, "quantize_grouped_swiglu"):
