@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import json
 import statistics
 import sys
@@ -253,11 +254,9 @@ def loss_run(torch, tf, st, recipes, steps):
     torch.manual_seed(0)
     with torch.device(DEVICE):
         init = tf.AutoModelForCausalLM.from_config(cfg, experts_implementation="grouped_mm", dtype=torch.bfloat16)
-    state = {k: v.clone() for k, v in init.state_dict().items()}
     rows, ref = [], None
     for recipe in recipes:
-        init.load_state_dict(state)
-        m = apply_recipe(st, copy_model(init), recipe)
+        m = apply_recipe(st, copy.deepcopy(init), recipe)  # each recipe trains its own copy of the same weights
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3, fused=True)
         losses = []
         for i in range(steps):
@@ -275,12 +274,6 @@ def loss_run(torch, tf, st, recipes, steps):
         rows.append(dict(suite="loss", recipe=recipe, steps=steps, losses=losses, final=last, rel_to_bf16=rel))
         m = opt = None
     return rows
-
-
-def copy_model(m):
-    import copy
-
-    return copy.deepcopy(m)
 
 
 def plot(path, out):

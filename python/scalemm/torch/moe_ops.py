@@ -316,7 +316,7 @@ def _quantize_pair_impl(w, recipe, pow2):
     e, n, k = w.shape
     w = w.contiguous()
     r = _core.recipe_code(recipe, "recipe")
-    (wq, ws, wtq, wts) = _pair_outputs(w, recipe)
+    wq, ws, wtq, wts = _pair_outputs(w, recipe)
     src, mode = DTYPE_CODE[_SRC[w.dtype]], _mode(recipe, pow2)
     cuda, stream = (1, _stream(w)) if w.is_cuda else (0, 0)
     with torch.cuda.device(w.device) if w.is_cuda else _nullctx():
